@@ -1,0 +1,34 @@
+# The two commands: `make demo` and `make test`. Both install what they need.
+#
+# One persistent target directory outside the clone, so librocksdb (about 12
+# minutes from scratch on 2 cores) is built once per machine. Never clean it.
+export CARGO_TARGET_DIR ?= $(HOME)/.cache/subagents-target
+CARGO ?= cargo
+DATA ?= ./subagents-data
+# The release build used by `make bench` has its own librocksdb build.
+BENCH_ARGS ?=
+
+.PHONY: deps demo test lint unit bench crash fuzz
+
+# System packages: libclang for the RocksDB bindings, a C++ compiler for librocksdb.
+deps:
+	@command -v $(CARGO) >/dev/null || { echo "cargo is required (rustup)"; exit 1; }
+	@if ! ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1 || ! command -v c++ >/dev/null; then \
+		echo "installing libclang-dev and a C++ compiler"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libclang-dev g++ >/dev/null; \
+	fi
+
+demo: deps
+	$(CARGO) run -q -p subagent-cli --bin subagents -- demo --data $(DATA)
+
+lint: deps
+	$(CARGO) fmt --all --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+unit: deps
+	$(CARGO) test --workspace
+
+test: lint unit
+
+bench: deps
+	$(CARGO) run --release -p subagent-cli --bin subagents -- bench append $(BENCH_ARGS)

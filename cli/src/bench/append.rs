@@ -1,0 +1,264 @@
+//! `subagents bench append`: durable append throughput.
+//!
+//! For each durability mode and appender count, three systems append the
+//! same number of single-event appends of the same payload:
+//! - **engine**: `RocksLog::append` from N tokio tasks (one stream each);
+//! - **raw**: N threads writing the engine's pre-encoded record bytes with one
+//!   RocksDB `WriteBatch` per append and the same sync policy: the physical
+//!   limit of the storage engine (RocksDB group-commits concurrent writers
+//!   itself);
+//! - **sqlite**: one transaction per append into an event table in WAL mode
+//!   with `synchronous=FULL` (Sync) or `NORMAL` (Buffered), what a user would
+//!   otherwise pick.
+//!
+//! Each figure is events per second, median (min–max) of `--runs` runs, each
+//! on a fresh directory.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use clap::Args;
+use rocksdb::{Options, WriteBatch, WriteOptions, DB};
+use subagent_core::{ContentBlock, Event, NewEvent, RecordedEvent, SessionId, StreamId, Usage};
+use subagent_store::{Durability, EventLog, ExpectedVersion, RocksLog, RocksOptions};
+
+use super::stats::Summary;
+use crate::CliResult;
+
+/// Arguments of `bench append`.
+#[derive(Args)]
+pub struct AppendArgs {
+    /// Runs per figure (the median is reported).
+    #[arg(long, default_value_t = 5)]
+    runs: usize,
+    /// Multiplies the number of appends per run.
+    #[arg(long, default_value_t = 1.0)]
+    scale: f64,
+    /// Skip the SQLite peer.
+    #[arg(long)]
+    no_sqlite: bool,
+}
+
+struct Config {
+    durability: Durability,
+    appenders: usize,
+    appends: usize,
+}
+
+fn payload() -> Event {
+    Event::AssistantMessage {
+        turn: 1,
+        content: vec![ContentBlock::text("x".repeat(200))],
+        usage: Some(Usage {
+            input_tokens: 1200,
+            output_tokens: 80,
+        }),
+    }
+}
+
+fn encoded_payload() -> Result<Vec<u8>, subagent_store::StoreError> {
+    subagent_store::record::encode(&RecordedEvent {
+        position: 1,
+        stream: StreamId::Session(SessionId::new()),
+        version: 1,
+        event_id: subagent_core::EventId::new(),
+        recorded_at: 0,
+        schema_version: subagent_core::CURRENT_SCHEMA_VERSION,
+        correlation_id: None,
+        causation_id: None,
+        event: payload(),
+    })
+}
+
+fn engine_run(
+    config: &Config,
+    runtime: &tokio::runtime::Runtime,
+) -> Result<f64, Box<dyn std::error::Error>> {
+    let dir = tempfile::tempdir()?;
+    let log = RocksLog::open(
+        dir.path(),
+        RocksOptions {
+            durability: config.durability,
+        },
+    )?;
+    let per_task = config.appends / config.appenders;
+    let started = Instant::now();
+    runtime.block_on(async {
+        let tasks: Vec<_> = (0..config.appenders)
+            .map(|_| {
+                let log = log.clone();
+                tokio::spawn(async move {
+                    let stream = StreamId::Session(SessionId::new());
+                    for _ in 0..per_task {
+                        log.append(stream, ExpectedVersion::Any, vec![NewEvent::new(payload())])
+                            .await?;
+                    }
+                    Ok::<_, subagent_store::StoreError>(())
+                })
+            })
+            .collect();
+        for task in tasks {
+            task.await??;
+        }
+        Ok::<_, Box<dyn std::error::Error>>(())
+    })?;
+    Ok((per_task * config.appenders) as f64 / started.elapsed().as_secs_f64())
+}
+
+fn raw_run(config: &Config, bytes: &Arc<Vec<u8>>) -> Result<f64, Box<dyn std::error::Error>> {
+    let dir = tempfile::tempdir()?;
+    let mut options = Options::default();
+    options.create_if_missing(true);
+    options.set_compression_type(rocksdb::DBCompressionType::Lz4);
+    let db = Arc::new(DB::open(&options, dir.path())?);
+    let next = Arc::new(AtomicU64::new(1));
+    let per_thread = config.appends / config.appenders;
+    let sync = config.durability == Durability::Sync;
+    let started = Instant::now();
+    let threads: Vec<_> = (0..config.appenders)
+        .map(|_| {
+            let (db, next, bytes) = (Arc::clone(&db), Arc::clone(&next), Arc::clone(bytes));
+            std::thread::spawn(move || -> Result<(), rocksdb::Error> {
+                let mut write_options = WriteOptions::default();
+                write_options.set_sync(sync);
+                for _ in 0..per_thread {
+                    let mut batch = WriteBatch::default();
+                    batch.put(
+                        next.fetch_add(1, Ordering::Relaxed).to_be_bytes(),
+                        bytes.as_slice(),
+                    );
+                    db.write_opt(batch, &write_options)?;
+                }
+                Ok(())
+            })
+        })
+        .collect();
+    for thread in threads {
+        thread.join().map_err(|_| "raw appender panicked")??;
+    }
+    Ok((per_thread * config.appenders) as f64 / started.elapsed().as_secs_f64())
+}
+
+fn sqlite_run(config: &Config, bytes: &Arc<Vec<u8>>) -> Result<f64, Box<dyn std::error::Error>> {
+    let dir = tempfile::tempdir()?;
+    let connection = rusqlite::Connection::open(dir.path().join("events.db"))?;
+    let synchronous = if config.durability == Durability::Sync {
+        "FULL"
+    } else {
+        "NORMAL"
+    };
+    connection.execute_batch(&format!(
+        "PRAGMA journal_mode=WAL; PRAGMA synchronous={synchronous};
+         CREATE TABLE events (position INTEGER PRIMARY KEY AUTOINCREMENT, stream TEXT NOT NULL,
+                              version INTEGER NOT NULL, payload BLOB NOT NULL, UNIQUE(stream, version));"
+    ))?;
+    let connection = Arc::new(Mutex::new(connection));
+    let per_thread = config.appends / config.appenders;
+    let started = Instant::now();
+    let threads: Vec<_> = (0..config.appenders)
+        .map(|_| {
+            let (connection, bytes) = (Arc::clone(&connection), Arc::clone(bytes));
+            std::thread::spawn(move || -> Result<(), String> {
+                let stream = format!("session-{}", SessionId::new());
+                for version in 1..=per_thread {
+                    let mut guard = connection.lock().map_err(|_| "poisoned")?;
+                    let transaction = guard.transaction().map_err(|e| e.to_string())?;
+                    transaction
+                        .execute(
+                            "INSERT INTO events (stream, version, payload) VALUES (?1, ?2, ?3)",
+                            rusqlite::params![stream, version as i64, bytes.as_slice()],
+                        )
+                        .map_err(|e| e.to_string())?;
+                    transaction.commit().map_err(|e| e.to_string())?;
+                }
+                Ok(())
+            })
+        })
+        .collect();
+    for thread in threads {
+        thread.join().map_err(|_| "sqlite appender panicked")??;
+    }
+    Ok((per_thread * config.appenders) as f64 / started.elapsed().as_secs_f64())
+}
+
+fn measure(
+    runs: usize,
+    mut once: impl FnMut() -> Result<f64, Box<dyn std::error::Error>>,
+) -> Result<Summary, Box<dyn std::error::Error>> {
+    let samples = (0..runs.max(1))
+        .map(|_| once())
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Summary::of(&samples))
+}
+
+/// Runs the append benchmark and prints the table.
+///
+/// # Errors
+/// Storage failures.
+pub fn run(args: &AppendArgs) -> CliResult {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let bytes = Arc::new(encoded_payload()?);
+    let scaled = |count: f64| ((count * args.scale).max(64.0)) as usize;
+    let configs = [
+        Config {
+            durability: Durability::Sync,
+            appenders: 1,
+            appends: scaled(500.0),
+        },
+        Config {
+            durability: Durability::Sync,
+            appenders: 64,
+            appends: scaled(6400.0),
+        },
+        Config {
+            durability: Durability::Buffered,
+            appenders: 1,
+            appends: scaled(20_000.0),
+        },
+        Config {
+            durability: Durability::Buffered,
+            appenders: 64,
+            appends: scaled(64_000.0),
+        },
+    ];
+    println!(
+        "durable append, events/s: median (min–max) of {} runs; payload {} bytes/record",
+        args.runs,
+        bytes.len()
+    );
+    println!(
+        "{:<9} {:>9} {:>7}  {:>27} {:>27} {:>10} {:>27} {:>13}",
+        "mode", "appenders", "events", "engine", "raw rocksdb", "eng/raw", "sqlite", "eng/sqlite"
+    );
+    for config in &configs {
+        eprintln!(
+            "… measuring {:?} with {} appenders",
+            config.durability, config.appenders
+        );
+        let engine = measure(args.runs, || engine_run(config, &runtime))?;
+        let raw = measure(args.runs, || raw_run(config, &bytes))?;
+        let sqlite = if args.no_sqlite {
+            None
+        } else {
+            Some(measure(args.runs, || sqlite_run(config, &bytes))?)
+        };
+        println!(
+            "{:<9} {:>9} {:>7}  {:>27} {:>27} {:>10.2} {:>27} {:>13}",
+            format!("{:?}", config.durability),
+            config.appenders,
+            config.appends / config.appenders * config.appenders,
+            engine.to_string(),
+            raw.to_string(),
+            engine.median / raw.median,
+            sqlite.map_or_else(|| "-".to_owned(), |s| s.to_string()),
+            sqlite.map_or_else(
+                || "-".to_owned(),
+                |s| format!("{:.2}", engine.median / s.median)
+            ),
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,55 @@
+//! Summaries of repeated measurements: median, min and max.
+
+use std::fmt;
+
+/// The median, min and max of a set of runs.
+#[derive(Clone, Copy, Debug)]
+pub struct Summary {
+    /// Median of the runs.
+    pub median: f64,
+    /// Smallest run.
+    pub min: f64,
+    /// Largest run.
+    pub max: f64,
+}
+
+impl Summary {
+    /// Summarizes `samples` (at least one).
+    #[must_use]
+    pub fn of(samples: &[f64]) -> Summary {
+        let mut sorted = samples.to_vec();
+        sorted.sort_by(f64::total_cmp);
+        let middle = sorted.len() / 2;
+        let median = if sorted.is_empty() {
+            0.0
+        } else if sorted.len() % 2 == 1 {
+            sorted[middle]
+        } else {
+            (sorted[middle - 1] + sorted[middle]) / 2.0
+        };
+        Summary {
+            median,
+            min: sorted.first().copied().unwrap_or(0.0),
+            max: sorted.last().copied().unwrap_or(0.0),
+        }
+    }
+}
+
+impl fmt::Display for Summary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:>9.0} ({:.0}–{:.0})", self.median, self.min, self.max)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn median_of_odd_and_even_counts() {
+        let odd = Summary::of(&[5.0, 1.0, 3.0]);
+        assert_eq!((odd.median, odd.min, odd.max), (3.0, 1.0, 5.0));
+        let even = Summary::of(&[4.0, 1.0, 2.0, 3.0]);
+        assert_eq!(even.median, 2.5);
+    }
+}

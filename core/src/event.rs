@@ -1,0 +1,652 @@
+//! The event schema: every lifecycle fact the runtime records, the stream it
+//! belongs to, and the envelope it is stored in.
+//!
+//! This module is the one place each event type is defined. Tests, the
+//! runtime and the replay tools all build events through these variants.
+//! Payload field names are camelCase on the wire and never change meaning;
+//! a change of shape bumps [`CURRENT_SCHEMA_VERSION`] and adds an upcaster in
+//! [`crate::upcast`].
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use uuid::Uuid;
+
+use crate::content::ContentBlock;
+use crate::contracts::{
+    AgentRoute, Delivery, InterruptAuthority, MessageDelivery, MessageSource, SessionMode,
+    SubagentCapabilities,
+};
+use crate::error::SubagentError;
+use crate::ids::{EventId, MessageId, SessionId, SubagentRunId};
+use crate::result::{Diagnostic, SubagentResult, SubagentStopReason};
+
+/// The schema version this build writes. Older versions decode through
+/// upcasters; newer ones are refused rather than misread.
+pub const CURRENT_SCHEMA_VERSION: u32 = 1;
+
+/// A stream of the log: `runtime` for host-level facts, `session-<uuid>` for
+/// everything about one session.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum StreamId {
+    /// Provider registrations, admission control, recovery markers.
+    Runtime,
+    /// One session's creation, transcript, inbox, activations and catalog.
+    Session(SessionId),
+}
+
+impl StreamId {
+    const SESSION_PREFIX: &'static str = "session-";
+
+    /// The session this stream belongs to, if any.
+    #[must_use]
+    pub fn session(&self) -> Option<SessionId> {
+        match self {
+            StreamId::Runtime => None,
+            StreamId::Session(id) => Some(*id),
+        }
+    }
+}
+
+impl fmt::Display for StreamId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StreamId::Runtime => f.write_str("runtime"),
+            StreamId::Session(id) => write!(f, "{}{id}", Self::SESSION_PREFIX),
+        }
+    }
+}
+
+impl FromStr for StreamId {
+    type Err = SubagentError;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        if text == "runtime" {
+            return Ok(StreamId::Runtime);
+        }
+        match text.strip_prefix(Self::SESSION_PREFIX) {
+            Some(id) => SessionId::parse(id).map(StreamId::Session),
+            None => Err(SubagentError::BadRequest(format!(
+                "unknown stream {text:?}"
+            ))),
+        }
+    }
+}
+
+impl Serialize for StreamId {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for StreamId {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = <std::borrow::Cow<'de, str>>::deserialize(deserializer)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// Token accounting of one assistant message.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Usage {
+    /// Prompt tokens.
+    pub input_tokens: u64,
+    /// Completion tokens.
+    pub output_tokens: u64,
+}
+
+/// Why an activation ended without settling through its agent.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum AbandonReason {
+    /// The caller's signal fired before publication.
+    Cancelled,
+    /// The provider failed to prepare the child.
+    PreparationFailed {
+        /// Safe failure detail.
+        diagnostic: Diagnostic,
+    },
+    /// The host died while the activation was live; recorded on reopen.
+    HostRestart,
+    /// A drain closed admission before the activation was published.
+    Drained,
+}
+
+/// Every fact the runtime records. Serialized adjacently tagged:
+/// `{"type": "SessionCreated", "data": {...}}`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", content = "data")]
+pub enum Event {
+    // ---- runtime stream -------------------------------------------------
+    /// A provider became resolvable.
+    #[serde(rename_all = "camelCase")]
+    ProviderRegistered {
+        /// Unique registry name.
+        name: String,
+        /// Supported start options.
+        capabilities: SubagentCapabilities,
+        /// Whether children see the parent's completed-turn prefix.
+        inherits_parent_context: bool,
+        /// Static provider/model route, when the provider has one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        route_defaults: Option<AgentRoute>,
+        /// Whether the provider prepares continuable children.
+        continuable: bool,
+        /// Whether the provider starts external one-shot runs.
+        one_shot: bool,
+    },
+    /// A provider left the registry; accepted runs stay holder-owned.
+    ProviderRemoved {
+        /// The name that no longer resolves.
+        name: String,
+    },
+    /// A drain closed child admission below `parent`.
+    AdmissionClosed {
+        /// The parent entering teardown.
+        parent: SessionId,
+    },
+    /// The parent left the registry; the cutoff is lifted.
+    AdmissionReopened {
+        /// The parent.
+        parent: SessionId,
+    },
+    /// Recovery marker: the log was reopened after the host stopped with live
+    /// work, which the listed events settled explicitly.
+    #[serde(rename_all = "camelCase")]
+    HostRecovered {
+        /// The log head found on reopen.
+        previous_head: u64,
+        /// Continuable activations marked abandoned.
+        abandoned_activations: u64,
+        /// External runs settled as `error`.
+        failed_runs: u64,
+    },
+
+    // ---- session lifecycle ------------------------------------------------
+    /// A session exists. First event of every session stream.
+    #[serde(rename_all = "camelCase")]
+    SessionCreated {
+        /// This session.
+        session: SessionId,
+        /// The delegating parent; `None` for a host root.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        parent: Option<SessionId>,
+        /// Edges from the host root (a root is 0).
+        depth: u64,
+        /// Creation label.
+        label: String,
+        /// The creating provider; `None` for a root.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        provider: Option<String>,
+        /// Execution mode.
+        mode: SessionMode,
+        /// Whether this is an external one-shot execution.
+        external: bool,
+        /// The detached descriptor (see `SubagentDescriptor`), kept raw so that
+        /// a descriptor this version cannot read still replays.
+        descriptor: Value,
+    },
+    /// Catalog membership, recorded in the parent's stream. Never status.
+    #[serde(rename_all = "camelCase")]
+    ChildCataloged {
+        /// The child.
+        child: SessionId,
+        /// Creation label.
+        label: String,
+        /// Creating provider.
+        provider: String,
+        /// Execution mode.
+        mode: SessionMode,
+        /// External one-shot execution.
+        external: bool,
+    },
+    /// A fork child's copy of the parent's completed-turn prefix.
+    #[serde(rename_all = "camelCase")]
+    HistorySeeded {
+        /// Whose history was copied.
+        source: SessionId,
+        /// The source stream version the prefix ends at.
+        through_version: u64,
+        /// The copied events, lossless JSON, contiguous from the start.
+        events: Vec<Value>,
+    },
+
+    // ---- continuable activations ------------------------------------------
+    /// A new activation epoch was reserved.
+    #[serde(rename_all = "camelCase")]
+    ActivationRequested {
+        /// Epoch number, 1 for the first activation.
+        epoch: u64,
+        /// Who receives the result.
+        delivery: Delivery,
+        /// Output schema for this activation only.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        output_schema: Option<Value>,
+    },
+    /// The provider contributed the creation inputs.
+    #[serde(rename_all = "camelCase")]
+    ActivationPrepared {
+        /// Epoch.
+        epoch: u64,
+        /// How many parent events seeded the child.
+        seeded_events: u64,
+    },
+    /// The child agent is live; its run id pairs `subagent/start` and `end`.
+    #[serde(rename_all = "camelCase")]
+    ActivationPublished {
+        /// Epoch.
+        epoch: u64,
+        /// Identity of this published run.
+        run_id: SubagentRunId,
+    },
+    /// The activation's result. Never overwritten.
+    ActivationSettled {
+        /// Epoch.
+        epoch: u64,
+        /// The result.
+        result: SubagentResult,
+    },
+    /// The activation's resources were released.
+    #[serde(rename_all = "camelCase")]
+    ActivationReleased {
+        /// Epoch.
+        epoch: u64,
+        /// A cleanup failure, recorded beside the settled result.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cleanup_error: Option<Diagnostic>,
+    },
+    /// The activation ended without a result of its own.
+    ActivationAbandoned {
+        /// Epoch.
+        epoch: u64,
+        /// Why.
+        reason: AbandonReason,
+    },
+
+    // ---- external one-shot runs --------------------------------------------
+    /// An external run was requested.
+    #[serde(rename_all = "camelCase")]
+    RunRequested {
+        /// The run.
+        run_id: SubagentRunId,
+        /// The provider asked to start it.
+        provider: String,
+        /// Who receives the result.
+        delivery: Delivery,
+    },
+    /// The provider published the run.
+    #[serde(rename_all = "camelCase")]
+    RunStarted {
+        /// The run.
+        run_id: SubagentRunId,
+    },
+    /// The run's result. Never overwritten.
+    #[serde(rename_all = "camelCase")]
+    RunSettled {
+        /// The run.
+        run_id: SubagentRunId,
+        /// The result.
+        result: SubagentResult,
+    },
+    /// The backend handle was disposed.
+    #[serde(rename_all = "camelCase")]
+    RunDisposed {
+        /// The run.
+        run_id: SubagentRunId,
+        /// A cleanup failure, recorded beside the settled result.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cleanup_error: Option<Diagnostic>,
+    },
+    /// The provider rejected the start after cleaning partial resources.
+    #[serde(rename_all = "camelCase")]
+    RunStartFailed {
+        /// The run.
+        run_id: SubagentRunId,
+        /// Safe failure detail.
+        diagnostic: Diagnostic,
+    },
+
+    // ---- inbox and turns ------------------------------------------------------
+    /// A message is durable in this session's inbox.
+    #[serde(rename_all = "camelCase")]
+    MessageAccepted {
+        /// Inbox identity returned to the sender.
+        message_id: MessageId,
+        /// Durable attribution.
+        source: MessageSource,
+        /// Queue or steer.
+        delivery: MessageDelivery,
+        /// The content.
+        content: Vec<ContentBlock>,
+    },
+    /// A turn took these pending messages, in FIFO order.
+    MessagesClaimed {
+        /// The claimed messages.
+        ids: Vec<MessageId>,
+        /// The claiming turn.
+        turn: u64,
+    },
+    /// Pending messages dropped with their activation's disposal.
+    MessagesDropped {
+        /// The dropped messages.
+        ids: Vec<MessageId>,
+        /// The activation being disposed.
+        epoch: u64,
+    },
+    /// A turn began.
+    TurnStarted {
+        /// Turn number in this session, from 1.
+        turn: u64,
+        /// The activation running it.
+        epoch: u64,
+    },
+    /// An assistant message of the transcript.
+    AssistantMessage {
+        /// The turn.
+        turn: u64,
+        /// Content, possibly empty (usage-only).
+        content: Vec<ContentBlock>,
+        /// Token accounting.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        usage: Option<Usage>,
+    },
+    /// The agent called a tool.
+    #[serde(rename_all = "camelCase")]
+    ToolCalled {
+        /// The turn.
+        turn: u64,
+        /// Call id.
+        call_id: String,
+        /// Tool name.
+        name: String,
+        /// Arbitrary JSON input.
+        input: Value,
+    },
+    /// A tool call returned (or was refused).
+    #[serde(rename_all = "camelCase")]
+    ToolReturned {
+        /// The turn.
+        turn: u64,
+        /// Call id.
+        call_id: String,
+        /// The result content.
+        output: Vec<ContentBlock>,
+        /// Whether it failed.
+        is_error: bool,
+    },
+    /// A turn ended.
+    #[serde(rename_all = "camelCase")]
+    TurnEnded {
+        /// The turn.
+        turn: u64,
+        /// Why it ended.
+        stop_reason: SubagentStopReason,
+    },
+
+    // ---- control --------------------------------------------------------------
+    /// An interrupt was admitted against this session's live work.
+    InterruptRequested {
+        /// The interrupted session.
+        target: SessionId,
+        /// Under whose authority.
+        authority: InterruptAuthority,
+    },
+}
+
+/// Which kind of stream an event type lives in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StreamKind {
+    /// The `runtime` stream.
+    Runtime,
+    /// A `session-<uuid>` stream.
+    Session,
+}
+
+impl Event {
+    /// Every event type name, in declaration order.
+    pub const TYPE_NAMES: [&'static str; 28] = [
+        "ProviderRegistered",
+        "ProviderRemoved",
+        "AdmissionClosed",
+        "AdmissionReopened",
+        "HostRecovered",
+        "SessionCreated",
+        "ChildCataloged",
+        "HistorySeeded",
+        "ActivationRequested",
+        "ActivationPrepared",
+        "ActivationPublished",
+        "ActivationSettled",
+        "ActivationReleased",
+        "ActivationAbandoned",
+        "RunRequested",
+        "RunStarted",
+        "RunSettled",
+        "RunDisposed",
+        "RunStartFailed",
+        "MessageAccepted",
+        "MessagesClaimed",
+        "MessagesDropped",
+        "TurnStarted",
+        "AssistantMessage",
+        "ToolCalled",
+        "ToolReturned",
+        "TurnEnded",
+        "InterruptRequested",
+    ];
+
+    /// The wire type name, e.g. `SessionCreated`.
+    #[must_use]
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            Event::ProviderRegistered { .. } => "ProviderRegistered",
+            Event::ProviderRemoved { .. } => "ProviderRemoved",
+            Event::AdmissionClosed { .. } => "AdmissionClosed",
+            Event::AdmissionReopened { .. } => "AdmissionReopened",
+            Event::HostRecovered { .. } => "HostRecovered",
+            Event::SessionCreated { .. } => "SessionCreated",
+            Event::ChildCataloged { .. } => "ChildCataloged",
+            Event::HistorySeeded { .. } => "HistorySeeded",
+            Event::ActivationRequested { .. } => "ActivationRequested",
+            Event::ActivationPrepared { .. } => "ActivationPrepared",
+            Event::ActivationPublished { .. } => "ActivationPublished",
+            Event::ActivationSettled { .. } => "ActivationSettled",
+            Event::ActivationReleased { .. } => "ActivationReleased",
+            Event::ActivationAbandoned { .. } => "ActivationAbandoned",
+            Event::RunRequested { .. } => "RunRequested",
+            Event::RunStarted { .. } => "RunStarted",
+            Event::RunSettled { .. } => "RunSettled",
+            Event::RunDisposed { .. } => "RunDisposed",
+            Event::RunStartFailed { .. } => "RunStartFailed",
+            Event::MessageAccepted { .. } => "MessageAccepted",
+            Event::MessagesClaimed { .. } => "MessagesClaimed",
+            Event::MessagesDropped { .. } => "MessagesDropped",
+            Event::TurnStarted { .. } => "TurnStarted",
+            Event::AssistantMessage { .. } => "AssistantMessage",
+            Event::ToolCalled { .. } => "ToolCalled",
+            Event::ToolReturned { .. } => "ToolReturned",
+            Event::TurnEnded { .. } => "TurnEnded",
+            Event::InterruptRequested { .. } => "InterruptRequested",
+        }
+    }
+
+    /// The kind of stream this event belongs in.
+    #[must_use]
+    pub fn stream_kind(&self) -> StreamKind {
+        match self {
+            Event::ProviderRegistered { .. }
+            | Event::ProviderRemoved { .. }
+            | Event::AdmissionClosed { .. }
+            | Event::AdmissionReopened { .. }
+            | Event::HostRecovered { .. } => StreamKind::Runtime,
+            _ => StreamKind::Session,
+        }
+    }
+
+    /// Whether this event may be appended to `stream`. A `SessionCreated`
+    /// must also name the stream's own session.
+    #[must_use]
+    pub fn belongs_in(&self, stream: &StreamId) -> bool {
+        match (self.stream_kind(), stream) {
+            (StreamKind::Runtime, StreamId::Runtime) => true,
+            (StreamKind::Session, StreamId::Session(id)) => match self {
+                Event::SessionCreated { session, .. } => session == id,
+                _ => true,
+            },
+            _ => false,
+        }
+    }
+}
+
+/// An event as handed to `EventLog::append`, before it has a position.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NewEvent {
+    /// Idempotency key: re-appending the same id returns the original position.
+    pub event_id: EventId,
+    /// Groups the events of one host request.
+    pub correlation_id: Option<Uuid>,
+    /// The event that caused this one.
+    pub causation_id: Option<EventId>,
+    /// The payload.
+    pub event: Event,
+}
+
+impl NewEvent {
+    /// A new event with a fresh id and no correlation.
+    #[must_use]
+    pub fn new(event: Event) -> Self {
+        NewEvent {
+            event_id: EventId::new(),
+            correlation_id: None,
+            causation_id: None,
+            event,
+        }
+    }
+
+    /// Sets the correlation id.
+    #[must_use]
+    pub fn correlated(mut self, correlation_id: Uuid) -> Self {
+        self.correlation_id = Some(correlation_id);
+        self
+    }
+
+    /// Sets the causation id.
+    #[must_use]
+    pub fn caused_by(mut self, causation_id: EventId) -> Self {
+        self.causation_id = Some(causation_id);
+        self
+    }
+}
+
+/// A durable event with its envelope.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RecordedEvent {
+    /// Global position, from 1, gap-free.
+    pub position: u64,
+    /// The stream.
+    pub stream: StreamId,
+    /// Version within the stream, from 1, gap-free.
+    pub version: u64,
+    /// Idempotency key.
+    pub event_id: EventId,
+    /// Unix milliseconds at which the writer recorded it.
+    pub recorded_at: u64,
+    /// The schema version the event was written with.
+    pub schema_version: u32,
+    /// Request correlation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub correlation_id: Option<Uuid>,
+    /// Causing event.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub causation_id: Option<EventId>,
+    /// The payload, upcast to the current schema.
+    pub event: Event,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+
+    #[test]
+    fn stream_ids_round_trip_through_text() {
+        let session = SessionId::new();
+        for stream in [StreamId::Runtime, StreamId::Session(session)] {
+            let text = stream.to_string();
+            assert_eq!(text.parse::<StreamId>().unwrap(), stream);
+            assert_eq!(serde_json::to_value(stream).unwrap(), Value::String(text));
+        }
+        assert_eq!(
+            StreamId::Session(session).to_string(),
+            format!("session-{session}")
+        );
+    }
+
+    #[test]
+    fn malformed_stream_names_are_bad_requests() {
+        for bad in ["", "runtimes", "session-", "session-xyz", "other-1"] {
+            let err = bad.parse::<StreamId>().unwrap_err();
+            assert_eq!(err.code().as_str(), "gateway/bad-request", "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn type_names_cover_every_variant_once() {
+        let distinct: HashSet<&str> = Event::TYPE_NAMES.iter().copied().collect();
+        assert_eq!(distinct.len(), Event::TYPE_NAMES.len());
+    }
+
+    #[test]
+    fn events_know_their_stream() {
+        let session = SessionId::new();
+        let created = Event::SessionCreated {
+            session,
+            parent: None,
+            depth: 0,
+            label: "root".into(),
+            provider: None,
+            mode: SessionMode::Continuable,
+            external: false,
+            descriptor: Value::Null,
+        };
+        assert!(created.belongs_in(&StreamId::Session(session)));
+        assert!(!created.belongs_in(&StreamId::Session(SessionId::new())));
+        assert!(!created.belongs_in(&StreamId::Runtime));
+        let removed = Event::ProviderRemoved { name: "x".into() };
+        assert!(removed.belongs_in(&StreamId::Runtime));
+        assert!(!removed.belongs_in(&StreamId::Session(session)));
+    }
+}
+
+#[cfg(test)]
+mod round_trip {
+    use super::*;
+    use crate::arbitrary;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        #[test]
+        fn every_event_round_trips_through_json(event in arbitrary::event()) {
+            let json = serde_json::to_string(&event).unwrap();
+            let back: Event = serde_json::from_str(&json).unwrap();
+            prop_assert_eq!(&back, &event);
+            prop_assert!(Event::TYPE_NAMES.contains(&event.type_name()));
+            let tagged: Value = serde_json::from_str(&json).unwrap();
+            prop_assert_eq!(tagged["type"].as_str(), Some(event.type_name()));
+        }
+
+        #[test]
+        fn every_content_block_round_trips(block in arbitrary::content_block()) {
+            let json = serde_json::to_value(&block).unwrap();
+            let back: ContentBlock = serde_json::from_value(json.clone()).unwrap();
+            prop_assert_eq!(&back, &block);
+            prop_assert_eq!(serde_json::to_value(&back).unwrap(), json);
+        }
+    }
+}

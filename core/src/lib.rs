@@ -1,0 +1,27 @@
+//! # subagent-core
+//!
+//! The pure domain of the subagents runtime: identities, content, the
+//! published contracts of `types.ts`, results, errors, and the event schema
+//! every lifecycle transition is recorded in. Nothing here does IO, spawns a
+//! task or knows RocksDB exists; the store and runtime crates do.
+
+pub mod content;
+pub mod contracts;
+pub mod error;
+pub mod event;
+pub mod ids;
+pub mod result;
+pub mod upcast;
+
+#[cfg(any(test, feature = "arbitrary"))]
+pub mod arbitrary;
+
+pub use content::ContentBlock;
+pub use contracts::*;
+pub use error::{ErrorCode, SubagentError};
+pub use event::{
+    AbandonReason, Event, NewEvent, RecordedEvent, StreamId, StreamKind, Usage,
+    CURRENT_SCHEMA_VERSION,
+};
+pub use ids::{EventId, MessageId, SessionId, SubagentRunId};
+pub use result::{select_output, Diagnostic, SubagentResult, SubagentStopReason};

@@ -1,0 +1,202 @@
+//! Append admission: the checks every backend runs, in the same order, before
+//! it writes anything. Pure: the backend supplies the stream's version and an
+//! event-id lookup, and gets back a verdict.
+
+use std::collections::HashSet;
+
+use subagent_core::{EventId, NewEvent, StreamId};
+
+use crate::error::StoreError;
+use crate::log::{AppendOutcome, ExpectedVersion};
+
+/// Where an already appended event id lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IdLocation {
+    /// Its stream.
+    pub stream: StreamId,
+    /// Its global position.
+    pub position: u64,
+    /// Its stream version.
+    pub version: u64,
+}
+
+/// What to do with an append.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Write the events at versions `current + 1 ..`.
+    Write {
+        /// The stream's version before the append.
+        current: u64,
+    },
+    /// Every id is already in the stream: answer with the original placement.
+    AlreadyAppended(AppendOutcome),
+}
+
+/// Checks an append, in this order: non-empty; every event belongs in the
+/// stream; no id repeats within the batch; ids already in the log form an
+/// idempotent retry or are refused; the expected version holds.
+///
+/// # Errors
+/// The first failed check, as its [`StoreError`].
+pub fn admit<F>(
+    stream: &StreamId,
+    expected: ExpectedVersion,
+    events: &[NewEvent],
+    current: u64,
+    mut locate: F,
+) -> Result<Verdict, StoreError>
+where
+    F: FnMut(&EventId) -> Result<Option<IdLocation>, StoreError>,
+{
+    if events.is_empty() {
+        return Err(StoreError::EmptyAppend);
+    }
+    if let Some(misplaced) = events.iter().find(|new| !new.event.belongs_in(stream)) {
+        return Err(StoreError::MisplacedEvent {
+            stream: *stream,
+            event_type: misplaced.event.type_name(),
+        });
+    }
+    let mut seen = HashSet::with_capacity(events.len());
+    if let Some(repeated) = events.iter().find(|new| !seen.insert(new.event_id)) {
+        return Err(StoreError::DuplicateEventId {
+            event_id: repeated.event_id,
+            reason: "repeated within one append",
+        });
+    }
+    let mut found = Vec::new();
+    for new in events {
+        match locate(&new.event_id)? {
+            Some(location) if location.stream != *stream => {
+                return Err(StoreError::DuplicateEventId {
+                    event_id: new.event_id,
+                    reason: "already appended to another stream",
+                });
+            }
+            Some(location) => found.push((new.event_id, location)),
+            None => {}
+        }
+    }
+    if let Some((event_id, _)) = found.first() {
+        if found.len() != events.len() {
+            return Err(StoreError::DuplicateEventId {
+                event_id: *event_id,
+                reason: "batch is only partly appended already",
+            });
+        }
+        let positions = found.iter().map(|(_, location)| location.position);
+        return Ok(Verdict::AlreadyAppended(AppendOutcome {
+            first_position: positions.clone().min().unwrap_or(0),
+            last_position: positions.max().unwrap_or(0),
+            stream_version: found
+                .iter()
+                .map(|(_, location)| location.version)
+                .max()
+                .unwrap_or(0),
+            deduplicated: true,
+        }));
+    }
+    if !expected.admits(current) {
+        return Err(StoreError::Conflict {
+            stream: *stream,
+            expected,
+            actual: current,
+        });
+    }
+    Ok(Verdict::Write { current })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use subagent_core::{Event, SessionId};
+
+    fn removed() -> NewEvent {
+        NewEvent::new(Event::ProviderRemoved { name: "x".into() })
+    }
+
+    #[test]
+    fn checks_run_in_order_and_name_the_culprit() {
+        let runtime = StreamId::Runtime;
+        let none = |_: &EventId| Ok(None);
+        assert_eq!(
+            admit(&runtime, ExpectedVersion::Any, &[], 0, none),
+            Err(StoreError::EmptyAppend)
+        );
+
+        let session = StreamId::Session(SessionId::new());
+        assert!(matches!(
+            admit(&session, ExpectedVersion::Any, &[removed()], 0, none),
+            Err(StoreError::MisplacedEvent {
+                event_type: "ProviderRemoved",
+                ..
+            })
+        ));
+
+        let event = removed();
+        assert!(matches!(
+            admit(
+                &runtime,
+                ExpectedVersion::Any,
+                &[event.clone(), event],
+                0,
+                none
+            ),
+            Err(StoreError::DuplicateEventId {
+                reason: "repeated within one append",
+                ..
+            })
+        ));
+
+        assert_eq!(
+            admit(&runtime, ExpectedVersion::Exact(2), &[removed()], 3, none),
+            Err(StoreError::Conflict {
+                stream: runtime,
+                expected: ExpectedVersion::Exact(2),
+                actual: 3
+            })
+        );
+        assert_eq!(
+            admit(&runtime, ExpectedVersion::NoStream, &[removed()], 0, none),
+            Ok(Verdict::Write { current: 0 })
+        );
+    }
+
+    #[test]
+    fn a_full_retry_is_idempotent_and_a_partial_one_refused() {
+        let runtime = StreamId::Runtime;
+        let (first, second) = (removed(), removed());
+        let known = first.event_id;
+        let locate = |id: &EventId| {
+            Ok((*id == known).then_some(IdLocation {
+                stream: StreamId::Runtime,
+                position: 7,
+                version: 2,
+            }))
+        };
+        assert_eq!(
+            admit(
+                &runtime,
+                ExpectedVersion::Exact(99),
+                std::slice::from_ref(&first),
+                5,
+                locate
+            ),
+            Ok(Verdict::AlreadyAppended(AppendOutcome {
+                first_position: 7,
+                last_position: 7,
+                stream_version: 2,
+                deduplicated: true
+            }))
+        );
+        for batch in [vec![first.clone(), second.clone()], vec![second, first]] {
+            assert!(matches!(
+                admit(&runtime, ExpectedVersion::Any, &batch, 5, locate),
+                Err(StoreError::DuplicateEventId {
+                    reason: "batch is only partly appended already",
+                    ..
+                })
+            ));
+        }
+    }
+}

@@ -1,0 +1,98 @@
+//! [`StoreError`]: every way an append or a read can fail, each with a stable
+//! code. A rejected append never changes the log.
+
+use subagent_core::{EventId, StreamId};
+use thiserror::Error;
+
+use crate::log::ExpectedVersion;
+
+/// A failure of the event log.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+pub enum StoreError {
+    /// The stream's version is not the expected one.
+    #[error("version conflict on {stream}: expected {expected}, actual {actual}")]
+    Conflict {
+        /// The stream appended to.
+        stream: StreamId,
+        /// What the caller expected.
+        expected: ExpectedVersion,
+        /// The stream's current version.
+        actual: u64,
+    },
+    /// A record failed its checksum or did not decode.
+    #[error("corrupt record at position {position}: {reason}")]
+    Corrupt {
+        /// The position of the bad record.
+        position: u64,
+        /// What was wrong.
+        reason: String,
+    },
+    /// A record was written by a newer build with a schema this one cannot read.
+    #[error("record at position {position} has unsupported schema: {reason}")]
+    UnsupportedSchema {
+        /// The record's position.
+        position: u64,
+        /// Detail.
+        reason: String,
+    },
+    /// Another process (or handle) holds the log directory.
+    #[error("the log at {path} is locked by another process")]
+    Locked {
+        /// The directory.
+        path: String,
+    },
+    /// The directory holds a log of an unknown on-disk format.
+    #[error("unsupported log format {found} (this build writes {supported})")]
+    UnsupportedFormat {
+        /// Found format.
+        found: u64,
+        /// Supported format.
+        supported: u64,
+    },
+    /// An append carried no events.
+    #[error("an append must carry at least one event")]
+    EmptyAppend,
+    /// An event was appended to a stream of the wrong kind.
+    #[error("{event_type} does not belong in {stream}")]
+    MisplacedEvent {
+        /// The stream.
+        stream: StreamId,
+        /// The event's type name.
+        event_type: &'static str,
+    },
+    /// An event id is reused in a way that is not an idempotent retry: twice
+    /// in one batch, in another stream, or in a batch that is only partly
+    /// already appended.
+    #[error("event id {event_id} conflicts with an earlier append: {reason}")]
+    DuplicateEventId {
+        /// The reused id.
+        event_id: EventId,
+        /// How it was reused.
+        reason: &'static str,
+    },
+    /// A storage IO failure.
+    #[error("storage failure: {0}")]
+    Io(String),
+    /// The log was closed (its writer has stopped).
+    #[error("the log is closed")]
+    Closed,
+}
+
+impl StoreError {
+    /// Stable machine-readable code.
+    #[must_use]
+    pub fn code(&self) -> &'static str {
+        match self {
+            StoreError::Conflict { .. } => "store/conflict",
+            StoreError::Corrupt { .. } => "store/corrupt",
+            StoreError::UnsupportedSchema { .. } => "store/unsupported-schema",
+            StoreError::Locked { .. } => "store/locked",
+            StoreError::UnsupportedFormat { .. } => "store/unsupported-format",
+            StoreError::EmptyAppend => "store/empty-append",
+            StoreError::MisplacedEvent { .. } => "store/misplaced-event",
+            StoreError::DuplicateEventId { .. } => "store/duplicate-event-id",
+            StoreError::Io(_) => "store/io",
+            StoreError::Closed => "store/closed",
+        }
+    }
+}

@@ -1,0 +1,33 @@
+//! # subagent-store
+//!
+//! The durable event log: the [`EventLog`] trait, the embedded RocksDB
+//! backend ([`RocksLog`], the default), the in-memory backend
+//! ([`MemoryLog`]), catch-up-then-live [`Subscription`]s, and the
+//! [`conformance`] suite every backend must pass.
+//!
+//! What it guarantees (each checked by the conformance suite):
+//! - an append is atomic and acknowledged only once durable;
+//! - positions and stream versions start at 1 and have no gaps;
+//! - a retried append of the same event ids is idempotent;
+//! - a record that fails its CRC32C is a typed [`StoreError::Corrupt`], never a
+//!   panic and never a silently skipped event.
+
+mod admission;
+pub mod error;
+pub mod log;
+pub mod memory;
+pub mod record;
+pub mod rocks;
+pub mod subscription;
+
+#[cfg(feature = "conformance")]
+pub mod conformance;
+
+pub use admission::IdLocation;
+pub use error::StoreError;
+pub use log::{
+    AppendOutcome, AppendTicket, Durability, EventLog, EventLogExt, ExpectedVersion, RecordIter,
+};
+pub use memory::MemoryLog;
+pub use rocks::{RocksLog, RocksOptions};
+pub use subscription::{Subscription, SubscriptionItem};

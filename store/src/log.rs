@@ -1,0 +1,285 @@
+//! The [`EventLog`] trait every backend implements, and the value types of
+//! its API: [`ExpectedVersion`], [`AppendOutcome`], [`AppendTicket`],
+//! [`Durability`], and paged iteration ([`EventLogExt`]).
+//!
+//! Numbering: global positions and per-stream versions both start at 1 and
+//! have no gaps. `head()` is the last position (0 for an empty log); a
+//! stream's version is its event count (0 for a stream with no events).
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use serde::{Deserialize, Serialize};
+use subagent_core::{NewEvent, RecordedEvent, StreamId};
+use tokio::sync::oneshot;
+
+use crate::error::StoreError;
+use crate::subscription::Subscription;
+
+/// The optimistic-concurrency precondition of an append.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ExpectedVersion {
+    /// No precondition.
+    Any,
+    /// The stream must have no events.
+    NoStream,
+    /// The stream's version (event count) must be exactly this.
+    Exact(u64),
+}
+
+impl ExpectedVersion {
+    /// Whether a stream at `actual` satisfies this precondition.
+    #[must_use]
+    pub fn admits(self, actual: u64) -> bool {
+        match self {
+            ExpectedVersion::Any => true,
+            ExpectedVersion::NoStream => actual == 0,
+            ExpectedVersion::Exact(expected) => expected == actual,
+        }
+    }
+}
+
+impl fmt::Display for ExpectedVersion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ExpectedVersion::Any => f.write_str("any"),
+            ExpectedVersion::NoStream => f.write_str("no stream"),
+            ExpectedVersion::Exact(version) => write!(f, "version {version}"),
+        }
+    }
+}
+
+/// Where an append landed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AppendOutcome {
+    /// Position of the first event.
+    pub first_position: u64,
+    /// Position of the last event (events of one append are contiguous).
+    pub last_position: u64,
+    /// The stream's version after the last event.
+    pub stream_version: u64,
+    /// True when every event id was already in the stream: nothing was
+    /// written and the original positions are returned.
+    pub deduplicated: bool,
+}
+
+/// When an append is acknowledged.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Durability {
+    /// After the write-ahead log is fsynced (one fsync per group commit).
+    #[default]
+    Sync,
+    /// After the write reaches the OS; a machine crash may lose the tail,
+    /// a process crash does not.
+    Buffered,
+    /// Nothing survives the process (the in-memory backend).
+    Volatile,
+}
+
+/// The pending result of one append. Await it, or [`wait`](Self::wait) from
+/// a thread outside the async runtime.
+///
+/// The append is enqueued when `append` returns, so appends issued one after
+/// another by one caller land in that order even before their tickets are
+/// awaited.
+#[derive(Debug)]
+pub struct AppendTicket(oneshot::Receiver<Result<AppendOutcome, StoreError>>);
+
+impl AppendTicket {
+    /// A ticket and the sender that completes it.
+    #[must_use]
+    pub fn channel() -> (
+        oneshot::Sender<Result<AppendOutcome, StoreError>>,
+        AppendTicket,
+    ) {
+        let (sender, receiver) = oneshot::channel();
+        (sender, AppendTicket(receiver))
+    }
+
+    /// A ticket that is already complete.
+    #[must_use]
+    pub fn ready(result: Result<AppendOutcome, StoreError>) -> AppendTicket {
+        let (sender, ticket) = Self::channel();
+        // The receiver is alive in `ticket`, so this cannot fail.
+        let _ = sender.send(result);
+        ticket
+    }
+
+    /// Blocks the current thread until the append is durable or refused.
+    /// Must not be called from inside an async task.
+    ///
+    /// # Errors
+    /// The append's error, or [`StoreError::Closed`] if the log stopped first.
+    pub fn wait(self) -> Result<AppendOutcome, StoreError> {
+        self.0.blocking_recv().unwrap_or(Err(StoreError::Closed))
+    }
+}
+
+impl Future for AppendTicket {
+    type Output = Result<AppendOutcome, StoreError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        Pin::new(&mut self.0)
+            .poll(cx)
+            .map(|received| received.unwrap_or(Err(StoreError::Closed)))
+    }
+}
+
+/// An append-only, durable, totally ordered log of typed events, split into
+/// streams. Implementations are cheap to clone handles over shared state.
+pub trait EventLog: Send + Sync + 'static {
+    /// Appends `events` to `stream` atomically, if `expected` holds.
+    ///
+    /// The ticket resolves once the events are durable under the log's
+    /// [`Durability`]; nothing is acknowledged earlier. Re-appending event ids
+    /// that are all already in `stream` is idempotent and resolves to the
+    /// original positions, whatever `expected` says.
+    ///
+    /// # Errors (through the ticket)
+    /// [`StoreError::EmptyAppend`], [`StoreError::MisplacedEvent`],
+    /// [`StoreError::DuplicateEventId`], [`StoreError::Conflict`]; each leaves
+    /// the log untouched. [`StoreError::Io`] or [`StoreError::Closed`] on
+    /// storage failure, in which case nothing of this append is durable.
+    fn append(
+        &self,
+        stream: StreamId,
+        expected: ExpectedVersion,
+        events: Vec<NewEvent>,
+    ) -> AppendTicket;
+
+    /// Up to `limit` events with positions `>= from_position`, in order.
+    /// A page ends before the first record that cannot be read, so every good
+    /// record before a bad one is still delivered; the next page, which starts
+    /// at the bad record, is the error.
+    ///
+    /// # Errors
+    /// [`StoreError::Corrupt`] when the record at `from_position` is bad, or IO failure.
+    fn read_all_page(
+        &self,
+        from_position: u64,
+        limit: usize,
+    ) -> Result<Vec<RecordedEvent>, StoreError>;
+
+    /// Up to `limit` events of `stream` with versions `>= from_version`, in
+    /// order, ending before a bad record as [`read_all_page`](Self::read_all_page) does.
+    ///
+    /// # Errors
+    /// As [`read_all_page`](Self::read_all_page).
+    fn read_stream_page(
+        &self,
+        stream: &StreamId,
+        from_version: u64,
+        limit: usize,
+    ) -> Result<Vec<RecordedEvent>, StoreError>;
+
+    /// The current version (event count) of `stream`.
+    ///
+    /// # Errors
+    /// IO failure.
+    fn stream_version(&self, stream: &StreamId) -> Result<u64, StoreError>;
+
+    /// The position of the last durable event; 0 when empty.
+    fn head(&self) -> u64;
+
+    /// Catch-up-then-live subscription from `from_position` (see
+    /// [`Subscription`]). Must be called inside a tokio runtime.
+    fn subscribe(&self, from_position: u64) -> Subscription;
+
+    /// The log's durability setting.
+    fn durability(&self) -> Durability;
+}
+
+/// Page size of [`EventLogExt`] iterators.
+pub const READ_PAGE: usize = 1024;
+
+/// Collects decoded records up to the first failure: the good prefix if there
+/// is one, else the failure. The shared page rule of every backend.
+pub(crate) fn good_prefix<I>(records: I) -> Result<Vec<RecordedEvent>, StoreError>
+where
+    I: IntoIterator<Item = Result<RecordedEvent, StoreError>>,
+{
+    let mut page = Vec::new();
+    for record in records {
+        match record {
+            Ok(record) => page.push(record),
+            Err(err) if page.is_empty() => return Err(err),
+            Err(_) => break,
+        }
+    }
+    Ok(page)
+}
+
+/// Iteration helpers over any [`EventLog`].
+pub trait EventLogExt: EventLog {
+    /// Every event from `from_position` on, paged.
+    fn read_all(&self, from_position: u64) -> RecordIter<'_, Self> {
+        RecordIter::new(self, Cursor::All(from_position.max(1)))
+    }
+
+    /// Every event of `stream` from `from_version` on, paged.
+    fn read_stream(&self, stream: StreamId, from_version: u64) -> RecordIter<'_, Self> {
+        RecordIter::new(self, Cursor::Stream(stream, from_version.max(1)))
+    }
+}
+
+impl<L: EventLog + ?Sized> EventLogExt for L {}
+
+enum Cursor {
+    All(u64),
+    Stream(StreamId, u64),
+}
+
+/// A paged iterator over a log. Yields `Err` once and then ends on a read
+/// failure (for example a corrupt record).
+pub struct RecordIter<'a, L: ?Sized> {
+    log: &'a L,
+    cursor: Cursor,
+    buffer: VecDeque<RecordedEvent>,
+    finished: bool,
+}
+
+impl<'a, L: EventLog + ?Sized> RecordIter<'a, L> {
+    fn new(log: &'a L, cursor: Cursor) -> Self {
+        RecordIter {
+            log,
+            cursor,
+            buffer: VecDeque::new(),
+            finished: false,
+        }
+    }
+
+    fn refill(&mut self) -> Result<(), StoreError> {
+        let page = match &self.cursor {
+            Cursor::All(from) => self.log.read_all_page(*from, READ_PAGE)?,
+            Cursor::Stream(stream, from) => self.log.read_stream_page(stream, *from, READ_PAGE)?,
+        };
+        if page.is_empty() {
+            self.finished = true;
+        }
+        if let Some(last) = page.last() {
+            match &mut self.cursor {
+                Cursor::All(from) => *from = last.position + 1,
+                Cursor::Stream(_, from) => *from = last.version + 1,
+            }
+        }
+        self.buffer.extend(page);
+        Ok(())
+    }
+}
+
+impl<L: EventLog + ?Sized> Iterator for RecordIter<'_, L> {
+    type Item = Result<RecordedEvent, StoreError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.buffer.is_empty() && !self.finished {
+            if let Err(err) = self.refill() {
+                self.finished = true;
+                return Some(Err(err));
+            }
+        }
+        self.buffer.pop_front().map(Ok)
+    }
+}

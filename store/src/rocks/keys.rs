@@ -1,0 +1,99 @@
+//! Key and value layouts of the RocksDB column families.
+//!
+//! | family      | key                                   | value                                   |
+//! |-------------|---------------------------------------|-----------------------------------------|
+//! | `log`       | position, u64 big-endian              | encoded record (`crate::record`)         |
+//! | `streams`   | stream name, `0x00`, version u64 BE   | position u64 BE                          |
+//! | `event_ids` | event id, 16 bytes                    | position u64 BE, version u64 BE, stream  |
+//! | `meta`      | ASCII name                            | per key                                  |
+//! | `blobs`     | content hash                          | attachment bytes (reserved)              |
+//!
+//! Big-endian integers make RocksDB's bytewise order the numeric order, so a
+//! forward iterator walks positions and versions in order.
+
+use subagent_core::{EventId, StreamId};
+
+use crate::admission::IdLocation;
+
+pub(crate) const CF_LOG: &str = "log";
+pub(crate) const CF_STREAMS: &str = "streams";
+pub(crate) const CF_EVENT_IDS: &str = "event_ids";
+pub(crate) const CF_META: &str = "meta";
+pub(crate) const CF_BLOBS: &str = "blobs";
+pub(crate) const ALL_FAMILIES: [&str; 5] = [CF_LOG, CF_STREAMS, CF_EVENT_IDS, CF_META, CF_BLOBS];
+
+/// `meta` key of the last durable position (written in every group commit).
+pub(crate) const META_HEAD: &[u8] = b"head";
+/// `meta` key of the on-disk format version.
+pub(crate) const META_FORMAT: &[u8] = b"format";
+/// The on-disk format this build writes.
+pub(crate) const FORMAT_VERSION: u64 = 1;
+
+pub(crate) fn position_key(position: u64) -> [u8; 8] {
+    position.to_be_bytes()
+}
+
+pub(crate) fn decode_u64(bytes: &[u8]) -> Option<u64> {
+    bytes.try_into().ok().map(u64::from_be_bytes)
+}
+
+/// The prefix shared by every key of `stream` in the `streams` family.
+pub(crate) fn stream_prefix(stream: &StreamId) -> Vec<u8> {
+    let mut key = stream.to_string().into_bytes();
+    key.push(0);
+    key
+}
+
+pub(crate) fn stream_key(stream: &StreamId, version: u64) -> Vec<u8> {
+    let mut key = stream_prefix(stream);
+    key.extend_from_slice(&version.to_be_bytes());
+    key
+}
+
+pub(crate) fn event_id_key(id: &EventId) -> [u8; 16] {
+    *id.as_uuid().as_bytes()
+}
+
+pub(crate) fn encode_location(location: &IdLocation) -> Vec<u8> {
+    let mut value = Vec::with_capacity(16 + 44);
+    value.extend_from_slice(&location.position.to_be_bytes());
+    value.extend_from_slice(&location.version.to_be_bytes());
+    value.extend_from_slice(location.stream.to_string().as_bytes());
+    value
+}
+
+pub(crate) fn decode_location(bytes: &[u8]) -> Option<IdLocation> {
+    let position = decode_u64(bytes.get(..8)?)?;
+    let version = decode_u64(bytes.get(8..16)?)?;
+    let stream = std::str::from_utf8(bytes.get(16..)?).ok()?.parse().ok()?;
+    Some(IdLocation {
+        stream,
+        position,
+        version,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use subagent_core::SessionId;
+
+    #[test]
+    fn stream_keys_sort_by_version_within_a_stream() {
+        let stream = StreamId::Session(SessionId::new());
+        assert!(stream_key(&stream, 2) < stream_key(&stream, 256));
+        assert!(stream_key(&stream, 256).starts_with(&stream_prefix(&stream)));
+        assert!(!stream_key(&StreamId::Runtime, 1).starts_with(&stream_prefix(&stream)));
+    }
+
+    #[test]
+    fn locations_round_trip_and_garbage_is_refused() {
+        let location = IdLocation {
+            stream: StreamId::Session(SessionId::new()),
+            position: 9,
+            version: 4,
+        };
+        assert_eq!(decode_location(&encode_location(&location)), Some(location));
+        assert_eq!(decode_location(b"short"), None);
+    }
+}

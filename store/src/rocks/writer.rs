@@ -1,0 +1,282 @@
+//! The single writer thread of a [`super::RocksLog`]: group commit.
+//!
+//! Appenders enqueue requests on a channel. The writer takes the first one,
+//! then everything else already queued (up to [`MAX_GROUP_REQUESTS`]), admits
+//! each against the stream versions as they will be after the requests before
+//! it, writes all admitted events, their stream and id index entries and the
+//! new head in ONE `WriteBatch` with ONE WAL sync, and only then answers the
+//! appenders. Under load, many appends share one fsync; alone, an append
+//! pays exactly one.
+
+use std::collections::HashMap;
+use std::sync::mpsc::{Receiver, TryRecvError};
+use std::sync::Arc;
+
+use rocksdb::{WriteBatch, WriteOptions, DB};
+use subagent_core::{EventId, NewEvent, RecordedEvent, StreamId, CURRENT_SCHEMA_VERSION};
+use tokio::sync::{oneshot, watch};
+use tracing::{debug, warn};
+
+use super::keys::{self, CF_EVENT_IDS, CF_LOG, CF_META, CF_STREAMS};
+use super::{family, map_rocks_error, read_stream_version};
+use crate::admission::{admit, IdLocation, Verdict};
+use crate::error::StoreError;
+use crate::log::{AppendOutcome, Durability, ExpectedVersion};
+use crate::memory::unix_millis;
+use crate::record;
+
+/// The most requests folded into one group commit.
+pub(crate) const MAX_GROUP_REQUESTS: usize = 1024;
+
+pub(crate) struct AppendRequest {
+    pub(crate) stream: StreamId,
+    pub(crate) expected: ExpectedVersion,
+    pub(crate) events: Vec<NewEvent>,
+    pub(crate) reply: oneshot::Sender<Result<AppendOutcome, StoreError>>,
+}
+
+pub(crate) struct Writer {
+    db: Arc<DB>,
+    head: u64,
+    versions: HashMap<StreamId, u64>,
+    write_options: WriteOptions,
+    head_watch: Arc<watch::Sender<u64>>,
+}
+
+/// A reply held until the group's batch is written.
+struct PendingReply {
+    reply: oneshot::Sender<Result<AppendOutcome, StoreError>>,
+    result: Result<AppendOutcome, StoreError>,
+    /// Whether the answer is only true once the batch is durable.
+    needs_write: bool,
+}
+
+/// What one group will change, layered over the durable state.
+#[derive(Default)]
+struct GroupOverlay {
+    versions: HashMap<StreamId, u64>,
+    ids: HashMap<EventId, IdLocation>,
+}
+
+impl Writer {
+    pub(crate) fn new(
+        db: Arc<DB>,
+        head: u64,
+        durability: Durability,
+        head_watch: Arc<watch::Sender<u64>>,
+    ) -> Self {
+        let mut write_options = WriteOptions::default();
+        write_options.set_sync(durability == Durability::Sync);
+        Writer {
+            db,
+            head,
+            versions: HashMap::new(),
+            write_options,
+            head_watch,
+        }
+    }
+
+    /// Runs until every sender is dropped.
+    pub(crate) fn run(mut self, requests: &Receiver<AppendRequest>) {
+        while let Ok(first) = requests.recv() {
+            let mut group = vec![first];
+            while group.len() < MAX_GROUP_REQUESTS {
+                match requests.try_recv() {
+                    Ok(request) => group.push(request),
+                    Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
+                }
+            }
+            self.commit_group(group);
+        }
+    }
+
+    fn version_of(&mut self, overlay: &GroupOverlay, stream: &StreamId) -> Result<u64, StoreError> {
+        if let Some(version) = overlay.versions.get(stream) {
+            return Ok(*version);
+        }
+        if let Some(version) = self.versions.get(stream) {
+            return Ok(*version);
+        }
+        let version = read_stream_version(&self.db, stream)?;
+        self.versions.insert(*stream, version);
+        Ok(version)
+    }
+
+    fn locate(
+        &self,
+        overlay: &GroupOverlay,
+        id: &EventId,
+    ) -> Result<Option<IdLocation>, StoreError> {
+        if let Some(location) = overlay.ids.get(id) {
+            return Ok(Some(*location));
+        }
+        let family = family(&self.db, CF_EVENT_IDS)?;
+        match self
+            .db
+            .get_pinned_cf(family, keys::event_id_key(id))
+            .map_err(|err| map_rocks_error(err, 0))?
+        {
+            None => Ok(None),
+            Some(bytes) => {
+                keys::decode_location(&bytes)
+                    .map(Some)
+                    .ok_or_else(|| StoreError::Corrupt {
+                        position: 0,
+                        reason: format!("event id index entry for {id} does not decode"),
+                    })
+            }
+        }
+    }
+
+    fn commit_group(&mut self, group: Vec<AppendRequest>) {
+        let mut batch = WriteBatch::default();
+        let mut overlay = GroupOverlay::default();
+        let mut replies = Vec::with_capacity(group.len());
+        let mut next_position = self.head + 1;
+        let recorded_at = unix_millis();
+        for request in group {
+            let AppendRequest {
+                stream,
+                expected,
+                events,
+                reply,
+            } = request;
+            let result = self.stage(
+                &mut batch,
+                &mut overlay,
+                &mut next_position,
+                recorded_at,
+                stream,
+                expected,
+                events,
+            );
+            let needs_write = match &result {
+                Ok(outcome) => !outcome.deduplicated || outcome.last_position > self.head,
+                Err(_) => false,
+            };
+            replies.push(PendingReply {
+                reply,
+                result,
+                needs_write,
+            });
+        }
+        let new_head = next_position - 1;
+        let written = if new_head > self.head {
+            self.write(batch, new_head)
+        } else {
+            Ok(())
+        };
+        match written {
+            Ok(()) => {
+                self.versions.extend(overlay.versions);
+                if new_head > self.head {
+                    self.head = new_head;
+                    self.head_watch.send_replace(new_head);
+                }
+                debug!(
+                    requests = replies.len(),
+                    head = self.head,
+                    "group committed"
+                );
+            }
+            Err(ref err) => warn!(error = %err, "group commit failed; nothing of it is durable"),
+        }
+        for pending in replies {
+            let result = match (&written, pending.needs_write) {
+                (Err(err), true) => Err(err.clone()),
+                _ => pending.result,
+            };
+            // An appender that stopped waiting is not an error of the log.
+            let _ = pending.reply.send(result);
+        }
+    }
+
+    fn write(&self, mut batch: WriteBatch, new_head: u64) -> Result<(), StoreError> {
+        batch.put_cf(
+            family(&self.db, CF_META)?,
+            keys::META_HEAD,
+            new_head.to_be_bytes(),
+        );
+        self.db
+            .write_opt(batch, &self.write_options)
+            .map_err(|err| map_rocks_error(err, new_head))
+    }
+
+    /// Admits one request and stages its writes into `batch`. On error nothing
+    /// is staged and `next_position` is unchanged.
+    #[allow(clippy::too_many_arguments)]
+    fn stage(
+        &mut self,
+        batch: &mut WriteBatch,
+        overlay: &mut GroupOverlay,
+        next_position: &mut u64,
+        recorded_at: u64,
+        stream: StreamId,
+        expected: ExpectedVersion,
+        events: Vec<NewEvent>,
+    ) -> Result<AppendOutcome, StoreError> {
+        let current = self.version_of(overlay, &stream)?;
+        let verdict = admit(&stream, expected, &events, current, |id| {
+            self.locate(overlay, id)
+        })?;
+        let current = match verdict {
+            Verdict::AlreadyAppended(outcome) => return Ok(outcome),
+            Verdict::Write { current } => current,
+        };
+        let (log, streams, ids) = (
+            family(&self.db, CF_LOG)?,
+            family(&self.db, CF_STREAMS)?,
+            family(&self.db, CF_EVENT_IDS)?,
+        );
+        let first_position = *next_position;
+        let mut staged = Vec::with_capacity(events.len());
+        for (offset, new) in (0u64..).zip(events) {
+            let record = RecordedEvent {
+                position: first_position + offset,
+                stream,
+                version: current + 1 + offset,
+                event_id: new.event_id,
+                recorded_at,
+                schema_version: CURRENT_SCHEMA_VERSION,
+                correlation_id: new.correlation_id,
+                causation_id: new.causation_id,
+                event: new.event,
+            };
+            let bytes = record::encode(&record)?;
+            staged.push((
+                IdLocation {
+                    stream,
+                    position: record.position,
+                    version: record.version,
+                },
+                record.event_id,
+                bytes,
+            ));
+        }
+        let mut version = current;
+        for (location, event_id, bytes) in staged {
+            let position = location.position;
+            version = location.version;
+            batch.put_cf(log, keys::position_key(position), bytes);
+            batch.put_cf(
+                streams,
+                keys::stream_key(&stream, version),
+                position.to_be_bytes(),
+            );
+            batch.put_cf(
+                ids,
+                keys::event_id_key(&event_id),
+                keys::encode_location(&location),
+            );
+            overlay.ids.insert(event_id, location);
+        }
+        overlay.versions.insert(stream, version);
+        *next_position = first_position + (version - current);
+        Ok(AppendOutcome {
+            first_position,
+            last_position: *next_position - 1,
+            stream_version: version,
+            deduplicated: false,
+        })
+    }
+}
