@@ -170,8 +170,18 @@ pub fn run(data: &Path) -> CliResult {
         println!("[4/4] durable at head {}\n", log.head());
         Ok::<_, subagent_store::StoreError>(())
     })?;
+    // Keep the projections checkpoint current, as the runtime will.
+    let (projections, _) = subagent_replay::Checkpointed::open(log, 10_000)?;
+    let roots = projections.state().roots.clone();
+    let log = projections.close()?;
     drop(log);
     crate::log_cmd::run(&crate::log_cmd::LogArgs::at(data, start))?;
-    println!("\nInspect it again with: subagents log {}", data.display());
+    let log = RocksLog::open(data, RocksOptions::default())?;
+    let state = subagent_replay::state_at(&log, None)?;
+    if let Some(root) = roots.last() {
+        println!("\n{}", crate::render::tree(&state, *root));
+    }
+    let dir = data.display();
+    println!("Inspect it with:\n  subagents tree {dir}\n  subagents replay {dir} --at {start}\n  subagents verify {dir}\n  subagents log {dir}");
     Ok(())
 }

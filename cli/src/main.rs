@@ -5,7 +5,9 @@
 
 mod bench;
 mod demo;
+mod inspect;
 mod log_cmd;
+mod render;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -39,6 +41,9 @@ enum Command {
     },
     /// Print the events of a log, one line each.
     Log(log_cmd::LogArgs),
+    /// Replay debugging: tree, children, replay, diff, verify, export, import.
+    #[command(flatten)]
+    Inspect(inspect::Inspect),
     /// Measure the engine against baselines doing the same work.
     Bench {
         #[command(subcommand)]
@@ -51,6 +56,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Demo { data } => demo::run(&data),
         Command::Log(args) => log_cmd::run(&args),
+        Command::Inspect(command) => inspect::run(command),
         Command::Bench { part } => bench::run(part),
     };
     match result {

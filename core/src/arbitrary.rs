@@ -411,6 +411,7 @@ pub fn new_event() -> impl Strategy<Value = NewEvent> {
             correlation_id,
             causation_id: causation_id.map(EventId::from_uuid),
             event,
+            recorded_at: None,
         },
     )
 }

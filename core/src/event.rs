@@ -512,6 +512,8 @@ pub struct NewEvent {
     pub causation_id: Option<EventId>,
     /// The payload.
     pub event: Event,
+    /// Import only: keep this original timestamp instead of the writer's clock.
+    pub recorded_at: Option<u64>,
 }
 
 impl NewEvent {
@@ -523,6 +525,7 @@ impl NewEvent {
             correlation_id: None,
             causation_id: None,
             event,
+            recorded_at: None,
         }
     }
 

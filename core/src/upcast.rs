@@ -105,7 +105,11 @@ mod tests {
 
     #[test]
     fn the_released_table_covers_every_step() {
-        for version in 1..CURRENT_SCHEMA_VERSION {
+        let released_steps: Vec<u32> = (1..=CURRENT_SCHEMA_VERSION)
+            .skip(1)
+            .map(|to| to - 1)
+            .collect();
+        for version in released_steps {
             assert!(
                 UPCASTERS.iter().any(|step| step.from_version == version),
                 "no upcaster from {version}"

@@ -1,1 +1,51 @@
-//! placeholder
+//! # subagent-replay
+//!
+//! How a user debugs a delegation: any past state reproduced from the log
+//! alone, without running an agent.
+//!
+//! - [`state_at`]: every projection as it was at a position.
+//! - [`Checkpointed`]: projections kept current from a checkpoint plus the
+//!   log's tail, saving a new checkpoint every N events and on close.
+//! - [`verify`]: rebuilt-from-zero against checkpointed-plus-tail.
+//! - [`diff`]: what changed between two states.
+//! - [`export`] / [`import`]: the log as JSON lines, and back, exactly.
+
+mod checkpointed;
+mod diff;
+mod error;
+mod transfer;
+mod verify;
+
+pub use checkpointed::{Checkpointed, OpenReport, CHECKPOINT_NAME};
+pub use diff::{diff, structural_diff, Change};
+pub use error::ReplayError;
+pub use transfer::{export, import};
+pub use verify::{verify, VerifyReport};
+
+use subagent_projections::Projections;
+use subagent_store::{EventLog, EventLogExt};
+
+/// Every projection as it was right after position `at` (the head when
+/// `None`), folded from position 1.
+///
+/// # Errors
+/// [`ReplayError::PositionPastHead`], or a read failure.
+pub fn state_at<L: EventLog + ?Sized>(
+    log: &L,
+    at: Option<u64>,
+) -> Result<Projections, ReplayError> {
+    let head = log.head();
+    let at = at.unwrap_or(head);
+    if at > head {
+        return Err(ReplayError::PositionPastHead { at, head });
+    }
+    let mut state = Projections::new();
+    for record in log.read_all(1) {
+        let record = record?;
+        if record.position > at {
+            break;
+        }
+        state.apply(&record);
+    }
+    Ok(state)
+}

@@ -190,6 +190,19 @@ pub trait EventLog: Send + Sync + 'static {
 
     /// The log's durability setting.
     fn durability(&self) -> Durability;
+
+    /// The stored projection checkpoint called `name`, if any. Checkpoints are
+    /// derived data: losing or refusing one only costs a refold.
+    ///
+    /// # Errors
+    /// IO failure.
+    fn read_checkpoint(&self, name: &str) -> Result<Option<Vec<u8>>, StoreError>;
+
+    /// Replaces the checkpoint called `name`, durably under the log's setting.
+    ///
+    /// # Errors
+    /// IO failure.
+    fn write_checkpoint(&self, name: &str, bytes: &[u8]) -> Result<(), StoreError>;
 }
 
 /// Page size of [`EventLogExt`] iterators.

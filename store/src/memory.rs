@@ -23,6 +23,7 @@ struct State {
     /// Positions of each stream's events, in version order.
     streams: HashMap<StreamId, Vec<u64>>,
     ids: HashMap<EventId, IdLocation>,
+    checkpoints: HashMap<String, Vec<u8>>,
 }
 
 struct Shared {
@@ -105,7 +106,7 @@ impl MemoryLog {
                 stream,
                 version: current + 1 + offset as u64,
                 event_id: new.event_id,
-                recorded_at,
+                recorded_at: new.recorded_at.unwrap_or(recorded_at),
                 schema_version: CURRENT_SCHEMA_VERSION,
                 correlation_id: new.correlation_id,
                 causation_id: new.causation_id,
@@ -221,5 +222,16 @@ impl EventLog for MemoryLog {
 
     fn durability(&self) -> Durability {
         Durability::Volatile
+    }
+
+    fn read_checkpoint(&self, name: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        Ok(self.state().checkpoints.get(name).cloned())
+    }
+
+    fn write_checkpoint(&self, name: &str, bytes: &[u8]) -> Result<(), StoreError> {
+        self.state()
+            .checkpoints
+            .insert(name.to_owned(), bytes.to_vec());
+        Ok(())
     }
 }

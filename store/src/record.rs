@@ -77,17 +77,44 @@ pub fn decode(position: u64, bytes: &[u8]) -> Result<RecordedEvent, StoreError> 
             "checksum mismatch (stored {stored:08x}, computed {computed:08x})"
         )));
     }
-    let wire: RecordWire<'_> = serde_json::from_slice(body)
-        .map_err(|err| corrupt(format!("malformed envelope: {err}")))?;
-    if wire.position != position {
-        return Err(corrupt(format!("record names position {}", wire.position)));
+    let record = decode_body(body).map_err(|err| match err {
+        StoreError::Corrupt { reason, .. } => corrupt(reason),
+        StoreError::UnsupportedSchema { reason, .. } => {
+            StoreError::UnsupportedSchema { position, reason }
+        }
+        other => other,
+    })?;
+    if record.position != position {
+        return Err(corrupt(format!(
+            "record names position {}",
+            record.position
+        )));
     }
+    Ok(record)
+}
+
+/// Decodes a record body: the JSON envelope without the binary header, as
+/// `subagents log --json` and export print it. Upcasts old schema versions.
+///
+/// # Errors
+/// [`StoreError::Corrupt`] for malformed JSON or events (position 0 when the
+/// envelope does not even name one); [`StoreError::UnsupportedSchema`] for
+/// events of a newer schema.
+pub fn decode_body(body: &[u8]) -> Result<RecordedEvent, StoreError> {
+    let wire: RecordWire<'_> = serde_json::from_slice(body).map_err(|err| StoreError::Corrupt {
+        position: 0,
+        reason: format!("malformed envelope: {err}"),
+    })?;
+    let position = wire.position;
     let event = decode_event(wire.schema_version, wire.event.get()).map_err(|err| match err {
         UpcastError::UnsupportedSchema { .. } => StoreError::UnsupportedSchema {
             position,
             reason: err.to_string(),
         },
-        other => corrupt(other.to_string()),
+        other => StoreError::Corrupt {
+            position,
+            reason: other.to_string(),
+        },
     })?;
     Ok(RecordedEvent {
         position,

@@ -19,6 +19,9 @@ use crate::log::{EventLog, READ_PAGE};
 
 /// One item of a subscription.
 #[derive(Clone, Debug, PartialEq)]
+// Nearly every item is an event; boxing it would cost an allocation per event
+// to shrink the one `CaughtUp` marker.
+#[allow(clippy::large_enum_variant)]
 pub enum SubscriptionItem {
     /// The next event, in position order.
     Event(RecordedEvent),

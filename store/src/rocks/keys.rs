@@ -5,7 +5,7 @@
 //! | `log`       | position, u64 big-endian              | encoded record (`crate::record`)         |
 //! | `streams`   | stream name, `0x00`, version u64 BE   | position u64 BE                          |
 //! | `event_ids` | event id, 16 bytes                    | position u64 BE, version u64 BE, stream  |
-//! | `meta`      | ASCII name                            | per key                                  |
+//! | `meta`      | `head`, `format`, `checkpoint/<name>` | u64 BE, u64 BE, checkpoint bytes         |
 //! | `blobs`     | content hash                          | attachment bytes (reserved)              |
 //!
 //! Big-endian integers make RocksDB's bytewise order the numeric order, so a
@@ -28,6 +28,11 @@ pub(crate) const META_HEAD: &[u8] = b"head";
 pub(crate) const META_FORMAT: &[u8] = b"format";
 /// The on-disk format this build writes.
 pub(crate) const FORMAT_VERSION: u64 = 1;
+
+/// `meta` key of the projection checkpoint called `name`.
+pub(crate) fn checkpoint_key(name: &str) -> Vec<u8> {
+    format!("checkpoint/{name}").into_bytes()
+}
 
 pub(crate) fn position_key(position: u64) -> [u8; 8] {
     position.to_be_bytes()

@@ -338,4 +338,23 @@ impl EventLog for RocksLog {
     fn durability(&self) -> Durability {
         self.shared.durability
     }
+
+    fn read_checkpoint(&self, name: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        let db = &self.shared.db;
+        db.get_cf(family(db, keys::CF_META)?, keys::checkpoint_key(name))
+            .map_err(|err| map_rocks_error(err, 0))
+    }
+
+    fn write_checkpoint(&self, name: &str, bytes: &[u8]) -> Result<(), StoreError> {
+        let db = &self.shared.db;
+        let mut options = rocksdb::WriteOptions::default();
+        options.set_sync(self.shared.durability == Durability::Sync);
+        db.put_cf_opt(
+            family(db, keys::CF_META)?,
+            keys::checkpoint_key(name),
+            bytes,
+            &options,
+        )
+        .map_err(|err| map_rocks_error(err, 0))
+    }
 }

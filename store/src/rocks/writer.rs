@@ -236,7 +236,7 @@ impl Writer {
                 stream,
                 version: current + 1 + offset,
                 event_id: new.event_id,
-                recorded_at,
+                recorded_at: new.recorded_at.unwrap_or(recorded_at),
                 schema_version: CURRENT_SCHEMA_VERSION,
                 correlation_id: new.correlation_id,
                 causation_id: new.causation_id,

@@ -1,0 +1,40 @@
+//! The session corpus: one [`SessionRecord`] per `SessionCreated`, with its
+//! interpreted descriptor.
+
+use serde::{Deserialize, Serialize};
+use subagent_core::{SessionId, SessionMode, SubagentDescriptor};
+
+/// What the log says about one session at its creation.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionRecord {
+    /// The session.
+    pub id: SessionId,
+    /// The delegating parent; `None` for a host root.
+    pub parent: Option<SessionId>,
+    /// Edges from the host root.
+    pub depth: u64,
+    /// Creation label.
+    pub label: String,
+    /// Creating provider; `None` for a root.
+    pub provider: Option<String>,
+    /// Execution mode.
+    pub mode: SessionMode,
+    /// External one-shot execution.
+    pub external: bool,
+    /// The descriptor, when this version can interpret it.
+    pub descriptor: Option<SubagentDescriptor>,
+    /// Log position of the `SessionCreated`.
+    pub created_at: u64,
+}
+
+impl SessionRecord {
+    /// Whether this session can be resumed and messaged: a continuable,
+    /// non-external session whose descriptor is understood (or a root).
+    #[must_use]
+    pub fn is_resumable(&self) -> bool {
+        self.mode == SessionMode::Continuable
+            && !self.external
+            && (self.parent.is_none() || self.descriptor.is_some())
+    }
+}

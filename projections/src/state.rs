@@ -1,0 +1,440 @@
+//! [`Projections`]: every projection of the log, folded together event by
+//! event, and the queries the runtime and the tools ask of them.
+//!
+//! `apply` is a pure function of the state and one recorded event. Folding a
+//! log from position 1 (or from a checkpoint) gives the same state as
+//! maintaining it incrementally; the replay crate's `verify` and the property
+//! tests check exactly that.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+
+use serde::{Deserialize, Serialize};
+use subagent_core::{
+    CatalogMode, Event, RecordedEvent, SessionId, SubagentCapabilities, SubagentCatalogEntry,
+    SubagentDescendantListEntry, SubagentDescriptor, SubagentListEntry,
+};
+
+use crate::activation::{
+    ActivationPhase, ActivationState, Activity, LiveActivation, RunPhase, RunState,
+};
+use crate::catalog::CatalogFact;
+use crate::inbox::Inbox;
+use crate::sessions::SessionRecord;
+
+/// A registered provider as the log records it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProviderRecord {
+    /// Registry name.
+    pub name: String,
+    /// Start-time capabilities.
+    pub capabilities: SubagentCapabilities,
+    /// Whether children see the parent's prefix.
+    pub inherits_parent_context: bool,
+    /// Prepares continuable children.
+    pub continuable: bool,
+    /// Starts external runs.
+    pub one_shot: bool,
+}
+
+/// Every projection of the log at one position.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Projections {
+    /// The last position folded in (0: nothing).
+    pub position: u64,
+    /// Session corpus.
+    pub sessions: HashMap<SessionId, SessionRecord>,
+    /// Host roots in creation order.
+    pub roots: Vec<SessionId>,
+    /// Parent-owned catalogs, each in parent event order.
+    pub catalogs: HashMap<SessionId, Vec<CatalogFact>>,
+    /// Activation state of continuable sessions.
+    pub activations: HashMap<SessionId, ActivationState>,
+    /// The run of each external child.
+    pub runs: HashMap<SessionId, RunState>,
+    /// Inbox of each session that has received a message.
+    pub inboxes: HashMap<SessionId, Inbox>,
+    /// Registered providers in registration order.
+    pub providers: Vec<ProviderRecord>,
+    /// Parents below which admission is closed.
+    pub admission_closed: BTreeSet<SessionId>,
+}
+
+impl Projections {
+    /// The empty state (before position 1).
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Folds every record of `records` in.
+    pub fn fold<'a>(records: impl IntoIterator<Item = &'a RecordedEvent>) -> Self {
+        let mut state = Self::new();
+        for record in records {
+            state.apply(record);
+        }
+        state
+    }
+
+    /// Folds one recorded event in. Events must arrive in position order;
+    /// an event at or below the current position is ignored (idempotent
+    /// catch-up after a checkpoint).
+    pub fn apply(&mut self, record: &RecordedEvent) {
+        if record.position <= self.position {
+            return;
+        }
+        self.position = record.position;
+        let session = record.stream.session();
+        match &record.event {
+            Event::ProviderRegistered {
+                name,
+                capabilities,
+                inherits_parent_context,
+                continuable,
+                one_shot,
+                ..
+            } => {
+                self.providers.retain(|provider| provider.name != *name);
+                self.providers.push(ProviderRecord {
+                    name: name.clone(),
+                    capabilities: *capabilities,
+                    inherits_parent_context: *inherits_parent_context,
+                    continuable: *continuable,
+                    one_shot: *one_shot,
+                });
+            }
+            Event::ProviderRemoved { name } => {
+                self.providers.retain(|provider| provider.name != *name)
+            }
+            Event::AdmissionClosed { parent } => {
+                self.admission_closed.insert(*parent);
+            }
+            Event::AdmissionReopened { parent } => {
+                self.admission_closed.remove(parent);
+            }
+            Event::HostRecovered { .. } => {}
+            Event::SessionCreated {
+                session: id,
+                parent,
+                depth,
+                label,
+                provider,
+                mode,
+                external,
+                descriptor,
+            } => {
+                if parent.is_none() {
+                    self.roots.push(*id);
+                }
+                self.sessions.insert(
+                    *id,
+                    SessionRecord {
+                        id: *id,
+                        parent: *parent,
+                        depth: *depth,
+                        label: label.clone(),
+                        provider: provider.clone(),
+                        mode: *mode,
+                        external: *external,
+                        descriptor: SubagentDescriptor::interpret(descriptor),
+                        created_at: record.position,
+                    },
+                );
+            }
+            Event::ChildCataloged {
+                child,
+                label,
+                provider,
+                mode,
+                external,
+            } => {
+                if let Some(parent) = session {
+                    self.catalogs.entry(parent).or_default().push(CatalogFact {
+                        child: *child,
+                        label: label.clone(),
+                        provider: provider.clone(),
+                        mode: *mode,
+                        external: *external,
+                    });
+                }
+            }
+            Event::HistorySeeded { .. }
+            | Event::AssistantMessage { .. }
+            | Event::ToolCalled { .. }
+            | Event::ToolReturned { .. } => {}
+            Event::ActivationRequested {
+                epoch,
+                delivery,
+                output_schema,
+            } => {
+                if let Some(state) = self.activation_mut(session) {
+                    state.epoch = *epoch;
+                    state.live = Some(LiveActivation {
+                        epoch: *epoch,
+                        phase: ActivationPhase::Requested,
+                        delivery: *delivery,
+                        captures_structured_output: output_schema.is_some(),
+                        run_id: None,
+                        settled: false,
+                    });
+                }
+            }
+            Event::ActivationPrepared { epoch, .. } => {
+                if let Some(live) = self.live_mut(session, *epoch) {
+                    live.phase = ActivationPhase::Prepared;
+                }
+            }
+            Event::ActivationPublished { epoch, run_id } => {
+                if let Some(live) = self.live_mut(session, *epoch) {
+                    live.phase = ActivationPhase::Published;
+                    live.run_id = Some(*run_id);
+                }
+            }
+            Event::ActivationSettled { epoch, result } => {
+                if let Some(state) = self.activation_mut(session) {
+                    if let Some(live) = state.live.as_mut().filter(|live| live.epoch == *epoch) {
+                        live.settled = true;
+                    }
+                    state.last_result = Some((*epoch, result.clone()));
+                }
+            }
+            Event::ActivationReleased {
+                epoch,
+                cleanup_error,
+            } => {
+                if let Some(state) = self.activation_mut(session) {
+                    if state.live.as_ref().is_some_and(|live| live.epoch == *epoch) {
+                        state.live = None;
+                        state.running_turn = None;
+                    }
+                    if let Some(error) = cleanup_error {
+                        state.last_cleanup_error = Some((*epoch, error.clone()));
+                    }
+                }
+            }
+            Event::ActivationAbandoned { epoch, .. } => {
+                if let Some(state) = self.activation_mut(session) {
+                    if state.live.as_ref().is_some_and(|live| live.epoch == *epoch) {
+                        state.live = None;
+                        state.running_turn = None;
+                    }
+                }
+            }
+            Event::RunRequested {
+                run_id,
+                provider,
+                delivery,
+            } => {
+                if let Some(id) = session {
+                    self.runs.insert(
+                        id,
+                        RunState {
+                            run_id: *run_id,
+                            provider: provider.clone(),
+                            delivery: *delivery,
+                            phase: RunPhase::Requested,
+                            result: None,
+                            cleanup_error: None,
+                        },
+                    );
+                }
+            }
+            Event::RunStarted { run_id } => self.set_run_phase(session, *run_id, RunPhase::Started),
+            Event::RunSettled { run_id, result } => {
+                if let Some(run) = self.run_mut(session, *run_id) {
+                    run.result.get_or_insert_with(|| result.clone());
+                    run.phase = RunPhase::Settled;
+                }
+            }
+            Event::RunDisposed {
+                run_id,
+                cleanup_error,
+            } => {
+                if let Some(run) = self.run_mut(session, *run_id) {
+                    run.phase = RunPhase::Disposed;
+                    run.cleanup_error.clone_from(cleanup_error);
+                }
+            }
+            Event::RunStartFailed { run_id, .. } => {
+                self.set_run_phase(session, *run_id, RunPhase::StartFailed)
+            }
+            Event::MessageAccepted {
+                message_id,
+                delivery,
+                ..
+            } => {
+                if let Some(id) = session {
+                    self.inboxes
+                        .entry(id)
+                        .or_default()
+                        .accept(*message_id, *delivery);
+                }
+            }
+            Event::MessagesClaimed { ids, turn } => {
+                if let Some(id) = session {
+                    self.inboxes.entry(id).or_default().claim(ids, *turn);
+                }
+            }
+            Event::MessagesDropped { ids, epoch } => {
+                if let Some(id) = session {
+                    self.inboxes
+                        .entry(id)
+                        .or_default()
+                        .drop_messages(ids, *epoch);
+                }
+            }
+            Event::TurnStarted { turn, .. } => {
+                if let Some(state) = self.activation_mut(session) {
+                    state.running_turn = Some(*turn);
+                    state.turns = state.turns.max(*turn);
+                }
+            }
+            Event::TurnEnded { turn, .. } => {
+                if let Some(state) = self.activation_mut(session) {
+                    if state.running_turn == Some(*turn) {
+                        state.running_turn = None;
+                    }
+                }
+            }
+            Event::InterruptRequested { .. } => {}
+        }
+    }
+
+    fn activation_mut(&mut self, session: Option<SessionId>) -> Option<&mut ActivationState> {
+        session.map(|id| self.activations.entry(id).or_default())
+    }
+
+    fn live_mut(&mut self, session: Option<SessionId>, epoch: u64) -> Option<&mut LiveActivation> {
+        self.activation_mut(session)?
+            .live
+            .as_mut()
+            .filter(|live| live.epoch == epoch)
+    }
+
+    fn run_mut(
+        &mut self,
+        session: Option<SessionId>,
+        run_id: subagent_core::SubagentRunId,
+    ) -> Option<&mut RunState> {
+        self.runs
+            .get_mut(&session?)
+            .filter(|run| run.run_id == run_id)
+    }
+
+    fn set_run_phase(
+        &mut self,
+        session: Option<SessionId>,
+        run_id: subagent_core::SubagentRunId,
+        phase: RunPhase,
+    ) {
+        if let Some(run) = self.run_mut(session, run_id) {
+            run.phase = phase;
+        }
+    }
+
+    // ---- queries -------------------------------------------------------------
+
+    /// The parent's catalog in parent event order, interpreted: a child whose
+    /// session or descriptor cannot be read is listed with mode `unknown` and a
+    /// diagnostic. Costs O(children), independent of the log's length.
+    #[must_use]
+    pub fn list_children(&self, parent: SessionId) -> Vec<SubagentListEntry> {
+        self.catalogs
+            .get(&parent)
+            .map(|facts| facts.iter().map(|fact| self.interpret(fact)).collect())
+            .unwrap_or_default()
+    }
+
+    fn interpret(&self, fact: &CatalogFact) -> SubagentListEntry {
+        let (mode, diagnostic) = match self.sessions.get(&fact.child) {
+            None => (
+                CatalogMode::Unknown,
+                Some("child session record not found".to_owned()),
+            ),
+            Some(record) if record.descriptor.is_none() => (
+                CatalogMode::Unknown,
+                Some("child descriptor is unavailable or of an unknown version".to_owned()),
+            ),
+            Some(_) => (CatalogMode::from(fact.mode), None),
+        };
+        SubagentListEntry {
+            entry: SubagentCatalogEntry {
+                child_id: fact.child,
+                label: fact.label.clone(),
+                provider: fact.provider.clone(),
+                mode,
+                external: fact.external,
+            },
+            diagnostic,
+        }
+    }
+
+    /// The complete subtree below `root` in stable pre-order (catalog order at
+    /// every level). Every session is a traversal node, so continuable
+    /// descendants below one-shot or unknown children are found. A cycle in a
+    /// damaged log is reported as a diagnostic instead of looping.
+    #[must_use]
+    pub fn list_descendants(&self, root: SessionId) -> Vec<SubagentDescendantListEntry> {
+        let mut out = Vec::new();
+        let mut visited = HashSet::from([root]);
+        let mut stack: Vec<(SessionId, u64, usize)> = vec![(root, 0, 0)];
+        while let Some((parent, depth, index)) = stack.pop() {
+            let Some(fact) = self
+                .catalogs
+                .get(&parent)
+                .and_then(|facts| facts.get(index))
+            else {
+                continue;
+            };
+            stack.push((parent, depth, index + 1));
+            let mut entry = self.interpret(fact);
+            let first_visit = visited.insert(fact.child);
+            if !first_visit {
+                entry.diagnostic =
+                    Some("session appears twice in the tree; not descended again".to_owned());
+            }
+            out.push(SubagentDescendantListEntry {
+                entry,
+                parent_id: parent,
+                depth: depth + 1,
+            });
+            if first_visit {
+                stack.push((fact.child, depth + 1, 0));
+            }
+        }
+        out
+    }
+
+    /// `list_agents`: the parent's continuable children whose activity is
+    /// running or inactive, in catalog order.
+    #[must_use]
+    pub fn list_agents(&self, parent: SessionId) -> Vec<(SubagentListEntry, Activity)> {
+        self.list_children(parent)
+            .into_iter()
+            .filter(|entry| entry.entry.mode == CatalogMode::Continuable && !entry.entry.external)
+            .map(|entry| {
+                let activity = self.activity(entry.entry.child_id);
+                (entry, activity)
+            })
+            .filter(|(_, activity)| matches!(activity, Activity::Running | Activity::Inactive))
+            .collect()
+    }
+
+    /// Activity of a session (inactive when it was never activated).
+    #[must_use]
+    pub fn activity(&self, session: SessionId) -> Activity {
+        self.activations
+            .get(&session)
+            .map_or(Activity::Inactive, ActivationState::activity)
+    }
+
+    /// The pending messages of a session, oldest first.
+    #[must_use]
+    pub fn pending_messages(&self, session: SessionId) -> Vec<subagent_core::MessageId> {
+        self.inboxes
+            .get(&session)
+            .map(|inbox| inbox.pending_ids().collect())
+            .unwrap_or_default()
+    }
+}

@@ -1,0 +1,272 @@
+//! Replay debugging end to end on RocksDB: state at any position, checkpoints
+//! across close and reopen, verify, diff, export and import.
+
+use std::io::Cursor;
+
+use proptest::prelude::*;
+use subagent_core::{RecordedEvent, SessionMode};
+use subagent_projections::testing::{history, steps, HistoryBuilder};
+use subagent_projections::Projections;
+use subagent_replay::{
+    diff, export, import, state_at, verify, Change, Checkpointed, ReplayError, CHECKPOINT_NAME,
+};
+use subagent_store::{EventLog, MemoryLog, RocksLog, RocksOptions};
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+fn lines(records: &[RecordedEvent]) -> String {
+    records
+        .iter()
+        .map(|r| serde_json::to_string(r).unwrap() + "\n")
+        .collect()
+}
+
+/// Writes `records` into `log` through `import`, keeping their positions.
+fn load<L: EventLog>(log: &L, records: &[RecordedEvent]) {
+    let count = runtime()
+        .block_on(import(log, Cursor::new(lines(records))))
+        .unwrap();
+    assert_eq!(count, records.len() as u64);
+}
+
+fn sample() -> Vec<RecordedEvent> {
+    let mut history = HistoryBuilder::new();
+    let root = history.root("root");
+    let child = history.child(root, 1, "worker", SessionMode::Continuable, false);
+    let message = history.message(child, root);
+    history.activation(child, 1, 1, vec![message]);
+    history.child(child, 2, "grandchild", SessionMode::OneShot, true);
+    history.records
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(12))]
+
+    /// Invariant 10 on a real log: at every position, across checkpoints,
+    /// close and reopen, incremental == rebuilt.
+    #[test]
+    fn checkpointed_state_equals_rebuilt_across_close_and_reopen(steps in steps(40), every in 1u64..10) {
+        let records = history(&steps);
+        let dir = tempfile::tempdir().unwrap();
+        let half = records.len() / 2;
+        {
+            let log = RocksLog::open(dir.path(), RocksOptions::default()).unwrap();
+            load(&log, &records[..half]);
+            let (opened, _) = Checkpointed::open(log, every).unwrap();
+            prop_assert_eq!(opened.state(), &Projections::fold(&records[..half]));
+            opened.close().unwrap();
+        }
+        let log = RocksLog::open(dir.path(), RocksOptions::default()).unwrap();
+        let (mut opened, report) = Checkpointed::open(log.clone(), every).unwrap();
+        prop_assert_eq!(report.checkpoint_position, Some(half as u64));
+        prop_assert_eq!(report.tail_events, 0);
+        // The rest arrives while the projections are open, as in the runtime.
+        let tail = &records[half..];
+        runtime().block_on(async {
+            for record in tail {
+                let new = subagent_core::NewEvent::new(record.event.clone());
+                log.append(record.stream, subagent_store::ExpectedVersion::Any, vec![new]).await.unwrap();
+            }
+        });
+        opened.catch_up().unwrap();
+        prop_assert_eq!(opened.state().position, records.len() as u64);
+        let rebuilt = state_at(&log, None).unwrap();
+        prop_assert_eq!(opened.state(), &rebuilt);
+        for position in (0..=records.len()).step_by(7) {
+            let mut expected = Projections::fold(&records[..position]);
+            expected.position = position as u64;
+            let mut at = state_at(&log, Some(position as u64)).unwrap();
+            // Event ids and timestamps of the appended tail differ; states do not depend on them.
+            at.position = position as u64;
+            prop_assert_eq!(at, expected);
+        }
+        let report = verify(&log).unwrap();
+        prop_assert!(report.is_ok(), "{:?}", report);
+    }
+}
+
+#[test]
+fn a_position_past_the_head_is_a_clear_error() {
+    let log = MemoryLog::new();
+    load(&log, &sample());
+    let head = log.head();
+    match state_at(&log, Some(head + 1)) {
+        Err(err @ ReplayError::PositionPastHead { .. }) => {
+            assert_eq!(
+                err.to_string(),
+                format!("position {} is past the head of the log ({head})", head + 1)
+            );
+        }
+        other => panic!("expected PositionPastHead, got {other:?}"),
+    }
+}
+
+#[test]
+fn bad_checkpoints_are_discarded_and_rebuilt_never_trusted() {
+    let records = sample();
+    let log = MemoryLog::new();
+    load(&log, &records);
+    let rebuilt = Projections::fold(&records);
+
+    for (bytes, why) in [
+        (b"garbage".to_vec(), "malformed"),
+        (
+            br#"{"checkpointVersion": 9, "position": 1, "state": {}}"#.to_vec(),
+            "unknown checkpoint version 9",
+        ),
+    ] {
+        log.write_checkpoint(CHECKPOINT_NAME, &bytes).unwrap();
+        let (opened, report) = Checkpointed::open(log.clone(), 0).unwrap();
+        assert!(
+            report
+                .discarded
+                .as_deref()
+                .unwrap_or_default()
+                .contains(why),
+            "{report:?}"
+        );
+        assert_eq!(report.tail_events, records.len() as u64);
+        assert_eq!(opened.state(), &rebuilt);
+        assert!(
+            !verify(&log).unwrap().is_ok(),
+            "verify flags an unusable checkpoint"
+        );
+    }
+
+    // A well-formed checkpoint from the future (a longer, lost log) is refused too.
+    let mut future = rebuilt.clone();
+    future.position = 10_000;
+    log.write_checkpoint(
+        CHECKPOINT_NAME,
+        &subagent_projections::checkpoint::encode(&future),
+    )
+    .unwrap();
+    let (opened, report) = Checkpointed::open(log.clone(), 0).unwrap();
+    assert!(report.discarded.unwrap().contains("past the head"));
+    assert_eq!(opened.state(), &rebuilt);
+}
+
+#[test]
+fn verify_reports_a_checkpoint_that_disagrees_with_the_log() {
+    let records = sample();
+    let log = MemoryLog::new();
+    load(&log, &records);
+    let (opened, _) = Checkpointed::open(log.clone(), 0).unwrap();
+    let log = opened.close().unwrap();
+    assert!(verify(&log).unwrap().is_ok());
+
+    let mut tampered = Projections::fold(&records);
+    tampered.roots.clear();
+    log.write_checkpoint(
+        CHECKPOINT_NAME,
+        &subagent_projections::checkpoint::encode(&tampered),
+    )
+    .unwrap();
+    let report = verify(&log).unwrap();
+    assert!(!report.is_ok());
+    assert!(
+        report
+            .differences
+            .iter()
+            .any(|line| line.contains("$.roots")),
+        "{:#?}",
+        report.differences
+    );
+}
+
+#[test]
+fn verify_fails_on_a_corrupt_record_with_its_position() {
+    let log = MemoryLog::new();
+    load(&log, &sample());
+    assert!(log.corrupt_record(4, 30));
+    let err = verify(&log).unwrap_err();
+    assert!(err.to_string().contains("position 4"), "{err}");
+}
+
+#[test]
+fn diff_lists_what_happened_between_two_positions() {
+    let records = sample();
+    let log = MemoryLog::new();
+    load(&log, &records);
+    let before = state_at(&log, Some(3)).unwrap();
+    let after = state_at(&log, None).unwrap();
+    let changes = diff(&before, &after);
+    let kinds: Vec<&str> = changes
+        .iter()
+        .map(|change| match change {
+            Change::SessionAdded { .. } => "session",
+            Change::ActivationStarted { .. } => "started",
+            Change::ActivationSettled { .. } => "settled",
+            Change::ActivationEnded { .. } => "ended",
+            Change::MessagesAccepted { .. } => "accepted",
+            Change::MessagesClaimed { .. } => "claimed",
+            _ => "other",
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        vec!["session", "started", "settled", "accepted", "claimed"]
+    );
+    assert!(diff(&after, &after).is_empty());
+}
+
+#[test]
+fn export_then_import_reproduces_the_log_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = RocksLog::open(dir.path().join("a"), RocksOptions::default()).unwrap();
+    load(&source, &sample());
+    let mut first = Vec::new();
+    export(&source, &mut first).unwrap();
+    let target = RocksLog::open(dir.path().join("b"), RocksOptions::default()).unwrap();
+    runtime()
+        .block_on(import(&target, Cursor::new(first.clone())))
+        .unwrap();
+    let mut second = Vec::new();
+    export(&target, &mut second).unwrap();
+    assert_eq!(
+        String::from_utf8(first).unwrap(),
+        String::from_utf8(second.clone()).unwrap()
+    );
+
+    match runtime().block_on(import(&target, Cursor::new(second))) {
+        Err(ReplayError::NotEmpty(head)) => assert_eq!(head, target.head()),
+        other => panic!("expected NotEmpty, got {other:?}"),
+    }
+}
+
+#[test]
+fn malformed_or_out_of_order_imports_are_refused() {
+    let records = sample();
+    let mut swapped = records.clone();
+    swapped.swap(1, 2);
+    let mut version_gap = records[..2].to_vec();
+    version_gap[1].version = 5;
+    for (input, line, why) in [
+        ("not json\n".to_owned(), 1, "malformed envelope"),
+        (lines(&swapped), 2, "expected position 2"),
+        (lines(&records[1..]), 1, "expected position 1"),
+    ] {
+        let log = MemoryLog::new();
+        match runtime().block_on(import(&log, Cursor::new(input))) {
+            Err(ReplayError::BadImport { line: at, reason }) => {
+                assert_eq!(at, line);
+                assert!(reason.contains(why), "{reason}");
+            }
+            other => panic!("expected BadImport, got {other:?}"),
+        }
+    }
+    let log = MemoryLog::new();
+    let mut gap_lines = lines(&version_gap[..1]);
+    let mut second = version_gap[1].clone();
+    second.stream = version_gap[0].stream;
+    gap_lines.push_str(&(serde_json::to_string(&second).unwrap() + "\n"));
+    assert!(matches!(
+        runtime().block_on(import(&log, Cursor::new(gap_lines))),
+        Err(ReplayError::BadImport { line: 2, .. })
+    ));
+}
