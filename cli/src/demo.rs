@@ -74,6 +74,7 @@ pub fn run(data: &Path) -> CliResult {
             })],
         )
         .await?;
+        let prompt = MessageId::new();
         let result =
             SubagentResult::completed(vec![ContentBlock::text("The log is the source of truth.")]);
         append(
@@ -94,7 +95,7 @@ pub fn run(data: &Path) -> CliResult {
                     output_schema: None,
                 }),
                 NewEvent::new(Event::MessageAccepted {
-                    message_id: MessageId::new(),
+                    message_id: prompt,
                     source: MessageSource::Delegation {
                         parent_session_id: root,
                     },
@@ -109,10 +110,19 @@ pub fn run(data: &Path) -> CliResult {
                     epoch: 1,
                     run_id: SubagentRunId::new(),
                 }),
+                NewEvent::new(Event::MessagesClaimed {
+                    ids: vec![prompt],
+                    turn: 1,
+                }),
+                NewEvent::new(Event::TurnStarted { turn: 1, epoch: 1 }),
                 NewEvent::new(Event::AssistantMessage {
                     turn: 1,
                     content: result.output.clone(),
                     usage: None,
+                }),
+                NewEvent::new(Event::TurnEnded {
+                    turn: 1,
+                    stop_reason: result.stop_reason.clone(),
                 }),
                 NewEvent::new(Event::ActivationSettled {
                     epoch: 1,

@@ -1,0 +1,158 @@
+//! The `subagents` binary end to end: the demo, the replay commands, and the
+//! clear, non-zero failures on bad input.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn subagents(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_subagents"))
+        .args(args)
+        .output()
+        .expect("run subagents")
+}
+
+fn text(output: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+fn demo(dir: &Path) -> String {
+    let output = subagents(&["demo", "--data", dir.to_str().unwrap()]);
+    let (stdout, stderr) = text(&output);
+    assert!(output.status.success(), "demo failed: {stderr}");
+    stdout
+}
+
+fn root_of(stdout: &str) -> String {
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with("[1/4] root session "))
+        .expect("root line");
+    line.trim_start_matches("[1/4] root session ").to_owned()
+}
+
+#[test]
+fn demo_records_a_delegation_that_replays_and_verifies() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let stdout = demo(&data);
+    assert!(
+        stdout.contains("SessionCreated") && stdout.contains("RunDisposed"),
+        "{stdout}"
+    );
+    let data = data.to_str().unwrap();
+
+    let output = subagents(&["verify", data]);
+    assert!(output.status.success(), "{:?}", text(&output));
+    assert!(text(&output).0.contains("OK"));
+
+    let root = root_of(&stdout);
+    let (tree, _) = text(&subagents(&["tree", data, "--root", &root]));
+    assert!(
+        tree.contains("├── summarize  [continuable · spawn · inactive · completed]"),
+        "{tree}"
+    );
+    assert!(
+        tree.contains("└── lint  [one-shot external · process · disposed · completed]"),
+        "{tree}"
+    );
+
+    let (children, _) = text(&subagents(&["children", data, &root, "--json"]));
+    let listed: serde_json::Value = serde_json::from_str(&children).unwrap();
+    assert_eq!(listed.as_array().map(Vec::len), Some(2));
+    assert_eq!(listed[1]["external"], true);
+
+    // A second run adds a second root to the same log.
+    let second = demo(Path::new(data));
+    assert_ne!(root_of(&second), root);
+    let (all, _) = text(&subagents(&["replay", data, "--json"]));
+    let state: serde_json::Value = serde_json::from_str(&all).unwrap();
+    assert_eq!(state["roots"].as_array().map(Vec::len), Some(2));
+}
+
+#[test]
+fn bad_input_fails_with_a_clear_message_and_non_zero_exit() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    demo(&data);
+    let data = data.to_str().unwrap();
+    let export = dir.path().join("export.jsonl");
+    assert!(
+        subagents(&["export", data, "--out", export.to_str().unwrap()])
+            .status
+            .success()
+    );
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (
+            vec!["children", data, "00000000-0000-0000-0000-000000000000"],
+            "unknown session",
+        ),
+        (vec!["children", data, "not-an-id"], "malformed session id"),
+        (vec!["replay", data, "--at", "9999"], "past the head"),
+        (vec!["diff", data, "--from", "9", "--to", "3"], "after --to"),
+        (vec!["import", data, export.to_str().unwrap()], "not empty"),
+        (vec!["tree", "/nonexistent/log"], "is not a subagents log"),
+        (vec!["log", data, "--stream", "bogus"], "unknown stream"),
+    ];
+    for (args, message) in cases {
+        let output = subagents(&args);
+        let (_, stderr) = text(&output);
+        assert!(!output.status.success(), "{args:?} should fail");
+        assert!(stderr.contains(message), "{args:?}: {stderr}");
+    }
+}
+
+#[test]
+fn export_and_import_round_trip_through_the_command_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    demo(&data);
+    let first = dir.path().join("first.jsonl");
+    let second = dir.path().join("second.jsonl");
+    let copy = dir.path().join("copy");
+    assert!(subagents(&[
+        "export",
+        data.to_str().unwrap(),
+        "--out",
+        first.to_str().unwrap()
+    ])
+    .status
+    .success());
+    assert!(
+        subagents(&["import", copy.to_str().unwrap(), first.to_str().unwrap()])
+            .status
+            .success()
+    );
+    assert!(subagents(&[
+        "export",
+        copy.to_str().unwrap(),
+        "--out",
+        second.to_str().unwrap()
+    ])
+    .status
+    .success());
+    assert_eq!(
+        std::fs::read(&first).unwrap(),
+        std::fs::read(&second).unwrap()
+    );
+}
+
+#[test]
+fn a_log_held_by_another_process_is_reported_as_locked() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    demo(&data);
+    let holder =
+        subagent_store::RocksLog::open(&data, subagent_store::RocksOptions::default()).unwrap();
+    let output = subagents(&["log", data.to_str().unwrap()]);
+    assert!(!output.status.success());
+    assert!(
+        text(&output).1.contains("locked by another process"),
+        "{:?}",
+        text(&output)
+    );
+    drop(holder);
+    assert!(subagents(&["log", data.to_str().unwrap()]).status.success());
+}
