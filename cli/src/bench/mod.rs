@@ -3,7 +3,10 @@
 //! in BENCHMARKS.md.
 
 mod append;
+mod list;
+mod replay;
 mod stats;
+mod workload;
 
 use clap::Subcommand;
 
@@ -14,6 +17,12 @@ use crate::CliResult;
 pub enum BenchPart {
     /// Durable append throughput: engine vs raw RocksDB WriteBatch vs SQLite.
     Append(append::AppendArgs),
+    /// Replay: events/s folded into every projection vs raw iterate-and-decode.
+    Replay(replay::ReplayArgs),
+    /// Listing: list_descendants on a large tree, list_children vs log length.
+    List(list::ListArgs),
+    /// Startup: open from checkpoint + tail vs a full refold.
+    Startup(replay::ReplayArgs),
 }
 
 /// Runs one part.
@@ -23,5 +32,8 @@ pub enum BenchPart {
 pub fn run(part: BenchPart) -> CliResult {
     match part {
         BenchPart::Append(args) => append::run(&args),
+        BenchPart::Replay(args) => replay::replay(&args),
+        BenchPart::List(args) => list::run(&args),
+        BenchPart::Startup(args) => replay::startup(&args),
     }
 }

@@ -1,0 +1,135 @@
+//! `bench replay` and `bench startup`.
+//!
+//! - replay: events per second folded into every projection, against the
+//!   raw iterate-and-decode of the same log (the fold's floor);
+//! - startup: opening the projections of a log from its checkpoint plus tail,
+//!   against a full refold from position 1.
+
+use std::time::Instant;
+
+use clap::Args;
+use subagent_projections::Projections;
+use subagent_replay::Checkpointed;
+use subagent_store::{EventLog, EventLogExt};
+
+use super::stats::Summary;
+use super::workload;
+use crate::CliResult;
+
+/// Arguments of `bench replay` and `bench startup`.
+#[derive(Args)]
+pub struct ReplayArgs {
+    /// Events in the generated log.
+    #[arg(long, default_value_t = 1_000_000)]
+    events: u64,
+    /// Runs per figure (the median is reported).
+    #[arg(long, default_value_t = 5)]
+    runs: usize,
+}
+
+fn timed<T>(
+    work: impl FnOnce() -> Result<T, Box<dyn std::error::Error>>,
+) -> Result<(f64, T), Box<dyn std::error::Error>> {
+    let started = Instant::now();
+    let value = work()?;
+    Ok((started.elapsed().as_secs_f64(), value))
+}
+
+/// Runs `bench replay`.
+///
+/// # Errors
+/// Storage failures.
+pub fn replay(args: &ReplayArgs) -> CliResult {
+    let dir = tempfile::tempdir()?;
+    let workload = workload::build(dir.path(), args.events, 8, 0)?;
+    let log = &workload.log;
+    let head = log.head() as f64;
+    let (mut raw, mut fold) = (Vec::new(), Vec::new());
+    for run in 0..args.runs.max(1) {
+        eprint!("\r  run {}/{}", run + 1, args.runs);
+        let (seconds, _) = timed(|| {
+            let mut count = 0u64;
+            for record in log.read_all(1) {
+                std::hint::black_box(record?);
+                count += 1;
+            }
+            Ok(count)
+        })?;
+        raw.push(head / seconds);
+        let (seconds, state) = timed(|| {
+            let mut state = Projections::new();
+            for record in log.read_all(1) {
+                state.apply(&record?);
+            }
+            Ok(state)
+        })?;
+        std::hint::black_box(&state);
+        fold.push(head / seconds);
+    }
+    eprintln!();
+    let (raw, fold) = (Summary::of(&raw), Summary::of(&fold));
+    println!(
+        "replay of {} events, events/s: median (min–max) of {} runs",
+        log.head(),
+        args.runs
+    );
+    println!("  raw iterate + decode       {raw}");
+    println!("  fold into all projections  {fold}");
+    println!(
+        "  fold / raw                 {:.2}",
+        fold.median / raw.median
+    );
+    Ok(())
+}
+
+/// Runs `bench startup`.
+///
+/// # Errors
+/// Storage failures.
+pub fn startup(args: &ReplayArgs) -> CliResult {
+    let dir = tempfile::tempdir()?;
+    let workload = workload::build(dir.path(), args.events, 8, 0)?;
+    let log = workload.log;
+    // Checkpoint the first 99% and leave a 1% tail, as after a crash between checkpoints.
+    let tail_from = log.head() - log.head() / 100;
+    let mut state = Projections::new();
+    for record in log.read_all(1) {
+        let record = record?;
+        if record.position > tail_from {
+            break;
+        }
+        state.apply(&record);
+    }
+    log.write_checkpoint(
+        subagent_replay::CHECKPOINT_NAME,
+        &subagent_projections::checkpoint::encode(&state),
+    )?;
+    drop(state);
+    let (mut with_checkpoint, mut refold) = (Vec::new(), Vec::new());
+    for run in 0..args.runs.max(1) {
+        eprint!("\r  run {}/{}", run + 1, args.runs);
+        let (seconds, opened) = timed(|| Ok(Checkpointed::open(log.clone(), 0)?))?;
+        assert_eq!(
+            opened.1.checkpoint_position,
+            Some(tail_from),
+            "the checkpoint was used"
+        );
+        with_checkpoint.push(seconds * 1000.0);
+        let (seconds, _) = timed(|| Ok(subagent_replay::state_at(&log, None)?))?;
+        refold.push(seconds * 1000.0);
+    }
+    eprintln!();
+    let (with_checkpoint, refold) = (Summary::of(&with_checkpoint), Summary::of(&refold));
+    println!(
+        "startup on a {}-event log (checkpoint at {tail_from}), ms: median (min–max) of {} runs",
+        log.head(),
+        args.runs
+    );
+    println!("  checkpoint + tail  {with_checkpoint}");
+    println!("  full refold        {refold}");
+    println!(
+        "  speed-up           {:.1}x",
+        refold.median / with_checkpoint.median
+    );
+    Ok(())
+}
