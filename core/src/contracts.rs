@@ -169,6 +169,71 @@ pub struct SubagentStartRequest {
     pub options: StartOptions,
 }
 
+/// One managed child execution and its result delivery policy
+/// (`SubagentActivationSpec` without its live parent and cancellation token,
+/// which the runtime carries beside it).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SubagentActivationSpec {
+    /// Registered provider to use.
+    pub provider: String,
+    /// Short task label retained in the parent catalog.
+    pub label: String,
+    /// Optional caller-reserved identity for a local child; external
+    /// providers allocate their own ids.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub child_id: Option<SessionId>,
+    /// Task and provider-supported options (its `label` is ignored in favour
+    /// of the spec's).
+    pub request: SubagentStartRequest,
+    /// Parent-model notification or a program-owned result.
+    pub delivery: Delivery,
+}
+
+/// A provider's detached contribution to one continuable child's creation:
+/// data only, never a capability.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ContinuableCreateSpec {
+    /// Completed-turn prefix of the parent's history to seed the child with,
+    /// contiguous from the start, lossless JSON; absent for a fresh child.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seed: Option<Vec<Value>>,
+}
+
+/// Observe-only detail of a published run, carried by `subagent/start`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SubagentRunInfo {
+    /// Shared with the paired `subagent/end`.
+    pub run_id: crate::ids::SubagentRunId,
+    /// Provider recorded at creation.
+    pub provider: String,
+    /// The child's id.
+    pub id: SessionId,
+    /// Whether the child is an in-process (local) agent.
+    pub local: bool,
+}
+
+/// Observe-only outcome of a settled run, carried by `subagent/end`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SubagentRunEndInfo {
+    /// Shared with the paired `subagent/start`.
+    pub run_id: crate::ids::SubagentRunId,
+    /// Same provider as the start.
+    pub provider: String,
+    /// The child's id.
+    pub id: SessionId,
+    /// Whether the child is an in-process (local) agent.
+    pub local: bool,
+    /// The terminal stop reason.
+    pub stop_reason: crate::result::SubagentStopReason,
+    /// The final assistant output by the output-selection rule, when any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_assistant_message: Option<Vec<ContentBlock>>,
+}
+
 /// Who receives a child's result.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -484,6 +549,35 @@ mod tests {
         assert_eq!(
             request.options.tool_filter,
             Some(ToolRestriction::Deny(vec!["shell".into()]))
+        );
+    }
+
+    #[test]
+    fn activation_specs_and_run_infos_use_the_published_names() {
+        let spec: SubagentActivationSpec = serde_json::from_value(json!({
+            "provider": "spawn",
+            "label": "research",
+            "request": {"prompt": [{"type": "text", "text": "go"}], "persona": "terse"},
+            "delivery": "caller"
+        }))
+        .unwrap();
+        assert_eq!(spec.delivery, Delivery::Caller);
+        assert_eq!(spec.request.options.persona.as_deref(), Some("terse"));
+        assert!(spec.child_id.is_none());
+        let end = SubagentRunEndInfo {
+            run_id: crate::ids::SubagentRunId::new(),
+            provider: "acp".into(),
+            id: SessionId::new(),
+            local: false,
+            stop_reason: crate::result::SubagentStopReason::MaxTokens,
+            last_assistant_message: None,
+        };
+        let json = serde_json::to_value(&end).unwrap();
+        assert_eq!(json["stopReason"], "max-tokens");
+        assert!(json.get("runId").is_some() && json.get("lastAssistantMessage").is_none());
+        assert_eq!(
+            serde_json::from_value::<SubagentRunEndInfo>(json).unwrap(),
+            end
         );
     }
 
