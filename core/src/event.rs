@@ -486,6 +486,22 @@ impl Event {
         }
     }
 
+    /// The creation of a host root session: no parent, depth 0, no provider,
+    /// continuable (a root has an inbox), no descriptor.
+    #[must_use]
+    pub fn root_created(session: SessionId, label: impl Into<String>) -> Event {
+        Event::SessionCreated {
+            session,
+            parent: None,
+            depth: 0,
+            label: label.into(),
+            provider: None,
+            mode: SessionMode::Continuable,
+            external: false,
+            descriptor: Value::Null,
+        }
+    }
+
     /// Whether this event may be appended to `stream`. A `SessionCreated`
     /// must also name the stream's own session.
     #[must_use]
@@ -526,6 +542,30 @@ impl NewEvent {
             causation_id: None,
             event,
             recorded_at: None,
+        }
+    }
+
+    /// The durable record of this event at `position`, version `version` of
+    /// `stream`, stamped `now` unless an import carried the original time.
+    /// The one place an appended event becomes a record, for every backend.
+    #[must_use]
+    pub fn into_record(
+        self,
+        position: u64,
+        stream: StreamId,
+        version: u64,
+        now: u64,
+    ) -> RecordedEvent {
+        RecordedEvent {
+            position,
+            stream,
+            version,
+            event_id: self.event_id,
+            recorded_at: self.recorded_at.unwrap_or(now),
+            schema_version: CURRENT_SCHEMA_VERSION,
+            correlation_id: self.correlation_id,
+            causation_id: self.causation_id,
+            event: self.event,
         }
     }
 

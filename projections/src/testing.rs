@@ -49,19 +49,7 @@ impl HistoryBuilder {
     /// Records a host root.
     pub fn root(&mut self, label: &str) -> SessionId {
         let id = SessionId::new();
-        self.push(
-            StreamId::Session(id),
-            Event::SessionCreated {
-                session: id,
-                parent: None,
-                depth: 0,
-                label: label.into(),
-                provider: None,
-                mode: SessionMode::Continuable,
-                external: false,
-                descriptor: serde_json::Value::Null,
-            },
-        );
+        self.push(StreamId::Session(id), Event::root_created(id, label));
         id
     }
 

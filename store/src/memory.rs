@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use subagent_core::{EventId, NewEvent, RecordedEvent, StreamId, CURRENT_SCHEMA_VERSION};
+use subagent_core::{EventId, NewEvent, RecordedEvent, StreamId};
 use tokio::sync::watch;
 
 use crate::admission::{admit, IdLocation, Verdict};
@@ -101,17 +101,12 @@ impl MemoryLog {
         let first_position = state.records.len() as u64 + 1;
         let mut encoded = Vec::with_capacity(events.len());
         for (offset, new) in events.into_iter().enumerate() {
-            let record = RecordedEvent {
-                position: first_position + offset as u64,
+            let record = new.into_record(
+                first_position + offset as u64,
                 stream,
-                version: current + 1 + offset as u64,
-                event_id: new.event_id,
-                recorded_at: new.recorded_at.unwrap_or(recorded_at),
-                schema_version: CURRENT_SCHEMA_VERSION,
-                correlation_id: new.correlation_id,
-                causation_id: new.causation_id,
-                event: new.event,
-            };
+                current + 1 + offset as u64,
+                recorded_at,
+            );
             encoded.push((
                 record.position,
                 record.version,

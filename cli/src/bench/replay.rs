@@ -92,14 +92,7 @@ pub fn startup(args: &ReplayArgs) -> CliResult {
     let log = workload.log;
     // Checkpoint the first 99% and leave a 1% tail, as after a crash between checkpoints.
     let tail_from = log.head() - log.head() / 100;
-    let mut state = Projections::new();
-    for record in log.read_all(1) {
-        let record = record?;
-        if record.position > tail_from {
-            break;
-        }
-        state.apply(&record);
-    }
+    let state = subagent_replay::state_at(&log, Some(tail_from))?;
     log.write_checkpoint(
         subagent_replay::CHECKPOINT_NAME,
         &subagent_projections::checkpoint::encode(&state),

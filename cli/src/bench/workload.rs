@@ -91,18 +91,7 @@ pub fn build(
         .map_err(|e| StoreError::Io(e.to_string()))?;
     let root = SessionId::new();
     let mut pending: Vec<AppendTicket> = Vec::new();
-    let root_event = |session: SessionId| {
-        vec![NewEvent::new(Event::SessionCreated {
-            session,
-            parent: None,
-            depth: 0,
-            label: "root".into(),
-            provider: None,
-            mode: SessionMode::Continuable,
-            external: false,
-            descriptor: serde_json::Value::Null,
-        })]
-    };
+    let root_event = |session: SessionId| vec![NewEvent::new(Event::root_created(session, "root"))];
     pending.push(log.append(
         StreamId::Session(root),
         ExpectedVersion::Any,

@@ -13,7 +13,7 @@ use std::sync::mpsc::{Receiver, TryRecvError};
 use std::sync::Arc;
 
 use rocksdb::{WriteBatch, WriteOptions, DB};
-use subagent_core::{EventId, NewEvent, RecordedEvent, StreamId, CURRENT_SCHEMA_VERSION};
+use subagent_core::{EventId, NewEvent, StreamId};
 use tokio::sync::{oneshot, watch};
 use tracing::{debug, warn};
 
@@ -231,17 +231,12 @@ impl Writer {
         let first_position = *next_position;
         let mut staged = Vec::with_capacity(events.len());
         for (offset, new) in (0u64..).zip(events) {
-            let record = RecordedEvent {
-                position: first_position + offset,
+            let record = new.into_record(
+                first_position + offset,
                 stream,
-                version: current + 1 + offset,
-                event_id: new.event_id,
-                recorded_at: new.recorded_at.unwrap_or(recorded_at),
-                schema_version: CURRENT_SCHEMA_VERSION,
-                correlation_id: new.correlation_id,
-                causation_id: new.causation_id,
-                event: new.event,
-            };
+                current + 1 + offset,
+                recorded_at,
+            );
             let bytes = record::encode(&record)?;
             staged.push((
                 IdLocation {
