@@ -4,10 +4,10 @@
 
 use std::collections::HashSet;
 
-use subagent_core::{EventId, NewEvent, StreamId};
+use subagent_core::{EventId, NewEvent, RecordedEvent, StreamId};
 
 use crate::error::StoreError;
-use crate::log::{AppendOutcome, ExpectedVersion};
+use crate::log::{AppendOutcome, ExpectedVersion, StreamAppend};
 
 /// Where an already appended event id lives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -104,6 +104,111 @@ where
         });
     }
     Ok(Verdict::Write { current })
+}
+
+/// What to do with an atomic multi-stream append.
+#[derive(Debug, PartialEq, Eq)]
+pub enum TransactionVerdict {
+    /// Write every part; `currents[i]` is part `i`'s stream version before it.
+    Write {
+        /// Versions before the append, per part.
+        currents: Vec<u64>,
+    },
+    /// Every part is already appended: answer with the original placements.
+    AlreadyAppended(Vec<AppendOutcome>),
+}
+
+/// Checks an atomic append: at least one part, no stream twice, no event id
+/// twice across parts, then every part with [`admit`]. Either every part is
+/// fresh, or every part is an idempotent retry; anything else is refused.
+///
+/// # Errors
+/// The first failed check, as its [`StoreError`].
+pub fn admit_transaction<V, F>(
+    parts: &[StreamAppend],
+    mut version_of: V,
+    mut locate: F,
+) -> Result<TransactionVerdict, StoreError>
+where
+    V: FnMut(&StreamId) -> Result<u64, StoreError>,
+    F: FnMut(&EventId) -> Result<Option<IdLocation>, StoreError>,
+{
+    if parts.is_empty() {
+        return Err(StoreError::EmptyAppend);
+    }
+    let mut streams = HashSet::with_capacity(parts.len());
+    if let Some(repeated) = parts.iter().find(|part| !streams.insert(part.stream)) {
+        return Err(StoreError::RepeatedStream {
+            stream: repeated.stream,
+        });
+    }
+    if parts.len() > 1 {
+        let mut ids = HashSet::new();
+        if let Some(repeated) = parts
+            .iter()
+            .flat_map(|part| &part.events)
+            .find(|new| !ids.insert(new.event_id))
+        {
+            return Err(StoreError::DuplicateEventId {
+                event_id: repeated.event_id,
+                reason: "repeated within one append",
+            });
+        }
+    }
+    let mut currents = Vec::with_capacity(parts.len());
+    let mut retried = Vec::with_capacity(parts.len());
+    for part in parts {
+        let current = version_of(&part.stream)?;
+        match admit(
+            &part.stream,
+            part.expected,
+            &part.events,
+            current,
+            &mut locate,
+        )? {
+            Verdict::Write { current } => currents.push(current),
+            Verdict::AlreadyAppended(outcome) => retried.push(outcome),
+        }
+    }
+    match (currents.is_empty(), retried.is_empty()) {
+        (_, true) => Ok(TransactionVerdict::Write { currents }),
+        (true, false) => Ok(TransactionVerdict::AlreadyAppended(retried)),
+        (false, false) => Err(StoreError::DuplicateEventId {
+            event_id: parts[0].events[0].event_id,
+            reason: "atomic append is only partly appended already",
+        }),
+    }
+}
+
+/// Turns admitted parts into records: positions from `first_position` on, in
+/// part order, versions from each part's `current + 1`. Returns the records
+/// and one outcome per part. The one place both backends number events.
+#[must_use]
+pub fn place(
+    parts: Vec<StreamAppend>,
+    currents: &[u64],
+    first_position: u64,
+    now: u64,
+) -> (Vec<RecordedEvent>, Vec<AppendOutcome>) {
+    let mut records = Vec::new();
+    let mut outcomes = Vec::with_capacity(parts.len());
+    let mut position = first_position;
+    for (part, &current) in parts.into_iter().zip(currents) {
+        let first = position;
+        let mut version = current;
+        for new in part.events {
+            version += 1;
+            records.push(new.into_record(position, part.stream, version, now));
+            position += 1;
+        }
+        outcomes.push(AppendOutcome {
+            first_position: first,
+            last_position: position - 1,
+            stream_version: version,
+            deduplicated: false,
+        });
+    }
+    (records, outcomes)
 }
 
 #[cfg(test)]

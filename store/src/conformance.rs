@@ -12,7 +12,7 @@ use subagent_core::{Event, NewEvent, RecordedEvent, SessionId, StreamId};
 use tokio_stream::StreamExt;
 
 use crate::error::StoreError;
-use crate::log::{EventLog, EventLogExt, ExpectedVersion};
+use crate::log::{EventLog, EventLogExt, ExpectedVersion, StreamAppend};
 use crate::subscription::SubscriptionItem;
 
 /// How the suite opens, reopens and damages a backend's storage.
@@ -506,6 +506,132 @@ pub async fn a_flipped_byte_is_reported_as_corrupt<H: Harness>(mut harness: H) {
     }
 }
 
+fn part(stream: StreamId, expected: ExpectedVersion, events: Vec<NewEvent>) -> StreamAppend {
+    StreamAppend {
+        stream,
+        expected,
+        events,
+    }
+}
+
+/// An atomic append writes every part, with contiguous positions in part
+/// order, or nothing at all when any part fails.
+pub async fn atomic_appends_write_every_part_or_none<H: Harness>(mut harness: H) {
+    let log = harness.open();
+    let (parent, child) = (session_stream(), session_stream());
+    log.append(parent, ExpectedVersion::Any, vec![turn(0)])
+        .await
+        .unwrap();
+    let outcomes = log
+        .append_atomic(vec![
+            part(child, ExpectedVersion::NoStream, vec![turn(1), turn(2)]),
+            part(parent, ExpectedVersion::Exact(1), vec![turn(3)]),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(outcomes.len(), 2);
+    assert_eq!(
+        (
+            outcomes[0].first_position,
+            outcomes[0].last_position,
+            outcomes[0].stream_version
+        ),
+        (2, 3, 2)
+    );
+    assert_eq!(
+        (
+            outcomes[1].first_position,
+            outcomes[1].last_position,
+            outcomes[1].stream_version
+        ),
+        (4, 4, 2)
+    );
+    let before = everything(&log);
+    // The second part conflicts: the first must not be written either.
+    let other = session_stream();
+    let err = log
+        .append_atomic(vec![
+            part(other, ExpectedVersion::NoStream, vec![turn(4)]),
+            part(parent, ExpectedVersion::Exact(1), vec![turn(5)]),
+        ])
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, StoreError::Conflict { actual: 2, .. }),
+        "{err:?}"
+    );
+    let misplaced = NewEvent::new(Event::ProviderRemoved { name: "x".into() });
+    let err = log
+        .append_atomic(vec![
+            part(other, ExpectedVersion::Any, vec![turn(6)]),
+            part(parent, ExpectedVersion::Any, vec![misplaced]),
+        ])
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), "store/misplaced-event");
+    assert_eq!(everything(&log), before);
+    assert_eq!(log.stream_version(&other).unwrap(), 0);
+    assert_eq!(
+        log.append_atomic(vec![]).await.unwrap_err(),
+        StoreError::EmptyAppend
+    );
+}
+
+/// Retrying a whole atomic append is idempotent; a stream named twice, an id
+/// repeated across parts, or a retry mixed with fresh parts is refused.
+pub async fn atomic_retries_are_idempotent_and_malformed_ones_refused<H: Harness>(mut harness: H) {
+    let log = harness.open();
+    let (a, b) = (session_stream(), session_stream());
+    let parts = vec![
+        part(a, ExpectedVersion::NoStream, vec![turn(1)]),
+        part(b, ExpectedVersion::NoStream, vec![turn(2)]),
+    ];
+    let original = log.append_atomic(parts.clone()).await.unwrap();
+    let retried = log.append_atomic(parts.clone()).await.unwrap();
+    assert!(retried.iter().all(|outcome| outcome.deduplicated));
+    assert_eq!(
+        retried.iter().map(|o| o.first_position).collect::<Vec<_>>(),
+        original
+            .iter()
+            .map(|o| o.first_position)
+            .collect::<Vec<_>>()
+    );
+    let before = everything(&log);
+    let err = log
+        .append_atomic(vec![
+            part(a, ExpectedVersion::Any, vec![turn(3)]),
+            part(a, ExpectedVersion::Any, vec![turn(4)]),
+        ])
+        .await
+        .unwrap_err();
+    assert_eq!(err, StoreError::RepeatedStream { stream: a });
+    let shared = turn(5);
+    let err = log
+        .append_atomic(vec![
+            part(a, ExpectedVersion::Any, vec![shared.clone()]),
+            part(b, ExpectedVersion::Any, vec![shared]),
+        ])
+        .await
+        .unwrap_err();
+    assert!(matches!(
+        err,
+        StoreError::DuplicateEventId {
+            reason: "repeated within one append",
+            ..
+        }
+    ));
+    let mixed = vec![
+        parts[0].clone(),
+        part(session_stream(), ExpectedVersion::Any, vec![turn(6)]),
+    ];
+    let err = log.append_atomic(mixed).await.unwrap_err();
+    assert!(
+        matches!(err, StoreError::DuplicateEventId { .. }),
+        "{err:?}"
+    );
+    assert_eq!(everything(&log), before);
+}
+
 /// Generates one `#[tokio::test]` per conformance check for a backend.
 /// `$make` is an expression producing a fresh [`Harness`].
 #[macro_export]
@@ -522,7 +648,9 @@ macro_rules! conformance_suite {
             reads_start_anywhere_and_cross_pages,
             subscription_catches_up_then_goes_live,
             reopen_keeps_everything,
-            a_flipped_byte_is_reported_as_corrupt
+            a_flipped_byte_is_reported_as_corrupt,
+            atomic_appends_write_every_part_or_none,
+            atomic_retries_are_idempotent_and_malformed_ones_refused
         );
     };
     (@tests $make:expr; $($name:ident),+) => {

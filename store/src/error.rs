@@ -52,6 +52,12 @@ pub enum StoreError {
     /// An append carried no events.
     #[error("an append must carry at least one event")]
     EmptyAppend,
+    /// Two parts of one atomic append name the same stream.
+    #[error("an atomic append names {stream} twice")]
+    RepeatedStream {
+        /// The stream.
+        stream: StreamId,
+    },
     /// An event was appended to a stream of the wrong kind.
     #[error("{event_type} does not belong in {stream}")]
     MisplacedEvent {
@@ -89,6 +95,7 @@ impl StoreError {
             StoreError::Locked { .. } => "store/locked",
             StoreError::UnsupportedFormat { .. } => "store/unsupported-format",
             StoreError::EmptyAppend => "store/empty-append",
+            StoreError::RepeatedStream { .. } => "store/repeated-stream",
             StoreError::MisplacedEvent { .. } => "store/misplaced-event",
             StoreError::DuplicateEventId { .. } => "store/duplicate-event-id",
             StoreError::Io(_) => "store/io",

@@ -27,6 +27,7 @@ pub use admission::IdLocation;
 pub use error::StoreError;
 pub use log::{
     AppendOutcome, AppendTicket, Durability, EventLog, EventLogExt, ExpectedVersion, RecordIter,
+    StreamAppend, TransactionTicket,
 };
 pub use memory::MemoryLog;
 pub use rocks::{RocksLog, RocksOptions};

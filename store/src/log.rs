@@ -79,29 +79,39 @@ pub enum Durability {
     Volatile,
 }
 
-/// The pending result of one append. Await it, or [`wait`](Self::wait) from
-/// a thread outside the async runtime.
-///
-/// The append is enqueued when `append` returns, so appends issued one after
-/// another by one caller land in that order even before their tickets are
-/// awaited.
-#[derive(Debug)]
-pub struct AppendTicket(oneshot::Receiver<Result<AppendOutcome, StoreError>>);
+/// One stream's part of an atomic append.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StreamAppend {
+    /// The stream.
+    pub stream: StreamId,
+    /// Its precondition.
+    pub expected: ExpectedVersion,
+    /// Its events, in order.
+    pub events: Vec<NewEvent>,
+}
 
-impl AppendTicket {
+type TransactionResult = Result<Vec<AppendOutcome>, StoreError>;
+
+/// The pending result of one atomic append: one outcome per part, in order.
+/// Await it, or [`wait`](Self::wait) from a thread outside the async runtime.
+///
+/// The append is enqueued when `append_atomic` returns, so appends issued one
+/// after another by one caller land in that order even before their tickets
+/// are awaited.
+#[derive(Debug)]
+pub struct TransactionTicket(oneshot::Receiver<TransactionResult>);
+
+impl TransactionTicket {
     /// A ticket and the sender that completes it.
     #[must_use]
-    pub fn channel() -> (
-        oneshot::Sender<Result<AppendOutcome, StoreError>>,
-        AppendTicket,
-    ) {
+    pub fn channel() -> (oneshot::Sender<TransactionResult>, TransactionTicket) {
         let (sender, receiver) = oneshot::channel();
-        (sender, AppendTicket(receiver))
+        (sender, TransactionTicket(receiver))
     }
 
     /// A ticket that is already complete.
     #[must_use]
-    pub fn ready(result: Result<AppendOutcome, StoreError>) -> AppendTicket {
+    pub fn ready(result: TransactionResult) -> TransactionTicket {
         let (sender, ticket) = Self::channel();
         // The receiver is alive in `ticket`, so this cannot fail.
         let _ = sender.send(result);
@@ -113,13 +123,13 @@ impl AppendTicket {
     ///
     /// # Errors
     /// The append's error, or [`StoreError::Closed`] if the log stopped first.
-    pub fn wait(self) -> Result<AppendOutcome, StoreError> {
+    pub fn wait(self) -> TransactionResult {
         self.0.blocking_recv().unwrap_or(Err(StoreError::Closed))
     }
 }
 
-impl Future for AppendTicket {
-    type Output = Result<AppendOutcome, StoreError>;
+impl Future for TransactionTicket {
+    type Output = TransactionResult;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         Pin::new(&mut self.0)
@@ -128,9 +138,48 @@ impl Future for AppendTicket {
     }
 }
 
+/// The pending result of a single-stream append (a one-part
+/// [`TransactionTicket`]).
+#[derive(Debug)]
+pub struct AppendTicket(TransactionTicket);
+
+fn single(result: TransactionResult) -> Result<AppendOutcome, StoreError> {
+    result?.into_iter().next().ok_or(StoreError::Closed)
+}
+
+impl AppendTicket {
+    /// Blocks the current thread until the append is durable or refused.
+    /// Must not be called from inside an async task.
+    ///
+    /// # Errors
+    /// The append's error, or [`StoreError::Closed`] if the log stopped first.
+    pub fn wait(self) -> Result<AppendOutcome, StoreError> {
+        single(self.0.wait())
+    }
+}
+
+impl Future for AppendTicket {
+    type Output = Result<AppendOutcome, StoreError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        Pin::new(&mut self.0).poll(cx).map(single)
+    }
+}
+
 /// An append-only, durable, totally ordered log of typed events, split into
 /// streams. Implementations are cheap to clone handles over shared state.
 pub trait EventLog: Send + Sync + 'static {
+    /// Appends to several streams atomically: every part is written, or none.
+    /// Positions of the whole append are contiguous, in part order. Each part
+    /// is checked like a single append; if every part's event ids are already
+    /// in its stream, the original outcomes are returned.
+    ///
+    /// # Errors (through the ticket)
+    /// As [`append`](Self::append), for the first part that fails, plus
+    /// [`StoreError::RepeatedStream`] when two parts name one stream. Nothing
+    /// of a failed append is written.
+    fn append_atomic(&self, parts: Vec<StreamAppend>) -> TransactionTicket;
+
     /// Appends `events` to `stream` atomically, if `expected` holds.
     ///
     /// The ticket resolves once the events are durable under the log's
@@ -148,7 +197,13 @@ pub trait EventLog: Send + Sync + 'static {
         stream: StreamId,
         expected: ExpectedVersion,
         events: Vec<NewEvent>,
-    ) -> AppendTicket;
+    ) -> AppendTicket {
+        AppendTicket(self.append_atomic(vec![StreamAppend {
+            stream,
+            expected,
+            events,
+        }]))
+    }
 
     /// Up to `limit` events with positions `>= from_position`, in order.
     /// A page ends before the first record that cannot be read, so every good

@@ -7,12 +7,14 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use subagent_core::{EventId, NewEvent, RecordedEvent, StreamId};
+use subagent_core::{EventId, RecordedEvent, StreamId};
 use tokio::sync::watch;
 
-use crate::admission::{admit, IdLocation, Verdict};
+use crate::admission::{admit_transaction, place, IdLocation, TransactionVerdict};
 use crate::error::StoreError;
-use crate::log::{good_prefix, AppendOutcome, AppendTicket, Durability, EventLog, ExpectedVersion};
+use crate::log::{
+    good_prefix, AppendOutcome, Durability, EventLog, StreamAppend, TransactionTicket,
+};
 use crate::record;
 use crate::subscription::{self, Subscription};
 
@@ -79,62 +81,46 @@ impl MemoryLog {
         true
     }
 
-    fn write(
-        &self,
-        stream: StreamId,
-        expected: ExpectedVersion,
-        events: Vec<NewEvent>,
-    ) -> Result<AppendOutcome, StoreError> {
+    fn write(&self, parts: Vec<StreamAppend>) -> Result<Vec<AppendOutcome>, StoreError> {
         let mut state = self.state();
-        let current = state
-            .streams
-            .get(&stream)
-            .map_or(0, |positions| positions.len() as u64);
-        let verdict = admit(&stream, expected, &events, current, |id| {
-            Ok(state.ids.get(id).copied())
-        })?;
-        let current = match verdict {
-            Verdict::AlreadyAppended(outcome) => return Ok(outcome),
-            Verdict::Write { current } => current,
+        let verdict = admit_transaction(
+            &parts,
+            |stream| {
+                Ok(state
+                    .streams
+                    .get(stream)
+                    .map_or(0, |positions| positions.len() as u64))
+            },
+            |id| Ok(state.ids.get(id).copied()),
+        )?;
+        let currents = match verdict {
+            TransactionVerdict::AlreadyAppended(outcomes) => return Ok(outcomes),
+            TransactionVerdict::Write { currents } => currents,
         };
-        let recorded_at = unix_millis();
         let first_position = state.records.len() as u64 + 1;
-        let mut encoded = Vec::with_capacity(events.len());
-        for (offset, new) in events.into_iter().enumerate() {
-            let record = new.into_record(
-                first_position + offset as u64,
-                stream,
-                current + 1 + offset as u64,
-                recorded_at,
-            );
-            encoded.push((
-                record.position,
-                record.version,
-                record.event_id,
-                record::encode(&record)?,
-            ));
-        }
-        let count = encoded.len() as u64;
-        for (position, version, event_id, bytes) in encoded {
+        let (records, outcomes) = place(parts, &currents, first_position, unix_millis());
+        let encoded = records
+            .iter()
+            .map(|record| record::encode(record).map(|bytes| (record, bytes)))
+            .collect::<Result<Vec<_>, _>>()?;
+        for (record, bytes) in encoded {
             state.records.push(bytes);
-            state.streams.entry(stream).or_default().push(position);
+            state
+                .streams
+                .entry(record.stream)
+                .or_default()
+                .push(record.position);
             state.ids.insert(
-                event_id,
+                record.event_id,
                 IdLocation {
-                    stream,
-                    position,
-                    version,
+                    stream: record.stream,
+                    position: record.position,
+                    version: record.version,
                 },
             );
         }
-        let last_position = first_position + count - 1;
-        self.shared.head.send_replace(last_position);
-        Ok(AppendOutcome {
-            first_position,
-            last_position,
-            stream_version: current + count,
-            deduplicated: false,
-        })
+        self.shared.head.send_replace(state.records.len() as u64);
+        Ok(outcomes)
     }
 }
 
@@ -148,13 +134,8 @@ pub(crate) fn unix_millis() -> u64 {
 }
 
 impl EventLog for MemoryLog {
-    fn append(
-        &self,
-        stream: StreamId,
-        expected: ExpectedVersion,
-        events: Vec<NewEvent>,
-    ) -> AppendTicket {
-        AppendTicket::ready(self.write(stream, expected, events))
+    fn append_atomic(&self, parts: Vec<StreamAppend>) -> TransactionTicket {
+        TransactionTicket::ready(self.write(parts))
     }
 
     fn read_all_page(

@@ -16,11 +16,11 @@ use std::thread::JoinHandle;
 use rocksdb::{
     BlockBasedOptions, ColumnFamily, ColumnFamilyDescriptor, DBCompressionType, Options, DB,
 };
-use subagent_core::{NewEvent, RecordedEvent, StreamId};
+use subagent_core::{RecordedEvent, StreamId};
 use tokio::sync::watch;
 
 use crate::error::StoreError;
-use crate::log::{good_prefix, AppendTicket, Durability, EventLog, ExpectedVersion};
+use crate::log::{good_prefix, Durability, EventLog, StreamAppend, TransactionTicket};
 use crate::record;
 use crate::subscription::{self, Subscription};
 use writer::{AppendRequest, Writer};
@@ -222,26 +222,16 @@ impl RocksLog {
 }
 
 impl EventLog for RocksLog {
-    fn append(
-        &self,
-        stream: StreamId,
-        expected: ExpectedVersion,
-        events: Vec<NewEvent>,
-    ) -> AppendTicket {
-        let (reply, ticket) = AppendTicket::channel();
-        let request = AppendRequest {
-            stream,
-            expected,
-            events,
-            reply,
-        };
+    fn append_atomic(&self, parts: Vec<StreamAppend>) -> TransactionTicket {
+        let (reply, ticket) = TransactionTicket::channel();
+        let request = AppendRequest { parts, reply };
         let sent = match self.shared.requests.lock() {
             Ok(requests) => requests.as_ref().map(|sender| sender.send(request).is_ok()),
             Err(_) => None,
         };
         match sent {
             Some(true) => ticket,
-            _ => AppendTicket::ready(Err(StoreError::Closed)),
+            _ => TransactionTicket::ready(Err(StoreError::Closed)),
         }
     }
 

@@ -13,15 +13,15 @@ use std::sync::mpsc::{Receiver, TryRecvError};
 use std::sync::Arc;
 
 use rocksdb::{WriteBatch, WriteOptions, DB};
-use subagent_core::{EventId, NewEvent, StreamId};
+use subagent_core::{EventId, StreamId};
 use tokio::sync::{oneshot, watch};
 use tracing::{debug, warn};
 
 use super::keys::{self, CF_EVENT_IDS, CF_LOG, CF_META, CF_STREAMS};
 use super::{family, map_rocks_error, read_stream_version};
-use crate::admission::{admit, IdLocation, Verdict};
+use crate::admission::{admit_transaction, place, IdLocation, TransactionVerdict};
 use crate::error::StoreError;
-use crate::log::{AppendOutcome, Durability, ExpectedVersion};
+use crate::log::{AppendOutcome, Durability, StreamAppend};
 use crate::memory::unix_millis;
 use crate::record;
 
@@ -29,10 +29,8 @@ use crate::record;
 pub(crate) const MAX_GROUP_REQUESTS: usize = 1024;
 
 pub(crate) struct AppendRequest {
-    pub(crate) stream: StreamId,
-    pub(crate) expected: ExpectedVersion,
-    pub(crate) events: Vec<NewEvent>,
-    pub(crate) reply: oneshot::Sender<Result<AppendOutcome, StoreError>>,
+    pub(crate) parts: Vec<StreamAppend>,
+    pub(crate) reply: oneshot::Sender<Result<Vec<AppendOutcome>, StoreError>>,
 }
 
 pub(crate) struct Writer {
@@ -45,8 +43,8 @@ pub(crate) struct Writer {
 
 /// A reply held until the group's batch is written.
 struct PendingReply {
-    reply: oneshot::Sender<Result<AppendOutcome, StoreError>>,
-    result: Result<AppendOutcome, StoreError>,
+    reply: oneshot::Sender<Result<Vec<AppendOutcome>, StoreError>>,
+    result: Result<Vec<AppendOutcome>, StoreError>,
     /// Whether the answer is only true once the batch is durable.
     needs_write: bool,
 }
@@ -134,24 +132,18 @@ impl Writer {
         let mut replies = Vec::with_capacity(group.len());
         let mut next_position = self.head + 1;
         let recorded_at = unix_millis();
-        for request in group {
-            let AppendRequest {
-                stream,
-                expected,
-                events,
-                reply,
-            } = request;
+        for AppendRequest { parts, reply } in group {
             let result = self.stage(
                 &mut batch,
                 &mut overlay,
                 &mut next_position,
                 recorded_at,
-                stream,
-                expected,
-                events,
+                parts,
             );
             let needs_write = match &result {
-                Ok(outcome) => !outcome.deduplicated || outcome.last_position > self.head,
+                Ok(outcomes) => outcomes
+                    .iter()
+                    .any(|outcome| !outcome.deduplicated || outcome.last_position > self.head),
                 Err(_) => false,
             };
             replies.push(PendingReply {
@@ -202,76 +194,61 @@ impl Writer {
             .map_err(|err| map_rocks_error(err, new_head))
     }
 
-    /// Admits one request and stages its writes into `batch`. On error nothing
-    /// is staged and `next_position` is unchanged.
-    #[allow(clippy::too_many_arguments)]
+    /// Admits one atomic request and stages all of its writes into `batch`,
+    /// or none of them: on error nothing is staged and `next_position` is
+    /// unchanged.
     fn stage(
         &mut self,
         batch: &mut WriteBatch,
         overlay: &mut GroupOverlay,
         next_position: &mut u64,
         recorded_at: u64,
-        stream: StreamId,
-        expected: ExpectedVersion,
-        events: Vec<NewEvent>,
-    ) -> Result<AppendOutcome, StoreError> {
-        let current = self.version_of(overlay, &stream)?;
-        let verdict = admit(&stream, expected, &events, current, |id| {
-            self.locate(overlay, id)
-        })?;
-        let current = match verdict {
-            Verdict::AlreadyAppended(outcome) => return Ok(outcome),
-            Verdict::Write { current } => current,
+        parts: Vec<StreamAppend>,
+    ) -> Result<Vec<AppendOutcome>, StoreError> {
+        let mut versions = HashMap::with_capacity(parts.len());
+        for part in &parts {
+            versions.insert(part.stream, self.version_of(overlay, &part.stream)?);
+        }
+        let verdict = admit_transaction(
+            &parts,
+            |stream| Ok(versions.get(stream).copied().unwrap_or(0)),
+            |id| self.locate(overlay, id),
+        )?;
+        let currents = match verdict {
+            TransactionVerdict::AlreadyAppended(outcomes) => return Ok(outcomes),
+            TransactionVerdict::Write { currents } => currents,
         };
         let (log, streams, ids) = (
             family(&self.db, CF_LOG)?,
             family(&self.db, CF_STREAMS)?,
             family(&self.db, CF_EVENT_IDS)?,
         );
-        let first_position = *next_position;
-        let mut staged = Vec::with_capacity(events.len());
-        for (offset, new) in (0u64..).zip(events) {
-            let record = new.into_record(
-                first_position + offset,
-                stream,
-                current + 1 + offset,
-                recorded_at,
-            );
-            let bytes = record::encode(&record)?;
-            staged.push((
-                IdLocation {
-                    stream,
-                    position: record.position,
-                    version: record.version,
-                },
-                record.event_id,
-                bytes,
-            ));
-        }
-        let mut version = current;
-        for (location, event_id, bytes) in staged {
-            let position = location.position;
-            version = location.version;
-            batch.put_cf(log, keys::position_key(position), bytes);
+        let (records, outcomes) = place(parts, &currents, *next_position, recorded_at);
+        let encoded = records
+            .iter()
+            .map(|record| record::encode(record).map(|bytes| (record, bytes)))
+            .collect::<Result<Vec<_>, _>>()?;
+        for (record, bytes) in encoded {
+            let location = IdLocation {
+                stream: record.stream,
+                position: record.position,
+                version: record.version,
+            };
+            batch.put_cf(log, keys::position_key(record.position), bytes);
             batch.put_cf(
                 streams,
-                keys::stream_key(&stream, version),
-                position.to_be_bytes(),
+                keys::stream_key(&record.stream, record.version),
+                record.position.to_be_bytes(),
             );
             batch.put_cf(
                 ids,
-                keys::event_id_key(&event_id),
+                keys::event_id_key(&record.event_id),
                 keys::encode_location(&location),
             );
-            overlay.ids.insert(event_id, location);
+            overlay.ids.insert(record.event_id, location);
+            overlay.versions.insert(record.stream, record.version);
         }
-        overlay.versions.insert(stream, version);
-        *next_position = first_position + (version - current);
-        Ok(AppendOutcome {
-            first_position,
-            last_position: *next_position - 1,
-            stream_version: version,
-            deduplicated: false,
-        })
+        *next_position += records.len() as u64;
+        Ok(outcomes)
     }
 }
