@@ -3,13 +3,15 @@
 //! Pure folds over recorded events: the session corpus, parent catalogs, the
 //! descendant tree, activation and activity state, external runs, inboxes and
 //! the provider registry, all in [`Projections`], plus their versioned
-//! [`checkpoint`] encoding. No IO: the replay crate and the runtime feed
-//! events in and store checkpoints.
+//! [`checkpoint`] encoding, and the delegation state machine ([`decide`])
+//! that reads them. No IO: the replay crate and the runtime feed events in,
+//! append decisions and store checkpoints.
 
 pub mod activation;
 pub mod catalog;
 pub mod checkpoint;
 pub mod inbox;
+pub mod machine;
 pub mod sessions;
 pub mod state;
 #[cfg(any(test, feature = "testing"))]
@@ -19,5 +21,6 @@ pub use activation::{
     ActivationPhase, ActivationState, Activity, LiveActivation, RunPhase, RunState,
 };
 pub use inbox::Inbox;
+pub use machine::{decide, Command, Decision, StartChild};
 pub use sessions::SessionRecord;
 pub use state::{Projections, ProviderRecord};

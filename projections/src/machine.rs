@@ -1,0 +1,758 @@
+//! The delegation state machine: [`decide`] turns a [`Command`] into the
+//! events that record it, or a typed rejection, by reading the current
+//! [`Projections`]. Pure: no IO, no clock, no randomness (ids come in the
+//! command). The runtime appends the events atomically and folds them back
+//! with [`Projections::apply`], and drivers report outcomes as new commands.
+//!
+//! `decide` reads the same fold the queries read, so there is one state, and
+//! the property tests of that fold cover the state decisions are made on.
+
+use serde_json::{json, Value};
+use subagent_core::{
+    AbandonReason, ContentBlock, Delivery, Diagnostic, Event, MessageDelivery, MessageId,
+    MessageSource, SessionId, SessionMode, StartOptions, StreamId, SubagentDescriptor,
+    SubagentError, SubagentResult, SubagentRunId, SubagentStopReason, MAX_SAFE_INTEGER,
+};
+
+use crate::activation::{ActivationPhase, LiveActivation, RunPhase};
+use crate::state::Projections;
+
+/// Everything a caller or a driver can ask of the state machine.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Command {
+    /// Record the host's own root session.
+    OpenRoot {
+        /// Its id.
+        session: SessionId,
+        /// Its label.
+        label: String,
+    },
+    /// Register a provider.
+    RegisterProvider {
+        /// The registration, as the runtime stream records it.
+        registration: Event,
+    },
+    /// Remove a provider.
+    RemoveProvider {
+        /// Its name.
+        name: String,
+    },
+    /// Start a child below `parent` (validated against the provider first).
+    StartChild(StartChild),
+    /// The provider contributed the first activation's creation inputs.
+    Prepared {
+        /// The child.
+        child: SessionId,
+        /// Its epoch.
+        epoch: u64,
+        /// Parent history to seed with (fork), as lossless JSON.
+        seed: Option<Vec<Value>>,
+        /// Whose history the seed copies, and the version it ends at.
+        seed_source: Option<(SessionId, u64)>,
+    },
+    /// The child agent of an activation is live.
+    Published {
+        /// The child.
+        child: SessionId,
+        /// Its epoch.
+        epoch: u64,
+        /// The run id pairing `subagent/start` and `subagent/end`.
+        run_id: SubagentRunId,
+    },
+    /// A turn begins and claims every pending message, in FIFO order.
+    BeginTurn {
+        /// The session.
+        session: SessionId,
+    },
+    /// A transcript entry of the running turn (`AssistantMessage`,
+    /// `ToolCalled` or `ToolReturned`).
+    Transcript {
+        /// The session.
+        session: SessionId,
+        /// The entry.
+        entry: Event,
+    },
+    /// The running turn ended.
+    EndTurn {
+        /// The session.
+        session: SessionId,
+        /// Why.
+        stop_reason: SubagentStopReason,
+    },
+    /// An activation produced its result.
+    Settle {
+        /// The child.
+        child: SessionId,
+        /// Its epoch.
+        epoch: u64,
+        /// The result.
+        result: SubagentResult,
+    },
+    /// An activation's resources were released (settling it as `aborted`
+    /// first when it had no result yet).
+    Release {
+        /// The child.
+        child: SessionId,
+        /// Its epoch.
+        epoch: u64,
+        /// A cleanup failure, recorded beside the result.
+        cleanup_error: Option<Diagnostic>,
+    },
+    /// An activation ended before publication.
+    Abandon {
+        /// The child.
+        child: SessionId,
+        /// Its epoch.
+        epoch: u64,
+        /// Why.
+        reason: AbandonReason,
+    },
+    /// An external run was published by its provider.
+    RunStarted {
+        /// The external child.
+        child: SessionId,
+    },
+    /// An external run settled.
+    RunSettled {
+        /// The external child.
+        child: SessionId,
+        /// The result.
+        result: SubagentResult,
+    },
+    /// An external run's handle was disposed.
+    RunDisposed {
+        /// The external child.
+        child: SessionId,
+        /// A cleanup failure, recorded beside the result.
+        cleanup_error: Option<Diagnostic>,
+    },
+    /// The provider refused to start the run.
+    RunStartFailed {
+        /// The external child.
+        child: SessionId,
+        /// Safe detail.
+        diagnostic: Diagnostic,
+    },
+    /// Settle explicitly everything that was live when the host stopped.
+    Recover,
+}
+
+/// A request to start a child.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StartChild {
+    /// The delegating parent.
+    pub parent: SessionId,
+    /// The child's reserved id.
+    pub child: SessionId,
+    /// The provider.
+    pub provider: String,
+    /// The catalog label.
+    pub label: String,
+    /// The task.
+    pub prompt: Vec<ContentBlock>,
+    /// Capability-gated options.
+    pub options: StartOptions,
+    /// Who receives the result.
+    pub delivery: Delivery,
+    /// The initial message's id (continuable children).
+    pub message_id: MessageId,
+    /// The run id (external children).
+    pub run_id: SubagentRunId,
+}
+
+/// The events of one decision, grouped by stream, to be appended atomically.
+pub type Decision = Vec<(StreamId, Vec<Event>)>;
+
+fn single(stream: StreamId, events: Vec<Event>) -> Decision {
+    vec![(stream, events)]
+}
+
+/// Decides what `command` records, given `state`.
+///
+/// # Errors
+/// A typed [`SubagentError`] with its stable code; a rejected command records
+/// nothing.
+pub fn decide(state: &Projections, command: Command) -> Result<Decision, SubagentError> {
+    match command {
+        Command::OpenRoot { session, label } => {
+            if state.sessions.contains_key(&session) {
+                return Err(SubagentError::BadRequest(format!(
+                    "session {session} already exists"
+                )));
+            }
+            Ok(single(
+                StreamId::Session(session),
+                vec![Event::root_created(session, label)],
+            ))
+        }
+        Command::RegisterProvider { registration } => {
+            let Event::ProviderRegistered { name, .. } = &registration else {
+                return Err(SubagentError::BadRequest(
+                    "not a provider registration".into(),
+                ));
+            };
+            if name.is_empty() {
+                return Err(SubagentError::BadRequest("provider name is empty".into()));
+            }
+            if state
+                .providers
+                .iter()
+                .any(|provider| provider.name == *name)
+            {
+                return Err(SubagentError::DuplicateProvider(name.clone()));
+            }
+            Ok(single(StreamId::Runtime, vec![registration]))
+        }
+        Command::RemoveProvider { name } => {
+            if !state.providers.iter().any(|provider| provider.name == name) {
+                return Err(SubagentError::UnknownProvider(name));
+            }
+            Ok(single(
+                StreamId::Runtime,
+                vec![Event::ProviderRemoved { name }],
+            ))
+        }
+        Command::StartChild(start) => start_child(state, start),
+        Command::Prepared {
+            child,
+            epoch,
+            seed,
+            seed_source,
+        } => {
+            let live = live(state, child, epoch)?;
+            if live.phase != ActivationPhase::Requested {
+                return Err(out_of_order(child, "prepared twice"));
+            }
+            let mut events = Vec::new();
+            let seeded_events = seed.as_ref().map_or(0, |events| events.len() as u64);
+            if let (Some(events_to_seed), Some((source, through_version))) = (seed, seed_source) {
+                events.push(Event::HistorySeeded {
+                    source,
+                    through_version,
+                    events: events_to_seed,
+                });
+            }
+            events.push(Event::ActivationPrepared {
+                epoch,
+                seeded_events,
+            });
+            Ok(single(StreamId::Session(child), events))
+        }
+        Command::Published {
+            child,
+            epoch,
+            run_id,
+        } => {
+            let live = live(state, child, epoch)?;
+            if live.phase == ActivationPhase::Published {
+                return Err(out_of_order(child, "published twice"));
+            }
+            Ok(single(
+                StreamId::Session(child),
+                vec![Event::ActivationPublished { epoch, run_id }],
+            ))
+        }
+        Command::BeginTurn { session } => {
+            let activation = published(state, session)?;
+            if state
+                .activations
+                .get(&session)
+                .and_then(|a| a.running_turn)
+                .is_some()
+            {
+                return Err(out_of_order(session, "a turn is already running"));
+            }
+            let turn = state.activations.get(&session).map_or(0, |a| a.turns) + 1;
+            Ok(single(
+                StreamId::Session(session),
+                vec![
+                    Event::MessagesClaimed {
+                        ids: state.pending_messages(session),
+                        turn,
+                    },
+                    Event::TurnStarted {
+                        turn,
+                        epoch: activation.epoch,
+                    },
+                ],
+            ))
+        }
+        Command::Transcript { session, entry } => {
+            let turn = running_turn(state, session)?;
+            let entry_turn = match &entry {
+                Event::AssistantMessage { turn, .. }
+                | Event::ToolCalled { turn, .. }
+                | Event::ToolReturned { turn, .. } => *turn,
+                other => {
+                    return Err(SubagentError::BadRequest(format!(
+                        "{} is not a transcript entry",
+                        other.type_name()
+                    )))
+                }
+            };
+            if entry_turn != turn {
+                return Err(out_of_order(session, "transcript entry names another turn"));
+            }
+            Ok(single(StreamId::Session(session), vec![entry]))
+        }
+        Command::EndTurn {
+            session,
+            stop_reason,
+        } => {
+            let turn = running_turn(state, session)?;
+            Ok(single(
+                StreamId::Session(session),
+                vec![Event::TurnEnded { turn, stop_reason }],
+            ))
+        }
+        Command::Settle {
+            child,
+            epoch,
+            result,
+        } => {
+            let live = live(state, child, epoch)?;
+            if live.settled {
+                return Err(out_of_order(child, "a settled result is never overwritten"));
+            }
+            Ok(settle(state, child, live, result))
+        }
+        Command::Release {
+            child,
+            epoch,
+            cleanup_error,
+        } => {
+            let live = live(state, child, epoch)?;
+            let mut decision = Vec::new();
+            if let Some(turn) = state.activations.get(&child).and_then(|a| a.running_turn) {
+                push_to(
+                    &mut decision,
+                    StreamId::Session(child),
+                    vec![Event::TurnEnded {
+                        turn,
+                        stop_reason: SubagentStopReason::Aborted,
+                    }],
+                );
+            }
+            if !live.settled {
+                let aborted = SubagentResult::failed(
+                    SubagentStopReason::Aborted,
+                    Vec::new(),
+                    "disposed before it settled",
+                );
+                for (stream, events) in settle(state, child, live, aborted) {
+                    push_to(&mut decision, stream, events);
+                }
+            }
+            push_to(
+                &mut decision,
+                StreamId::Session(child),
+                vec![Event::ActivationReleased {
+                    epoch,
+                    cleanup_error,
+                }],
+            );
+            Ok(decision)
+        }
+        Command::Abandon {
+            child,
+            epoch,
+            reason,
+        } => {
+            let live = live(state, child, epoch)?;
+            if live.phase == ActivationPhase::Published {
+                return Err(out_of_order(
+                    child,
+                    "a published activation is released, not abandoned",
+                ));
+            }
+            Ok(single(
+                StreamId::Session(child),
+                vec![Event::ActivationAbandoned { epoch, reason }],
+            ))
+        }
+        Command::RunStarted { child } => {
+            let run = run(state, child)?;
+            if run.phase != RunPhase::Requested {
+                return Err(out_of_order(child, "run started twice"));
+            }
+            Ok(single(
+                StreamId::Session(child),
+                vec![Event::RunStarted { run_id: run.run_id }],
+            ))
+        }
+        Command::RunSettled { child, result } => {
+            let run = run(state, child)?;
+            if run.phase != RunPhase::Started {
+                return Err(out_of_order(child, "only a started, unsettled run settles"));
+            }
+            Ok(settle_run(state, child, run.run_id, run.delivery, result))
+        }
+        Command::RunDisposed {
+            child,
+            cleanup_error,
+        } => {
+            let run = run(state, child)?;
+            if matches!(run.phase, RunPhase::Disposed | RunPhase::StartFailed) {
+                return Err(out_of_order(child, "run already disposed"));
+            }
+            let mut decision = if run.phase == RunPhase::Settled {
+                Vec::new()
+            } else {
+                let aborted = SubagentResult::failed(
+                    SubagentStopReason::Aborted,
+                    Vec::new(),
+                    "disposed before it settled",
+                );
+                settle_run(state, child, run.run_id, run.delivery, aborted)
+            };
+            push_to(
+                &mut decision,
+                StreamId::Session(child),
+                vec![Event::RunDisposed {
+                    run_id: run.run_id,
+                    cleanup_error,
+                }],
+            );
+            Ok(decision)
+        }
+        Command::RunStartFailed { child, diagnostic } => {
+            let run = run(state, child)?;
+            if run.phase != RunPhase::Requested {
+                return Err(out_of_order(child, "only a requested run fails to start"));
+            }
+            Ok(single(
+                StreamId::Session(child),
+                vec![Event::RunStartFailed {
+                    run_id: run.run_id,
+                    diagnostic,
+                }],
+            ))
+        }
+        Command::Recover => Ok(recover(state)),
+    }
+}
+
+fn push_to(decision: &mut Decision, stream: StreamId, events: Vec<Event>) {
+    match decision
+        .iter_mut()
+        .find(|(existing, _)| *existing == stream)
+    {
+        Some((_, existing)) => existing.extend(events),
+        None => decision.push((stream, events)),
+    }
+}
+
+fn out_of_order(session: SessionId, what: &str) -> SubagentError {
+    SubagentError::BadRequest(format!("{session}: {what}"))
+}
+
+fn live(
+    state: &Projections,
+    child: SessionId,
+    epoch: u64,
+) -> Result<&LiveActivation, SubagentError> {
+    state
+        .activations
+        .get(&child)
+        .and_then(|activation| activation.live.as_ref())
+        .filter(|live| live.epoch == epoch)
+        .ok_or_else(|| out_of_order(child, &format!("activation {epoch} is not live")))
+}
+
+fn published(state: &Projections, session: SessionId) -> Result<&LiveActivation, SubagentError> {
+    state
+        .activations
+        .get(&session)
+        .and_then(|activation| activation.live.as_ref())
+        .filter(|live| live.phase == ActivationPhase::Published && !live.settled)
+        .ok_or_else(|| out_of_order(session, "no published, unsettled activation"))
+}
+
+fn running_turn(state: &Projections, session: SessionId) -> Result<u64, SubagentError> {
+    published(state, session)?;
+    state
+        .activations
+        .get(&session)
+        .and_then(|activation| activation.running_turn)
+        .ok_or_else(|| out_of_order(session, "no turn is running"))
+}
+
+fn run(
+    state: &Projections,
+    child: SessionId,
+) -> Result<&crate::activation::RunState, SubagentError> {
+    state
+        .runs
+        .get(&child)
+        .ok_or_else(|| out_of_order(child, "no external run"))
+}
+
+/// The one-line, status-only account of how a child ended. Never the child's
+/// words: a settlement notice is the runtime speaking.
+#[must_use]
+pub fn settlement_summary(label: &str, result: &SubagentResult) -> String {
+    format!("subagent {label:?} finished: {}", result.stop_reason)
+}
+
+fn settle(
+    state: &Projections,
+    child: SessionId,
+    live: &LiveActivation,
+    result: SubagentResult,
+) -> Decision {
+    let mut decision = Vec::new();
+    let notice = (live.delivery == Delivery::Parent)
+        .then(|| state.sessions.get(&child))
+        .flatten()
+        .and_then(|record| record.parent.map(|parent| (parent, record.label.clone())));
+    let summary = notice
+        .as_ref()
+        .map(|(_, label)| settlement_summary(label, &result));
+    decision.push((
+        StreamId::Session(child),
+        vec![Event::ActivationSettled {
+            epoch: live.epoch,
+            result,
+        }],
+    ));
+    if let (Some((parent, _)), Some(summary)) = (notice, summary) {
+        decision.push((
+            StreamId::Session(parent),
+            vec![Event::MessageAccepted {
+                message_id: MessageId::from_uuid(uuid_for(child, live.epoch)),
+                source: MessageSource::SubagentSettled {
+                    summary: summary.clone(),
+                    sender_session_id: child,
+                },
+                delivery: MessageDelivery::Queue,
+                content: vec![ContentBlock::text(summary)],
+            }],
+        ));
+    }
+    decision
+}
+
+/// The external report's content: final text, structured result, diagnostic
+/// and status.
+fn report_content(result: &SubagentResult) -> Vec<ContentBlock> {
+    let mut content = result.output.clone();
+    if let Some(structured) = &result.structured {
+        content.push(ContentBlock::text(format!(
+            "structured result: {structured}"
+        )));
+    }
+    if let Some(diagnostic) = &result.diagnostic {
+        content.push(ContentBlock::text(format!("diagnostic: {diagnostic}")));
+    }
+    content.push(ContentBlock::text(format!(
+        "status: {}",
+        result.stop_reason
+    )));
+    content
+}
+
+fn settle_run(
+    state: &Projections,
+    child: SessionId,
+    run_id: SubagentRunId,
+    delivery: Delivery,
+    result: SubagentResult,
+) -> Decision {
+    let report = (delivery == Delivery::Parent)
+        .then(|| state.sessions.get(&child).and_then(|record| record.parent))
+        .flatten()
+        .map(|parent| (parent, report_content(&result)));
+    let mut decision = vec![(
+        StreamId::Session(child),
+        vec![Event::RunSettled { run_id, result }],
+    )];
+    if let Some((parent, content)) = report {
+        decision.push((
+            StreamId::Session(parent),
+            vec![Event::MessageAccepted {
+                message_id: MessageId::from_uuid(*run_id.as_uuid()),
+                source: MessageSource::SubagentReport {
+                    sender_session_id: child,
+                },
+                delivery: MessageDelivery::Queue,
+                content,
+            }],
+        ));
+    }
+    decision
+}
+
+/// A deterministic id for the settlement notice of `child`'s `epoch`, so a
+/// retried decision dedupes instead of notifying twice.
+fn uuid_for(child: SessionId, epoch: u64) -> uuid::Uuid {
+    uuid::Uuid::from_u128(
+        child.as_uuid().as_u128() ^ u128::from(epoch).rotate_left(64) ^ 0x5e77_1ed0,
+    )
+}
+
+fn start_child(state: &Projections, start: StartChild) -> Result<Decision, SubagentError> {
+    let parent = state.sessions.get(&start.parent).ok_or_else(|| {
+        SubagentError::ParentUnavailable(format!("unknown parent {}", start.parent))
+    })?;
+    let mut ancestor = Some(parent);
+    while let Some(record) = ancestor {
+        if state.admission_closed.contains(&record.id) {
+            return Err(SubagentError::AdmissionClosed(record.id.to_string()));
+        }
+        ancestor = record.parent.and_then(|id| state.sessions.get(&id));
+    }
+    let provider = state
+        .providers
+        .iter()
+        .find(|provider| provider.name == start.provider)
+        .ok_or_else(|| SubagentError::UnknownProvider(start.provider.clone()))?;
+    provider
+        .capabilities
+        .check(&provider.name, &start.options)?;
+    let depth = parent.depth + 1;
+    if let Some(max_depth) = start.options.max_depth {
+        if max_depth > MAX_SAFE_INTEGER {
+            return Err(SubagentError::InvalidDepth(max_depth.to_string()));
+        }
+        if depth > max_depth {
+            return Err(SubagentError::DepthExceeded { depth, max_depth });
+        }
+    }
+    if state.sessions.contains_key(&start.child) || state.catalogs.contains_key(&start.child) {
+        return Err(SubagentError::BadRequest(format!(
+            "child id {} is already in use",
+            start.child
+        )));
+    }
+    if start.label.is_empty() {
+        return Err(SubagentError::BadRequest("label is empty".into()));
+    }
+    let mode = if provider.continuable {
+        SessionMode::Continuable
+    } else {
+        SessionMode::OneShot
+    };
+    let external = !provider.continuable;
+    let descriptor = SubagentDescriptor {
+        version: subagent_core::DESCRIPTOR_VERSION,
+        provider: provider.name.clone(),
+        mode,
+        inherits_parent_context: provider.inherits_parent_context,
+        agent_options: start.options.agent_options.clone(),
+        tool_filter: start.options.tool_filter.clone(),
+        persona: start.options.persona.clone(),
+        max_depth: start.options.max_depth,
+    };
+    let created = Event::SessionCreated {
+        session: start.child,
+        parent: Some(start.parent),
+        depth,
+        label: start.label.clone(),
+        provider: Some(provider.name.clone()),
+        mode,
+        external,
+        descriptor: serde_json::to_value(&descriptor).unwrap_or_else(|_| json!(null)),
+    };
+    let mut child_events = vec![created];
+    if external {
+        child_events.push(Event::RunRequested {
+            run_id: start.run_id,
+            provider: provider.name.clone(),
+            delivery: start.delivery,
+        });
+    } else {
+        child_events.push(Event::ActivationRequested {
+            epoch: 1,
+            delivery: start.delivery,
+            output_schema: start.options.output_schema.clone(),
+        });
+        child_events.push(Event::MessageAccepted {
+            message_id: start.message_id,
+            source: MessageSource::Delegation {
+                parent_session_id: start.parent,
+            },
+            delivery: MessageDelivery::Queue,
+            content: start.prompt,
+        });
+    }
+    Ok(vec![
+        (
+            StreamId::Session(start.parent),
+            vec![Event::ChildCataloged {
+                child: start.child,
+                label: start.label,
+                provider: provider.name.clone(),
+                mode,
+                external,
+            }],
+        ),
+        (StreamId::Session(start.child), child_events),
+    ])
+}
+
+fn recover(state: &Projections) -> Decision {
+    let mut decision = Vec::new();
+    let mut abandoned = 0;
+    let mut failed = 0;
+    let mut live: Vec<_> = state
+        .activations
+        .iter()
+        .filter_map(|(id, a)| a.live.as_ref().map(|l| (*id, l)))
+        .collect();
+    live.sort_by_key(|(id, _)| *id);
+    for (child, activation) in live {
+        abandoned += 1;
+        let mut events = Vec::new();
+        if let Some(turn) = state.activations.get(&child).and_then(|a| a.running_turn) {
+            events.push(Event::TurnEnded {
+                turn,
+                stop_reason: SubagentStopReason::Aborted,
+            });
+        }
+        events.push(Event::ActivationAbandoned {
+            epoch: activation.epoch,
+            reason: AbandonReason::HostRestart,
+        });
+        push_to(&mut decision, StreamId::Session(child), events);
+    }
+    let mut runs: Vec<_> = state
+        .runs
+        .iter()
+        .filter(|(_, run)| run.is_live())
+        .map(|(id, run)| (*id, run))
+        .collect();
+    runs.sort_by_key(|(id, _)| *id);
+    for (child, run) in runs {
+        failed += 1;
+        if run.phase != RunPhase::Settled {
+            let result = SubagentResult::failed(
+                SubagentStopReason::Error,
+                Vec::new(),
+                "the host restarted while the run was live",
+            );
+            for (stream, events) in settle_run(state, child, run.run_id, run.delivery, result) {
+                push_to(&mut decision, stream, events);
+            }
+        }
+        push_to(
+            &mut decision,
+            StreamId::Session(child),
+            vec![Event::RunDisposed {
+                run_id: run.run_id,
+                cleanup_error: Some(Diagnostic::new("backend handle lost in a host restart")),
+            }],
+        );
+    }
+    if abandoned + failed > 0 {
+        push_to(
+            &mut decision,
+            StreamId::Runtime,
+            vec![Event::HostRecovered {
+                previous_head: state.position,
+                abandoned_activations: abandoned,
+                failed_runs: failed,
+            }],
+        );
+    }
+    decision
+}

@@ -1,0 +1,634 @@
+//! The state machine, command by command: what each command records, and
+//! each rejection with its stable code.
+
+use subagent_core::{
+    AbandonReason, ContentBlock, Delivery, Diagnostic, ErrorCode, Event, MessageId, MessageSource,
+    SessionId, StartOptions, SubagentCapabilities, SubagentResult, SubagentRunId,
+    SubagentStopReason, ToolRestriction,
+};
+use subagent_projections::machine::{decide, settlement_summary, Command, Decision, StartChild};
+use subagent_projections::testing::HistoryBuilder;
+use subagent_projections::{Activity, Projections, RunPhase};
+
+/// A state plus the history it was folded from; `commit` plays the runtime.
+struct World {
+    history: HistoryBuilder,
+    state: Projections,
+}
+
+impl World {
+    fn new() -> Self {
+        let mut world = World {
+            history: HistoryBuilder::new(),
+            state: Projections::new(),
+        };
+        for (name, continuable, capabilities) in [
+            (
+                "spawn",
+                true,
+                SubagentCapabilities {
+                    tool_filter: true,
+                    depth_limit: true,
+                    ..SubagentCapabilities::default()
+                },
+            ),
+            ("process", false, SubagentCapabilities::default()),
+        ] {
+            world.run(Command::RegisterProvider {
+                registration: Event::ProviderRegistered {
+                    name: name.into(),
+                    capabilities,
+                    inherits_parent_context: false,
+                    route_defaults: None,
+                    continuable,
+                    one_shot: !continuable,
+                },
+            });
+        }
+        world
+    }
+
+    fn commit(&mut self, decision: Decision) -> Vec<(subagent_core::StreamId, Event)> {
+        let mut recorded = Vec::new();
+        for (stream, events) in decision {
+            for event in events {
+                let record = self.history.push(stream, event.clone()).clone();
+                self.state.apply(&record);
+                recorded.push((stream, event));
+            }
+        }
+        recorded
+    }
+
+    fn run(&mut self, command: Command) -> Vec<(subagent_core::StreamId, Event)> {
+        let decision = decide(&self.state, command).expect("command accepted");
+        self.commit(decision)
+    }
+
+    fn reject(&self, command: Command) -> ErrorCode {
+        decide(&self.state, command)
+            .expect_err("command rejected")
+            .code()
+    }
+
+    fn root(&mut self) -> SessionId {
+        let session = SessionId::new();
+        self.run(Command::OpenRoot {
+            session,
+            label: "root".into(),
+        });
+        session
+    }
+
+    fn start(&mut self, parent: SessionId, provider: &str, delivery: Delivery) -> SessionId {
+        let start = start(parent, provider, delivery);
+        let child = start.child;
+        self.run(Command::StartChild(start));
+        child
+    }
+}
+
+fn start(parent: SessionId, provider: &str, delivery: Delivery) -> StartChild {
+    StartChild {
+        parent,
+        child: SessionId::new(),
+        provider: provider.into(),
+        label: "task".into(),
+        prompt: vec![ContentBlock::text("do it")],
+        options: StartOptions::default(),
+        delivery,
+        message_id: MessageId::new(),
+        run_id: SubagentRunId::new(),
+    }
+}
+
+fn types(recorded: &[(subagent_core::StreamId, Event)]) -> Vec<&'static str> {
+    recorded
+        .iter()
+        .map(|(_, event)| event.type_name())
+        .collect()
+}
+
+#[test]
+fn starting_a_continuable_child_records_catalog_session_activation_and_prompt() {
+    let mut world = World::new();
+    let root = world.root();
+    let start = start(root, "spawn", Delivery::Parent);
+    let (child, prompt) = (start.child, start.message_id);
+    let recorded = world.run(Command::StartChild(start));
+    assert_eq!(
+        types(&recorded),
+        vec![
+            "ChildCataloged",
+            "SessionCreated",
+            "ActivationRequested",
+            "MessageAccepted"
+        ]
+    );
+    assert_eq!(
+        recorded[0].0,
+        subagent_core::StreamId::Session(root),
+        "catalog entry in the parent's stream"
+    );
+    assert_eq!(world.state.list_children(root)[0].entry.child_id, child);
+    assert_eq!(
+        world.state.pending_messages(child),
+        vec![prompt],
+        "the prompt goes through the inbox"
+    );
+    assert_eq!(world.state.sessions[&child].depth, 1);
+}
+
+#[test]
+fn starting_an_external_child_records_a_run_request_and_no_inbox() {
+    let mut world = World::new();
+    let root = world.root();
+    let child = world.start(root, "process", Delivery::Caller);
+    assert!(world.state.sessions[&child].external);
+    assert_eq!(world.state.runs[&child].phase, RunPhase::Requested);
+    assert!(world.state.pending_messages(child).is_empty());
+}
+
+#[test]
+fn bad_starts_are_rejected_with_stable_codes() {
+    let mut world = World::new();
+    let root = world.root();
+    let child = world.start(root, "spawn", Delivery::Parent);
+    let with = |options: StartOptions, provider: &str| {
+        let mut request = start(root, provider, Delivery::Parent);
+        request.options = options;
+        Command::StartChild(request)
+    };
+    assert_eq!(
+        world.reject(Command::StartChild(start(
+            SessionId::new(),
+            "spawn",
+            Delivery::Parent
+        ))),
+        ErrorCode::ParentUnavailable
+    );
+    assert_eq!(
+        world.reject(with(StartOptions::default(), "nope")),
+        ErrorCode::UnknownProvider
+    );
+    assert_eq!(
+        world.reject(with(
+            StartOptions {
+                persona: Some("p".into()),
+                ..StartOptions::default()
+            },
+            "spawn"
+        )),
+        ErrorCode::CapabilityUnsupported
+    );
+    assert_eq!(
+        world.reject(with(
+            StartOptions {
+                tool_filter: Some(ToolRestriction::Deny(vec![])),
+                ..StartOptions::default()
+            },
+            "process"
+        )),
+        ErrorCode::CapabilityUnsupported
+    );
+    assert_eq!(
+        world.reject(with(
+            StartOptions {
+                max_depth: Some(0),
+                ..StartOptions::default()
+            },
+            "spawn"
+        )),
+        ErrorCode::DepthExceeded
+    );
+    assert_eq!(
+        world.reject(with(
+            StartOptions {
+                max_depth: Some(1 << 53),
+                ..StartOptions::default()
+            },
+            "spawn"
+        )),
+        ErrorCode::InvalidDepth
+    );
+    let mut reused = start(root, "spawn", Delivery::Parent);
+    reused.child = child;
+    assert_eq!(
+        world.reject(Command::StartChild(reused)),
+        ErrorCode::BadRequest
+    );
+    let mut unlabeled = start(root, "spawn", Delivery::Parent);
+    unlabeled.label.clear();
+    assert_eq!(
+        world.reject(Command::StartChild(unlabeled)),
+        ErrorCode::BadRequest
+    );
+    // A depth cap the child meets exactly is accepted.
+    world.run(with(
+        StartOptions {
+            max_depth: Some(1),
+            ..StartOptions::default()
+        },
+        "spawn",
+    ));
+}
+
+#[test]
+fn a_closed_admission_refuses_starts_anywhere_below_the_parent() {
+    let mut world = World::new();
+    let root = world.root();
+    let child = world.start(root, "spawn", Delivery::Parent);
+    let record = world
+        .history
+        .push(
+            subagent_core::StreamId::Runtime,
+            Event::AdmissionClosed { parent: root },
+        )
+        .clone();
+    world.state.apply(&record);
+    assert_eq!(
+        world.reject(Command::StartChild(start(root, "spawn", Delivery::Parent))),
+        ErrorCode::AdmissionClosed
+    );
+    assert_eq!(
+        world.reject(Command::StartChild(start(child, "spawn", Delivery::Parent))),
+        ErrorCode::AdmissionClosed
+    );
+    let other = world.root();
+    world.start(other, "spawn", Delivery::Parent);
+}
+
+#[test]
+fn a_continuable_activation_runs_to_settlement_and_notifies_its_parent() {
+    let mut world = World::new();
+    let root = world.root();
+    let start = start(root, "spawn", Delivery::Parent);
+    let (child, prompt) = (start.child, start.message_id);
+    world.run(Command::StartChild(start));
+    let seed = vec![serde_json::json!({"type": "UserMessage"})];
+    let recorded = world.run(Command::Prepared {
+        child,
+        epoch: 1,
+        seed: Some(seed),
+        seed_source: Some((root, 3)),
+    });
+    assert_eq!(
+        types(&recorded),
+        vec!["HistorySeeded", "ActivationPrepared"]
+    );
+    world.run(Command::Published {
+        child,
+        epoch: 1,
+        run_id: SubagentRunId::new(),
+    });
+    assert_eq!(world.state.activity(child), Activity::Idle);
+    let recorded = world.run(Command::BeginTurn { session: child });
+    assert!(
+        matches!(&recorded[0].1, Event::MessagesClaimed { ids, turn: 1 } if *ids == vec![prompt])
+    );
+    assert_eq!(world.state.activity(child), Activity::Running);
+    assert_eq!(
+        world.reject(Command::BeginTurn { session: child }),
+        ErrorCode::BadRequest
+    );
+    let answer = vec![ContentBlock::text("found it")];
+    world.run(Command::Transcript {
+        session: child,
+        entry: Event::AssistantMessage {
+            turn: 1,
+            content: answer.clone(),
+            usage: None,
+        },
+    });
+    assert_eq!(
+        world.reject(Command::Transcript {
+            session: child,
+            entry: Event::AssistantMessage {
+                turn: 2,
+                content: vec![],
+                usage: None
+            }
+        }),
+        ErrorCode::BadRequest
+    );
+    assert_eq!(
+        world.reject(Command::Transcript {
+            session: child,
+            entry: Event::ProviderRemoved { name: "x".into() }
+        }),
+        ErrorCode::BadRequest
+    );
+    world.run(Command::EndTurn {
+        session: child,
+        stop_reason: SubagentStopReason::Completed,
+    });
+    let result = SubagentResult::completed(answer);
+    let recorded = world.run(Command::Settle {
+        child,
+        epoch: 1,
+        result: result.clone(),
+    });
+    assert_eq!(
+        types(&recorded),
+        vec!["ActivationSettled", "MessageAccepted"]
+    );
+    let (stream, notice) = &recorded[1];
+    assert_eq!(*stream, subagent_core::StreamId::Session(root));
+    let Event::MessageAccepted {
+        source, content, ..
+    } = notice
+    else {
+        unreachable!()
+    };
+    assert_eq!(
+        *source,
+        MessageSource::SubagentSettled {
+            summary: settlement_summary("task", &result),
+            sender_session_id: child
+        },
+        "the notice is the runtime's account, attributed to the child only as sender"
+    );
+    assert!(
+        !subagent_core::content::plain_text(content).contains("found it"),
+        "status only, never the child's words"
+    );
+    assert_eq!(
+        world.reject(Command::Settle {
+            child,
+            epoch: 1,
+            result: SubagentResult::completed(vec![])
+        }),
+        ErrorCode::BadRequest
+    );
+    world.run(Command::Release {
+        child,
+        epoch: 1,
+        cleanup_error: Some(Diagnostic::new("socket busy")),
+    });
+    assert_eq!(world.state.activity(child), Activity::Inactive);
+    assert_eq!(
+        world.state.activations[&child].last_result,
+        Some((1, result))
+    );
+}
+
+#[test]
+fn caller_delivery_sends_no_notice() {
+    let mut world = World::new();
+    let root = world.root();
+    let child = world.start(root, "spawn", Delivery::Caller);
+    world.run(Command::Published {
+        child,
+        epoch: 1,
+        run_id: SubagentRunId::new(),
+    });
+    let recorded = world.run(Command::Settle {
+        child,
+        epoch: 1,
+        result: SubagentResult::completed(vec![]),
+    });
+    assert_eq!(types(&recorded), vec!["ActivationSettled"]);
+    assert!(world.state.pending_messages(root).is_empty());
+}
+
+#[test]
+fn releasing_before_settlement_ends_the_turn_and_settles_aborted() {
+    let mut world = World::new();
+    let root = world.root();
+    let child = world.start(root, "spawn", Delivery::Parent);
+    world.run(Command::Published {
+        child,
+        epoch: 1,
+        run_id: SubagentRunId::new(),
+    });
+    world.run(Command::BeginTurn { session: child });
+    let recorded = world.run(Command::Release {
+        child,
+        epoch: 1,
+        cleanup_error: None,
+    });
+    assert_eq!(
+        types(&recorded),
+        vec![
+            "TurnEnded",
+            "ActivationSettled",
+            "ActivationReleased",
+            "MessageAccepted"
+        ]
+    );
+    let (_, result) = world.state.activations[&child].last_result.clone().unwrap();
+    assert_eq!(result.stop_reason, SubagentStopReason::Aborted);
+    assert_eq!(
+        world.reject(Command::Release {
+            child,
+            epoch: 1,
+            cleanup_error: None
+        }),
+        ErrorCode::BadRequest
+    );
+}
+
+#[test]
+fn only_unpublished_activations_are_abandoned() {
+    let mut world = World::new();
+    let root = world.root();
+    let child = world.start(root, "spawn", Delivery::Parent);
+    let recorded = world.run(Command::Abandon {
+        child,
+        epoch: 1,
+        reason: AbandonReason::Cancelled,
+    });
+    assert_eq!(types(&recorded), vec!["ActivationAbandoned"]);
+    assert_eq!(world.state.activity(child), Activity::Inactive);
+    assert_eq!(
+        world.state.pending_messages(child).len(),
+        1,
+        "the prompt stays pending for a cold resume"
+    );
+    let other = world.start(root, "spawn", Delivery::Parent);
+    world.run(Command::Published {
+        child: other,
+        epoch: 1,
+        run_id: SubagentRunId::new(),
+    });
+    assert_eq!(
+        world.reject(Command::Abandon {
+            child: other,
+            epoch: 1,
+            reason: AbandonReason::Drained
+        }),
+        ErrorCode::BadRequest
+    );
+}
+
+#[test]
+fn an_external_run_reports_its_final_text_diagnostic_and_status_to_the_parent() {
+    let mut world = World::new();
+    let root = world.root();
+    let child = world.start(root, "process", Delivery::Parent);
+    assert_eq!(
+        world.reject(Command::RunSettled {
+            child,
+            result: SubagentResult::completed(vec![])
+        }),
+        ErrorCode::BadRequest
+    );
+    world.run(Command::RunStarted { child });
+    let result = SubagentResult::failed(
+        SubagentStopReason::MaxTokens,
+        vec![ContentBlock::text("partial answer")],
+        "token ceiling",
+    );
+    let recorded = world.run(Command::RunSettled { child, result });
+    let Event::MessageAccepted {
+        source, content, ..
+    } = &recorded[1].1
+    else {
+        panic!("no report")
+    };
+    assert_eq!(
+        *source,
+        MessageSource::SubagentReport {
+            sender_session_id: child
+        }
+    );
+    let text = subagent_core::content::plain_text(content);
+    for part in [
+        "partial answer",
+        "diagnostic: token ceiling",
+        "status: max-tokens",
+    ] {
+        assert!(text.contains(part), "{text}");
+    }
+    world.run(Command::RunDisposed {
+        child,
+        cleanup_error: None,
+    });
+    assert_eq!(world.state.runs[&child].phase, RunPhase::Disposed);
+    assert_eq!(
+        world.reject(Command::RunDisposed {
+            child,
+            cleanup_error: None
+        }),
+        ErrorCode::BadRequest
+    );
+}
+
+#[test]
+fn disposing_an_unsettled_run_settles_it_aborted_and_failed_starts_are_recorded() {
+    let mut world = World::new();
+    let root = world.root();
+    let child = world.start(root, "process", Delivery::Caller);
+    world.run(Command::RunStarted { child });
+    let recorded = world.run(Command::RunDisposed {
+        child,
+        cleanup_error: None,
+    });
+    assert_eq!(types(&recorded), vec!["RunSettled", "RunDisposed"]);
+    assert_eq!(
+        world.state.runs[&child]
+            .result
+            .as_ref()
+            .map(|r| r.stop_reason.clone()),
+        Some(SubagentStopReason::Aborted)
+    );
+    let failing = world.start(root, "process", Delivery::Caller);
+    world.run(Command::RunStartFailed {
+        child: failing,
+        diagnostic: Diagnostic::new("binary not found"),
+    });
+    assert_eq!(world.state.runs[&failing].phase, RunPhase::StartFailed);
+    assert_eq!(
+        world.reject(Command::RunStarted { child: failing }),
+        ErrorCode::BadRequest
+    );
+}
+
+#[test]
+fn recovery_settles_everything_that_was_live_explicitly_and_only_once() {
+    let mut world = World::new();
+    let root = world.root();
+    let running = world.start(root, "spawn", Delivery::Parent);
+    world.run(Command::Published {
+        child: running,
+        epoch: 1,
+        run_id: SubagentRunId::new(),
+    });
+    world.run(Command::BeginTurn { session: running });
+    let queued = world.start(root, "spawn", Delivery::Parent);
+    let external = world.start(root, "process", Delivery::Parent);
+    world.run(Command::RunStarted { child: external });
+    let recorded = world.run(Command::Recover);
+    let kinds = types(&recorded);
+    assert_eq!(
+        kinds
+            .iter()
+            .filter(|k| **k == "ActivationAbandoned")
+            .count(),
+        2
+    );
+    assert!(
+        kinds.contains(&"RunSettled")
+            && kinds.contains(&"RunDisposed")
+            && kinds.contains(&"HostRecovered")
+    );
+    for child in [running, queued] {
+        assert_eq!(
+            world.state.activity(child),
+            Activity::Inactive,
+            "cold-resumable"
+        );
+    }
+    assert_eq!(
+        world.state.pending_messages(queued).len(),
+        1,
+        "pending messages stay pending"
+    );
+    let run = &world.state.runs[&external];
+    assert_eq!(
+        run.result.as_ref().map(|r| r.stop_reason.clone()),
+        Some(SubagentStopReason::Error)
+    );
+    assert!(run
+        .result
+        .as_ref()
+        .and_then(|r| r.diagnostic.as_ref())
+        .is_some_and(|d| d.as_str().contains("host restarted")));
+    assert!(
+        world.run(Command::Recover).is_empty(),
+        "nothing is live any more"
+    );
+}
+
+#[test]
+fn provider_registration_is_unique_and_removal_needs_a_registered_name() {
+    let mut world = World::new();
+    let duplicate = Event::ProviderRegistered {
+        name: "spawn".into(),
+        capabilities: SubagentCapabilities::default(),
+        inherits_parent_context: false,
+        route_defaults: None,
+        continuable: true,
+        one_shot: false,
+    };
+    assert_eq!(
+        world.reject(Command::RegisterProvider {
+            registration: duplicate
+        }),
+        ErrorCode::DuplicateProvider
+    );
+    assert_eq!(
+        world.reject(Command::RemoveProvider {
+            name: "nope".into()
+        }),
+        ErrorCode::UnknownProvider
+    );
+    world.run(Command::RemoveProvider {
+        name: "spawn".into(),
+    });
+    let root = world.root();
+    assert_eq!(
+        world.reject(Command::StartChild(start(root, "spawn", Delivery::Parent))),
+        ErrorCode::UnknownProvider
+    );
+}
