@@ -39,12 +39,16 @@ pub enum Command {
     },
     /// Start a child below `parent` (validated against the provider first).
     StartChild(StartChild),
-    /// The provider contributed the first activation's creation inputs.
+    /// The provider contributed the activation's creation inputs; the
+    /// delegated prompt (first activation only) is accepted into the inbox
+    /// with them, which ends the caller's cancellation window.
     Prepared {
         /// The child.
         child: SessionId,
         /// Its epoch.
         epoch: u64,
+        /// The initial prompt and its message id.
+        prompt: Option<(MessageId, Vec<ContentBlock>)>,
         /// Parent history to seed with (fork), as lossless JSON.
         seed: Option<Vec<Value>>,
         /// Whose history the seed copies, and the version it ends at.
@@ -148,14 +152,10 @@ pub struct StartChild {
     pub provider: String,
     /// The catalog label.
     pub label: String,
-    /// The task.
-    pub prompt: Vec<ContentBlock>,
     /// Capability-gated options.
     pub options: StartOptions,
     /// Who receives the result.
     pub delivery: Delivery,
-    /// The initial message's id (continuable children).
-    pub message_id: MessageId,
     /// The run id (external children).
     pub run_id: SubagentRunId,
 }
@@ -216,6 +216,7 @@ pub fn decide(state: &Projections, command: Command) -> Result<Decision, Subagen
         Command::Prepared {
             child,
             epoch,
+            prompt,
             seed,
             seed_source,
         } => {
@@ -236,6 +237,21 @@ pub fn decide(state: &Projections, command: Command) -> Result<Decision, Subagen
                 epoch,
                 seeded_events,
             });
+            if let Some((message_id, content)) = prompt {
+                let parent = state
+                    .sessions
+                    .get(&child)
+                    .and_then(|record| record.parent)
+                    .unwrap_or(child);
+                events.push(Event::MessageAccepted {
+                    message_id,
+                    source: MessageSource::Delegation {
+                        parent_session_id: parent,
+                    },
+                    delivery: MessageDelivery::Queue,
+                    content,
+                });
+            }
             Ok(single(StreamId::Session(child), events))
         }
         Command::Published {
@@ -665,14 +681,6 @@ fn start_child(state: &Projections, start: StartChild) -> Result<Decision, Subag
             epoch: 1,
             delivery: start.delivery,
             output_schema: start.options.output_schema.clone(),
-        });
-        child_events.push(Event::MessageAccepted {
-            message_id: start.message_id,
-            source: MessageSource::Delegation {
-                parent_session_id: start.parent,
-            },
-            delivery: MessageDelivery::Queue,
-            content: start.prompt,
         });
     }
     Ok(vec![

@@ -94,10 +94,8 @@ fn start(parent: SessionId, provider: &str, delivery: Delivery) -> StartChild {
         child: SessionId::new(),
         provider: provider.into(),
         label: "task".into(),
-        prompt: vec![ContentBlock::text("do it")],
         options: StartOptions::default(),
         delivery,
-        message_id: MessageId::new(),
         run_id: SubagentRunId::new(),
     }
 }
@@ -109,21 +107,26 @@ fn types(recorded: &[(subagent_core::StreamId, Event)]) -> Vec<&'static str> {
         .collect()
 }
 
+fn prepared(child: SessionId, prompt: MessageId) -> Command {
+    Command::Prepared {
+        child,
+        epoch: 1,
+        prompt: Some((prompt, vec![ContentBlock::text("do it")])),
+        seed: None,
+        seed_source: None,
+    }
+}
+
 #[test]
-fn starting_a_continuable_child_records_catalog_session_activation_and_prompt() {
+fn starting_a_continuable_child_reserves_it_and_preparation_accepts_the_prompt() {
     let mut world = World::new();
     let root = world.root();
     let start = start(root, "spawn", Delivery::Parent);
-    let (child, prompt) = (start.child, start.message_id);
+    let child = start.child;
     let recorded = world.run(Command::StartChild(start));
     assert_eq!(
         types(&recorded),
-        vec![
-            "ChildCataloged",
-            "SessionCreated",
-            "ActivationRequested",
-            "MessageAccepted"
-        ]
+        vec!["ChildCataloged", "SessionCreated", "ActivationRequested"]
     );
     assert_eq!(
         recorded[0].0,
@@ -131,12 +134,32 @@ fn starting_a_continuable_child_records_catalog_session_activation_and_prompt() 
         "catalog entry in the parent's stream"
     );
     assert_eq!(world.state.list_children(root)[0].entry.child_id, child);
+    assert_eq!(world.state.sessions[&child].depth, 1);
+    let prompt = MessageId::new();
+    let recorded = world.run(prepared(child, prompt));
+    assert_eq!(
+        types(&recorded),
+        vec!["ActivationPrepared", "MessageAccepted"]
+    );
+    let Event::MessageAccepted { source, .. } = &recorded[1].1 else {
+        unreachable!()
+    };
+    assert_eq!(
+        *source,
+        MessageSource::Delegation {
+            parent_session_id: root
+        }
+    );
     assert_eq!(
         world.state.pending_messages(child),
         vec![prompt],
         "the prompt goes through the inbox"
     );
-    assert_eq!(world.state.sessions[&child].depth, 1);
+    assert_eq!(
+        world.reject(prepared(child, MessageId::new())),
+        ErrorCode::BadRequest,
+        "prepared twice"
+    );
 }
 
 #[test]
@@ -262,19 +285,19 @@ fn a_closed_admission_refuses_starts_anywhere_below_the_parent() {
 fn a_continuable_activation_runs_to_settlement_and_notifies_its_parent() {
     let mut world = World::new();
     let root = world.root();
-    let start = start(root, "spawn", Delivery::Parent);
-    let (child, prompt) = (start.child, start.message_id);
-    world.run(Command::StartChild(start));
+    let child = world.start(root, "spawn", Delivery::Parent);
+    let prompt = MessageId::new();
     let seed = vec![serde_json::json!({"type": "UserMessage"})];
     let recorded = world.run(Command::Prepared {
         child,
         epoch: 1,
+        prompt: Some((prompt, vec![ContentBlock::text("do it")])),
         seed: Some(seed),
         seed_source: Some((root, 3)),
     });
     assert_eq!(
         types(&recorded),
-        vec!["HistorySeeded", "ActivationPrepared"]
+        vec!["HistorySeeded", "ActivationPrepared", "MessageAccepted"]
     );
     world.run(Command::Published {
         child,
@@ -440,10 +463,9 @@ fn only_unpublished_activations_are_abandoned() {
     });
     assert_eq!(types(&recorded), vec!["ActivationAbandoned"]);
     assert_eq!(world.state.activity(child), Activity::Inactive);
-    assert_eq!(
-        world.state.pending_messages(child).len(),
-        1,
-        "the prompt stays pending for a cold resume"
+    assert!(
+        world.state.pending_messages(child).is_empty(),
+        "cancelled before the prompt was accepted"
     );
     let other = world.start(root, "spawn", Delivery::Parent);
     world.run(Command::Published {
@@ -556,6 +578,7 @@ fn recovery_settles_everything_that_was_live_explicitly_and_only_once() {
     });
     world.run(Command::BeginTurn { session: running });
     let queued = world.start(root, "spawn", Delivery::Parent);
+    world.run(prepared(queued, MessageId::new()));
     let external = world.start(root, "process", Delivery::Parent);
     world.run(Command::RunStarted { child: external });
     let recorded = world.run(Command::Recover);
