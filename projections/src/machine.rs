@@ -137,7 +137,8 @@ pub enum Command {
         /// Safe detail.
         diagnostic: Diagnostic,
     },
-    /// Settle explicitly everything that was live when the host stopped.
+    /// Settle explicitly everything that was live when the host stopped, and
+    /// end the registrations of the previous host's providers.
     Recover,
 }
 
@@ -750,6 +751,18 @@ fn recover(state: &Projections) -> Decision {
                 cleanup_error: Some(Diagnostic::new("backend handle lost in a host restart")),
             }],
         );
+    }
+    // Provider objects do not survive the host: their registrations end with
+    // it, and the host registers them again.
+    let removed: Vec<Event> = state
+        .providers
+        .iter()
+        .map(|provider| Event::ProviderRemoved {
+            name: provider.name.clone(),
+        })
+        .collect();
+    if !removed.is_empty() {
+        push_to(&mut decision, StreamId::Runtime, removed);
     }
     if abandoned + failed > 0 {
         push_to(

@@ -595,6 +595,12 @@ fn recovery_settles_everything_that_was_live_explicitly_and_only_once() {
             && kinds.contains(&"RunDisposed")
             && kinds.contains(&"HostRecovered")
     );
+    assert_eq!(
+        kinds.iter().filter(|k| **k == "ProviderRemoved").count(),
+        2,
+        "registrations end with the host"
+    );
+    assert!(world.state.providers.is_empty());
     for child in [running, queued] {
         assert_eq!(
             world.state.activity(child),

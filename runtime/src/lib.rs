@@ -1,1 +1,23 @@
-//! placeholder
+//! # subagent-runtime
+//!
+//! The runtime hosts call: [`SubagentRuntime`] (the `ctx.subagents` facade of
+//! the spec), its drivers, the seams a host plugs into ([`seam`]), the
+//! deterministic [`scripted`] agent, and the shipped [`providers`].
+//!
+//! Every transition goes through one path (`engine`): a command is decided
+//! against the projections, its events are appended atomically and durably,
+//! folded in, and only then acknowledged. Drivers react by doing the IO
+//! (creating agents, running turns, starting and disposing external runs)
+//! and report each outcome as a new command.
+
+mod activation;
+mod engine;
+pub mod providers;
+mod runtime;
+pub mod scripted;
+pub mod seam;
+
+pub use activation::SubagentActivation;
+pub use runtime::{LiveAgent, Notice, RecoveryReport, SubagentRuntime};
+pub use scripted::{Script, ScriptedHost};
+pub use seam::{Agent, AgentHost, AgentSpec, SubagentProvider, SubagentRun};

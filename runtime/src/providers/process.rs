@@ -1,0 +1,147 @@
+//! `process`: an external provider that runs a configured command as one
+//! execution, so any command-line agent can be delegated to. The prompt's
+//! text goes to stdin; the final text is stdout. Exit status 0 is
+//! `completed`; any other status is `error` with a diagnostic naming only the
+//! status (never the output, which may hold file contents); cancellation
+//! kills the process and is `aborted`.
+
+use std::process::Stdio;
+
+use subagent_core::{
+    content::plain_text, ContentBlock, Diagnostic, SubagentCapabilities, SubagentError,
+    SubagentResult, SubagentStopReason,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::process::{Child, Command};
+use tokio_util::sync::CancellationToken;
+
+use crate::seam::{BoxFuture, ResolvedStartRequest, SubagentProvider, SubagentRun};
+
+/// Runs `program args...` per delegation.
+#[derive(Clone, Debug)]
+pub struct ProcessProvider {
+    name: String,
+    program: String,
+    args: Vec<String>,
+}
+
+impl ProcessProvider {
+    /// A provider registered as `name` that runs `program` with `args`.
+    #[must_use]
+    pub fn new(name: &str, program: &str, args: &[&str]) -> Self {
+        ProcessProvider {
+            name: name.to_owned(),
+            program: program.to_owned(),
+            args: args.iter().map(|a| (*a).to_owned()).collect(),
+        }
+    }
+}
+
+struct ProcessRun {
+    child: Option<Child>,
+    cancel: CancellationToken,
+    stdout: Option<tokio::process::ChildStdout>,
+}
+
+impl SubagentProvider for ProcessProvider {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn capabilities(&self) -> SubagentCapabilities {
+        SubagentCapabilities::default()
+    }
+    fn inherits_parent_context(&self) -> bool {
+        false
+    }
+    fn start(
+        &self,
+        request: ResolvedStartRequest,
+    ) -> BoxFuture<'static, Result<Box<dyn SubagentRun>, SubagentError>> {
+        let mut command = Command::new(&self.program);
+        command
+            .args(&self.args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .kill_on_drop(true);
+        let program = self.program.clone();
+        Box::pin(async move {
+            if request.signal.is_cancelled() {
+                return Err(SubagentError::Cancelled);
+            }
+            let mut child = command.spawn().map_err(|err| {
+                SubagentError::Internal(format!("starting {program}: {}", err.kind()))
+            })?;
+            let prompt = plain_text(&request.request.prompt);
+            if let Some(mut stdin) = child.stdin.take() {
+                // A command that does not read its stdin is not a failure.
+                let _ = stdin.write_all(prompt.as_bytes()).await;
+            }
+            let stdout = child.stdout.take();
+            Ok(Box::new(ProcessRun {
+                child: Some(child),
+                cancel: request.signal,
+                stdout,
+            }) as Box<dyn SubagentRun>)
+        })
+    }
+}
+
+impl SubagentRun for ProcessRun {
+    fn result(&mut self) -> BoxFuture<'_, Result<SubagentResult, SubagentError>> {
+        Box::pin(async move {
+            let mut output = Vec::new();
+            let Some(child) = self.child.as_mut() else {
+                return Ok(SubagentResult::failed(
+                    SubagentStopReason::Aborted,
+                    Vec::new(),
+                    "disposed",
+                ));
+            };
+            let read = async {
+                if let Some(stdout) = self.stdout.as_mut() {
+                    let _ = stdout.read_to_end(&mut output).await;
+                }
+                child.wait().await
+            };
+            let status = tokio::select! {
+                status = read => status.map_err(|err| SubagentError::Internal(format!("waiting for the process: {}", err.kind())))?,
+                () = self.cancel.cancelled() => {
+                    let _ = child.kill().await;
+                    return Ok(SubagentResult::failed(SubagentStopReason::Aborted, Vec::new(), "cancelled"));
+                }
+            };
+            let text = String::from_utf8_lossy(&output).trim_end().to_owned();
+            let content = if text.is_empty() {
+                Vec::new()
+            } else {
+                vec![ContentBlock::text(text)]
+            };
+            Ok(if status.success() {
+                SubagentResult::completed(content)
+            } else {
+                let code = status
+                    .code()
+                    .map_or_else(|| "a signal".to_owned(), |code| format!("status {code}"));
+                SubagentResult::failed(
+                    SubagentStopReason::Error,
+                    content,
+                    format!("the process exited with {code}"),
+                )
+            })
+        })
+    }
+
+    fn dispose(&mut self) -> BoxFuture<'_, Result<(), Diagnostic>> {
+        Box::pin(async move {
+            if let Some(mut child) = self.child.take() {
+                if child.try_wait().ok().flatten().is_none() {
+                    child.kill().await.map_err(|err| {
+                        Diagnostic::new(format!("killing the process: {}", err.kind()))
+                    })?;
+                }
+            }
+            Ok(())
+        })
+    }
+}

@@ -1,0 +1,808 @@
+//! [`SubagentRuntime`]: the `ctx.subagents` facade. It owns the engine, the
+//! live provider registry, live agent handles and the driver tasks, and it
+//! announces `subagent/start` and `subagent/end`.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use serde_json::Value;
+use subagent_core::{
+    content::ContentBlock, select_output, AbandonReason, Diagnostic, Event, MessageId, SessionId,
+    StreamId, SubagentActivationSpec, SubagentDescendantListEntry, SubagentDescriptor,
+    SubagentError, SubagentListEntry, SubagentResult, SubagentRunEndInfo, SubagentRunId,
+    SubagentRunInfo,
+};
+use subagent_projections::{Command, StartChild};
+use subagent_store::{EventLog, EventLogExt};
+use tokio::sync::{broadcast, mpsc};
+use tokio_util::sync::CancellationToken;
+use tracing::warn;
+
+use crate::activation::{DriverHandle, SubagentActivation};
+use crate::engine::{internal, Engine};
+use crate::seam::{
+    AgentHost, AgentSpec, ContinuableCreateRequest, ResolvedStartRequest, SubagentProvider,
+    SubagentRun, TranscriptItem, TurnInput,
+};
+
+/// An opaque live agent handle: the authority to delegate from a session.
+/// Issued for host roots by [`SubagentRuntime::open_root`]; refused once the
+/// root is closed.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct LiveAgent {
+    session: SessionId,
+}
+
+impl LiveAgent {
+    /// The session this handle speaks for.
+    #[must_use]
+    pub fn session(&self) -> SessionId {
+        self.session
+    }
+}
+
+/// A lifecycle notification.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Notice {
+    /// `subagent/start`, keyed by the delegating parent.
+    Start {
+        /// The delegating parent.
+        parent: SessionId,
+        /// The payload.
+        info: SubagentRunInfo,
+    },
+    /// `subagent/end`, keyed by the delegating parent.
+    End {
+        /// The delegating parent.
+        parent: SessionId,
+        /// The payload.
+        info: SubagentRunEndInfo,
+    },
+    /// `subagent/provider-added`.
+    ProviderAdded(String),
+    /// `subagent/provider-removed`.
+    ProviderRemoved(String),
+}
+
+/// What reopening the log had to settle.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RecoveryReport {
+    /// Events the recovery appended (0 after a clean shutdown).
+    pub events: usize,
+}
+
+struct Inner {
+    engine: Engine,
+    host: Arc<dyn AgentHost>,
+    providers: Mutex<Vec<Arc<dyn SubagentProvider>>>,
+    roots: Mutex<HashSet<SessionId>>,
+    drivers: Mutex<HashMap<SessionId, Arc<DriverHandle>>>,
+    notices: broadcast::Sender<Notice>,
+}
+
+/// The runtime. Cheap to clone.
+#[derive(Clone)]
+pub struct SubagentRuntime {
+    inner: Arc<Inner>,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl SubagentRuntime {
+    /// Opens the runtime over `log`. Anything the previous host left live is
+    /// settled explicitly first (`ActivationAbandoned { HostRestart }`, runs
+    /// settled `error`, `HostRecovered`).
+    ///
+    /// # Errors
+    /// `gateway/internal` when the log cannot be read or appended.
+    pub async fn open(
+        log: Arc<dyn EventLog>,
+        host: Arc<dyn AgentHost>,
+    ) -> Result<(SubagentRuntime, RecoveryReport), SubagentError> {
+        let engine = Engine::open(log)?;
+        let recovered = engine.commit(Command::Recover).await?;
+        let runtime = SubagentRuntime {
+            inner: Arc::new(Inner {
+                engine,
+                host,
+                providers: Mutex::new(Vec::new()),
+                roots: Mutex::new(HashSet::new()),
+                drivers: Mutex::new(HashMap::new()),
+                notices: broadcast::channel(1024).0,
+            }),
+        };
+        Ok((
+            runtime,
+            RecoveryReport {
+                events: recovered.len(),
+            },
+        ))
+    }
+
+    /// The log.
+    #[must_use]
+    pub fn log(&self) -> &Arc<dyn EventLog> {
+        self.inner.engine.log()
+    }
+
+    /// Lifecycle notifications (`subagent/start`, `subagent/end`, provider
+    /// added/removed). Filter `Start`/`End` by `parent` for a scoped audience.
+    #[must_use]
+    pub fn notices(&self) -> broadcast::Receiver<Notice> {
+        self.inner.notices.subscribe()
+    }
+
+    fn notify(&self, notice: Notice) {
+        // No subscriber is not an error.
+        let _ = self.inner.notices.send(notice);
+    }
+
+    /// Records a host root session and returns its live handle.
+    ///
+    /// # Errors
+    /// `gateway/internal` on storage failure.
+    pub async fn open_root(&self, label: &str) -> Result<LiveAgent, SubagentError> {
+        let session = SessionId::new();
+        self.inner
+            .engine
+            .commit(Command::OpenRoot {
+                session,
+                label: label.to_owned(),
+            })
+            .await?;
+        lock(&self.inner.roots).insert(session);
+        Ok(LiveAgent { session })
+    }
+
+    /// Closes a root: its handle is refused from now on.
+    pub fn close_root(&self, root: &LiveAgent) {
+        lock(&self.inner.roots).remove(&root.session);
+    }
+
+    fn authorize(&self, agent: &LiveAgent) -> Result<(), SubagentError> {
+        if lock(&self.inner.roots).contains(&agent.session) {
+            Ok(())
+        } else {
+            Err(SubagentError::Unauthorized(format!(
+                "no live agent {}",
+                agent.session
+            )))
+        }
+    }
+
+    /// Registers a provider; it is recorded in the log and announced.
+    ///
+    /// # Errors
+    /// `subagent/duplicate-provider`, `gateway/bad-request` for an empty name.
+    pub async fn register_provider(
+        &self,
+        provider: Arc<dyn SubagentProvider>,
+    ) -> Result<(), SubagentError> {
+        let registration = Event::ProviderRegistered {
+            name: provider.name().to_owned(),
+            capabilities: provider.capabilities(),
+            inherits_parent_context: provider.inherits_parent_context(),
+            route_defaults: provider.agent_route_defaults(),
+            continuable: provider.is_continuable(),
+            one_shot: !provider.is_continuable(),
+        };
+        self.inner
+            .engine
+            .commit(Command::RegisterProvider { registration })
+            .await?;
+        let name = provider.name().to_owned();
+        lock(&self.inner.providers).push(provider);
+        self.notify(Notice::ProviderAdded(name));
+        Ok(())
+    }
+
+    /// Removes a provider: new starts are refused; accepted runs continue.
+    ///
+    /// # Errors
+    /// `subagent/unknown-provider`.
+    pub async fn remove_provider(&self, name: &str) -> Result<(), SubagentError> {
+        self.inner
+            .engine
+            .commit(Command::RemoveProvider {
+                name: name.to_owned(),
+            })
+            .await?;
+        lock(&self.inner.providers).retain(|provider| provider.name() != name);
+        self.notify(Notice::ProviderRemoved(name.to_owned()));
+        Ok(())
+    }
+
+    /// The provider registered as `name`.
+    #[must_use]
+    pub fn get_provider(&self, name: &str) -> Option<Arc<dyn SubagentProvider>> {
+        lock(&self.inner.providers)
+            .iter()
+            .find(|provider| provider.name() == name)
+            .cloned()
+    }
+
+    /// Registered provider names in insertion order.
+    #[must_use]
+    pub fn list(&self) -> Vec<String> {
+        lock(&self.inner.providers)
+            .iter()
+            .map(|provider| provider.name().to_owned())
+            .collect()
+    }
+
+    /// The parent's durable catalog, in parent event order.
+    pub async fn list_children(&self, parent: SessionId) -> Vec<SubagentListEntry> {
+        self.inner.engine.state().await.list_children(parent)
+    }
+
+    /// The root's complete subtree, stable pre-order.
+    pub async fn list_descendants(&self, root: SessionId) -> Vec<SubagentDescendantListEntry> {
+        self.inner.engine.state().await.list_descendants(root)
+    }
+
+    /// Starts a local continuable child (provider with `prepare_continuable`)
+    /// or an external one-shot run. Every requested option is checked against
+    /// the provider's capabilities before anything is recorded.
+    ///
+    /// For a local child this returns once the prompt is durable in the
+    /// child's inbox; for an external child once the provider published the
+    /// run. A `signal` fired before that point abandons the start (recorded)
+    /// and returns `gateway/cancelled`.
+    ///
+    /// # Errors
+    /// `subagent/unauthorized` for a stale parent, the start rejections of
+    /// the state machine, `gateway/cancelled`, or the provider's failure.
+    pub async fn start_activation(
+        &self,
+        parent: &LiveAgent,
+        spec: SubagentActivationSpec,
+        signal: CancellationToken,
+    ) -> Result<SubagentActivation, SubagentError> {
+        self.authorize(parent)?;
+        let provider = self
+            .get_provider(&spec.provider)
+            .ok_or_else(|| SubagentError::UnknownProvider(spec.provider.clone()))?;
+        let child = match (spec.child_id, provider.is_continuable()) {
+            (Some(reserved), true) => reserved,
+            _ => SessionId::new(),
+        };
+        let run_id = SubagentRunId::from_uuid(*child.as_uuid());
+        self.inner
+            .engine
+            .commit(Command::StartChild(StartChild {
+                parent: parent.session,
+                child,
+                provider: spec.provider.clone(),
+                label: spec.label.clone(),
+                options: spec.request.options.clone(),
+                delivery: spec.delivery,
+                run_id,
+            }))
+            .await?;
+        let handle = DriverHandle::new(child, parent.session);
+        lock(&self.inner.drivers).insert(child, Arc::clone(&handle));
+        let started = if provider.is_continuable() {
+            self.start_local(&provider, &handle, spec, signal).await
+        } else {
+            self.start_external(&provider, &handle, spec, run_id, signal)
+                .await
+        };
+        match started {
+            Ok(message_id) => Ok(SubagentActivation {
+                child_id: child,
+                message_id,
+                handle,
+                runtime: self.clone(),
+            }),
+            Err(err) => {
+                lock(&self.inner.drivers).remove(&child);
+                Err(err)
+            }
+        }
+    }
+
+    async fn parent_history(&self, parent: SessionId) -> Result<Vec<Value>, SubagentError> {
+        let mut history = Vec::new();
+        for record in self.log().read_stream(StreamId::Session(parent), 1) {
+            history.push(serde_json::to_value(&record.map_err(internal)?.event).map_err(internal)?);
+        }
+        Ok(history)
+    }
+
+    async fn start_local(
+        &self,
+        provider: &Arc<dyn SubagentProvider>,
+        handle: &Arc<DriverHandle>,
+        spec: SubagentActivationSpec,
+        signal: CancellationToken,
+    ) -> Result<Option<MessageId>, SubagentError> {
+        let child = handle.child;
+        let request = ContinuableCreateRequest {
+            session_id: child,
+            parent: handle.parent,
+            parent_history: if provider.inherits_parent_context() {
+                self.parent_history(handle.parent).await?
+            } else {
+                Vec::new()
+            },
+            signal: signal.clone(),
+        };
+        let prepared = tokio::select! {
+            prepared = provider.prepare_continuable(request) => prepared,
+            () = signal.cancelled() => Err(SubagentError::Cancelled),
+        };
+        let created = match prepared {
+            Ok(created) if !signal.is_cancelled() => created,
+            outcome => {
+                let (reason, error) = match outcome {
+                    Err(SubagentError::Cancelled) | Ok(_) => {
+                        (AbandonReason::Cancelled, SubagentError::Cancelled)
+                    }
+                    Err(err) => (
+                        AbandonReason::PreparationFailed {
+                            diagnostic: Diagnostic::new(err.to_string()),
+                        },
+                        err,
+                    ),
+                };
+                self.inner
+                    .engine
+                    .commit(Command::Abandon {
+                        child,
+                        epoch: 1,
+                        reason,
+                    })
+                    .await?;
+                return Err(error);
+            }
+        };
+        let message_id = MessageId::new();
+        let seed_source = created
+            .seed
+            .as_ref()
+            .map(|seed| (handle.parent, seed.len() as u64));
+        self.inner
+            .engine
+            .commit(Command::Prepared {
+                child,
+                epoch: 1,
+                prompt: Some((message_id, spec.request.prompt.clone())),
+                seed: created.seed,
+                seed_source,
+            })
+            .await?;
+        let driver = LocalDriver {
+            runtime: self.clone(),
+            handle: Arc::clone(handle),
+            provider: spec.provider,
+            label: spec.label,
+        };
+        let task = tokio::spawn(driver.run());
+        *lock(&handle.task) = Some(task);
+        Ok(Some(message_id))
+    }
+
+    async fn start_external(
+        &self,
+        provider: &Arc<dyn SubagentProvider>,
+        handle: &Arc<DriverHandle>,
+        spec: SubagentActivationSpec,
+        run_id: SubagentRunId,
+        signal: CancellationToken,
+    ) -> Result<Option<MessageId>, SubagentError> {
+        let child = handle.child;
+        let descriptor = self
+            .inner
+            .engine
+            .state()
+            .await
+            .sessions
+            .get(&child)
+            .and_then(|record| record.descriptor.clone())
+            .ok_or_else(|| SubagentError::Internal("external child has no descriptor".into()))?;
+        let request = ResolvedStartRequest {
+            run_id: child,
+            parent: handle.parent,
+            request: spec.request,
+            descriptor,
+            signal: signal.clone(),
+        };
+        let run = match provider.start(request).await {
+            Ok(run) if !signal.is_cancelled() => run,
+            outcome => {
+                let error = match outcome {
+                    Ok(mut run) => {
+                        let _ = run.dispose().await;
+                        SubagentError::Cancelled
+                    }
+                    Err(err) if signal.is_cancelled() => {
+                        let _ = err;
+                        SubagentError::Cancelled
+                    }
+                    Err(err) => err,
+                };
+                self.inner
+                    .engine
+                    .commit(Command::RunStartFailed {
+                        child,
+                        diagnostic: Diagnostic::new(error.to_string()),
+                    })
+                    .await?;
+                return Err(error);
+            }
+        };
+        self.inner
+            .engine
+            .commit(Command::RunStarted { child })
+            .await?;
+        self.notify(Notice::Start {
+            parent: handle.parent,
+            info: SubagentRunInfo {
+                run_id,
+                provider: spec.provider.clone(),
+                id: child,
+                local: false,
+            },
+        });
+        let driver = ExternalDriver {
+            runtime: self.clone(),
+            handle: Arc::clone(handle),
+            run,
+            run_id,
+            provider: spec.provider,
+            signal,
+        };
+        let task = tokio::spawn(driver.run());
+        *lock(&handle.task) = Some(task);
+        Ok(None)
+    }
+
+    /// Disposes one driver: its live descendants first (child-first), then
+    /// itself, then records the release. Idempotent.
+    pub(crate) async fn dispose_driver(
+        &self,
+        handle: &Arc<DriverHandle>,
+    ) -> Result<(), SubagentError> {
+        let mut disposed = handle.disposal.lock().await;
+        if *disposed {
+            return Ok(());
+        }
+        let children: Vec<Arc<DriverHandle>> = lock(&self.inner.drivers)
+            .values()
+            .filter(|other| other.parent == handle.child)
+            .cloned()
+            .collect();
+        let mut failures = Vec::new();
+        for child in children {
+            if let Err(err) = Box::pin(self.dispose_driver(&child)).await {
+                failures.push(err);
+            }
+        }
+        handle.stop_and_join().await;
+        let state = self.inner.engine.state().await;
+        let live_epoch = state
+            .activations
+            .get(&handle.child)
+            .and_then(|a| a.live.as_ref().map(|live| live.epoch));
+        drop(state);
+        if let Some(epoch) = live_epoch {
+            self.inner
+                .engine
+                .commit(Command::Release {
+                    child: handle.child,
+                    epoch,
+                    cleanup_error: None,
+                })
+                .await?;
+            let state = self.inner.engine.state().await;
+            if let Some((_, result)) = state
+                .activations
+                .get(&handle.child)
+                .and_then(|a| a.last_result.clone())
+            {
+                handle.settle(Ok(result));
+            }
+        }
+        lock(&self.inner.drivers).remove(&handle.child);
+        *disposed = true;
+        if failures.is_empty() {
+            Ok(())
+        } else {
+            Err(SubagentError::Aggregate(failures))
+        }
+    }
+}
+
+/// Drives one continuable activation: build the agent, publish, run turns
+/// while the inbox has work, settle on the first turn's end, then stay live
+/// (idle) until stopped.
+struct LocalDriver {
+    runtime: SubagentRuntime,
+    handle: Arc<DriverHandle>,
+    provider: String,
+    label: String,
+}
+
+impl LocalDriver {
+    async fn run(self) {
+        if let Err(err) = self.drive().await {
+            warn!(child = %self.handle.child, error = %err, "local driver failed");
+            self.handle.settle(Err(err));
+        }
+    }
+
+    async fn history(&self) -> Result<Vec<Value>, SubagentError> {
+        self.runtime.parent_history(self.handle.child).await
+    }
+
+    async fn drive(&self) -> Result<(), SubagentError> {
+        let engine = &self.runtime.inner.engine;
+        let child = self.handle.child;
+        let (descriptor, epoch) = {
+            let state = engine.state().await;
+            let descriptor: Option<SubagentDescriptor> = state
+                .sessions
+                .get(&child)
+                .and_then(|record| record.descriptor.clone());
+            let live = state
+                .activations
+                .get(&child)
+                .and_then(|a| a.live.clone())
+                .ok_or_else(|| internal("activation is not live"))?;
+            (descriptor, live.epoch)
+        };
+        // Output schemas reach the agent with the start options work (issue: start options).
+        let spec = AgentSpec {
+            session: child,
+            label: self.label.clone(),
+            descriptor,
+            history: self.history().await?,
+            output_schema: None,
+        };
+        let mut agent = self.runtime.inner.host.create(spec).await?;
+        let run_id = SubagentRunId::from_uuid(*child.as_uuid());
+        engine
+            .commit(Command::Published {
+                child,
+                epoch,
+                run_id,
+            })
+            .await?;
+        self.runtime.notify(Notice::Start {
+            parent: self.handle.parent,
+            info: SubagentRunInfo {
+                run_id,
+                provider: self.provider.clone(),
+                id: child,
+                local: true,
+            },
+        });
+        let mut settled = false;
+        loop {
+            if self.handle.stop.is_cancelled() {
+                return Ok(());
+            }
+            let has_work = !engine.state().await.pending_messages(child).is_empty();
+            if !has_work {
+                // Idle: stay live until stopped (messages arrive with the messaging layer).
+                self.handle.stop.cancelled().await;
+                return Ok(());
+            }
+            let claimed = engine.commit(Command::BeginTurn { session: child }).await?;
+            let ids: Vec<MessageId> = claimed
+                .iter()
+                .find_map(|record| match &record.event {
+                    Event::MessagesClaimed { ids, .. } => Some(ids.clone()),
+                    _ => None,
+                })
+                .unwrap_or_default();
+            let turn = claimed
+                .iter()
+                .find_map(|record| match record.event {
+                    Event::TurnStarted { turn, .. } => Some(turn),
+                    _ => None,
+                })
+                .unwrap_or(0);
+            let messages = self.message_contents(&ids).await?;
+            let (transcript, mut items) = mpsc::channel(64);
+            let input = TurnInput {
+                messages,
+                cancel: self.handle.stop.child_token(),
+                transcript,
+            };
+            let mut assistant: Vec<Vec<ContentBlock>> = Vec::new();
+            let mut turn_future = agent.run_turn(input);
+            let end = loop {
+                tokio::select! {
+                    end = &mut turn_future => break end,
+                    Some(item) = items.recv() => self.record(turn, item, &mut assistant).await?,
+                }
+            };
+            drop(turn_future);
+            while let Some(item) = items.recv().await {
+                self.record(turn, item, &mut assistant).await?;
+            }
+            engine
+                .commit(Command::EndTurn {
+                    session: child,
+                    stop_reason: end.stop_reason.clone(),
+                })
+                .await?;
+            if !settled {
+                settled = true;
+                let result = SubagentResult {
+                    output: select_output(assistant.iter().map(Vec::as_slice), ""),
+                    structured: end.structured.clone(),
+                    diagnostic: end.diagnostic.clone(),
+                    stop_reason: end.stop_reason.clone(),
+                };
+                engine
+                    .commit(Command::Settle {
+                        child,
+                        epoch,
+                        result: result.clone(),
+                    })
+                    .await?;
+                self.runtime.notify(Notice::End {
+                    parent: self.handle.parent,
+                    info: SubagentRunEndInfo {
+                        run_id,
+                        provider: self.provider.clone(),
+                        id: child,
+                        local: true,
+                        stop_reason: result.stop_reason.clone(),
+                        last_assistant_message: (!result.output.is_empty())
+                            .then(|| result.output.clone()),
+                    },
+                });
+                self.handle.settle(Ok(result));
+            }
+        }
+    }
+
+    async fn message_contents(
+        &self,
+        ids: &[MessageId],
+    ) -> Result<Vec<Vec<ContentBlock>>, SubagentError> {
+        let mut by_id = HashMap::new();
+        for record in self
+            .runtime
+            .log()
+            .read_stream(StreamId::Session(self.handle.child), 1)
+        {
+            if let Event::MessageAccepted {
+                message_id,
+                content,
+                ..
+            } = record.map_err(internal)?.event
+            {
+                by_id.insert(message_id, content);
+            }
+        }
+        Ok(ids.iter().filter_map(|id| by_id.remove(id)).collect())
+    }
+
+    async fn record(
+        &self,
+        turn: u64,
+        item: TranscriptItem,
+        assistant: &mut Vec<Vec<ContentBlock>>,
+    ) -> Result<(), SubagentError> {
+        let entry = match item {
+            TranscriptItem::Assistant(content) => {
+                assistant.push(content.clone());
+                Event::AssistantMessage {
+                    turn,
+                    content,
+                    usage: None,
+                }
+            }
+            TranscriptItem::ToolCall {
+                call_id,
+                name,
+                input,
+            } => Event::ToolCalled {
+                turn,
+                call_id,
+                name,
+                input,
+            },
+            TranscriptItem::ToolResult {
+                call_id,
+                output,
+                is_error,
+            } => Event::ToolReturned {
+                turn,
+                call_id,
+                output,
+                is_error,
+            },
+        };
+        self.runtime
+            .inner
+            .engine
+            .commit(Command::Transcript {
+                session: self.handle.child,
+                entry,
+            })
+            .await?;
+        Ok(())
+    }
+}
+
+/// Drives one external run: await its result (or a stop), record it, then
+/// dispose the handle when stopped and record that.
+struct ExternalDriver {
+    runtime: SubagentRuntime,
+    handle: Arc<DriverHandle>,
+    run: Box<dyn SubagentRun>,
+    run_id: SubagentRunId,
+    provider: String,
+    signal: CancellationToken,
+}
+
+impl ExternalDriver {
+    async fn run(mut self) {
+        if let Err(err) = self.drive().await {
+            warn!(child = %self.handle.child, error = %err, "external driver failed");
+            self.handle.settle(Err(err));
+        }
+    }
+
+    async fn drive(&mut self) -> Result<(), SubagentError> {
+        let engine = &self.runtime.inner.engine;
+        let child = self.handle.child;
+        let stop = self.handle.stop.clone();
+        let signal = self.signal.clone();
+        let outcome = tokio::select! {
+            result = self.run.result() => Some(result),
+            () = stop.cancelled() => None,
+            () = signal.cancelled() => None,
+        };
+        if let Some(result) = outcome {
+            let result = result.unwrap_or_else(|err| {
+                SubagentResult::failed(
+                    subagent_core::SubagentStopReason::Error,
+                    Vec::new(),
+                    err.to_string(),
+                )
+            });
+            engine
+                .commit(Command::RunSettled {
+                    child,
+                    result: result.clone(),
+                })
+                .await?;
+            self.runtime.notify(Notice::End {
+                parent: self.handle.parent,
+                info: SubagentRunEndInfo {
+                    run_id: self.run_id,
+                    provider: self.provider.clone(),
+                    id: child,
+                    local: false,
+                    stop_reason: result.stop_reason.clone(),
+                    last_assistant_message: (!result.output.is_empty())
+                        .then(|| result.output.clone()),
+                },
+            });
+            self.handle.settle(Ok(result));
+            stop.cancelled().await;
+        }
+        let cleanup_error = self.run.dispose().await.err();
+        engine
+            .commit(Command::RunDisposed {
+                child,
+                cleanup_error,
+            })
+            .await?;
+        let state = engine.state().await;
+        if let Some(result) = state.runs.get(&child).and_then(|run| run.result.clone()) {
+            self.handle.settle(Ok(result));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,260 @@
+//! [`ScriptedAgent`]: the deterministic reference backend, driven by a script
+//! so every stop reason can be produced on purpose. Tests and the demo use it.
+//!
+//! Script format (JSON): a list of turns, each a list of steps. Turn `n` of a
+//! session plays `turns[n-1]`, or the last turn again once the list runs out.
+//!
+//! ```json
+//! {"turns": [[
+//!   {"say": "Looking at the files."},
+//!   {"tool": {"name": "read_file", "input": {"path": "lib.rs"}, "output": "//! docs"}},
+//!   {"sleepMs": 50},
+//!   {"structured": {"answer": 42}},
+//!   {"say": "Done."}
+//! ]]}
+//! ```
+//!
+//! Steps: `say` (an assistant message), `tool` (a call and its result),
+//! `sleepMs` (a pause that cancellation cuts short, ending the turn
+//! `aborted`), `structured` (the turn's structured capture), `fail` (ends the
+//! turn `error` with that diagnostic), `refuse` (says it, ends `refusal`),
+//! `maxTokens` (says the partial text, ends `max-tokens`).
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use subagent_core::{ContentBlock, Diagnostic, SubagentError, SubagentStopReason};
+
+use crate::seam::{Agent, AgentHost, AgentSpec, BoxFuture, TranscriptItem, TurnEnd, TurnInput};
+
+/// One scripted step.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Step {
+    /// An assistant message with this text.
+    Say(String),
+    /// A tool call and its result.
+    Tool {
+        /// Tool name.
+        name: String,
+        /// Input.
+        #[serde(default)]
+        input: Value,
+        /// Result text.
+        #[serde(default)]
+        output: String,
+    },
+    /// Pause; cancellation ends the turn `aborted`.
+    SleepMs(u64),
+    /// The turn's structured capture.
+    Structured(Value),
+    /// End the turn `error` with this diagnostic.
+    Fail(String),
+    /// Say this and end the turn `refusal`.
+    Refuse(String),
+    /// Say this partial text and end the turn `max-tokens`.
+    MaxTokens(String),
+}
+
+/// A whole script.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Script {
+    /// Turns, each a list of steps.
+    pub turns: Vec<Vec<Step>>,
+}
+
+impl Script {
+    /// A script whose every turn says `text`.
+    #[must_use]
+    pub fn reply(text: &str) -> Script {
+        Script {
+            turns: vec![vec![Step::Say(text.to_owned())]],
+        }
+    }
+
+    /// Parses a script.
+    ///
+    /// # Errors
+    /// `gateway/bad-request` naming the JSON problem.
+    pub fn parse(json: &str) -> Result<Script, SubagentError> {
+        serde_json::from_str(json)
+            .map_err(|err| SubagentError::BadRequest(format!("bad script: {err}")))
+    }
+}
+
+/// Scripts by session label, with a default.
+#[derive(Clone, Debug, Default)]
+pub struct ScriptedHost {
+    by_label: HashMap<String, Script>,
+    default: Script,
+}
+
+impl ScriptedHost {
+    /// A host whose agents all play `default`.
+    #[must_use]
+    pub fn new(default: Script) -> Self {
+        ScriptedHost {
+            by_label: HashMap::new(),
+            default,
+        }
+    }
+
+    /// Agents of sessions labelled `label` play `script`.
+    #[must_use]
+    pub fn with(mut self, label: &str, script: Script) -> Self {
+        self.by_label.insert(label.to_owned(), script);
+        self
+    }
+}
+
+impl AgentHost for ScriptedHost {
+    fn create(&self, spec: AgentSpec) -> BoxFuture<'static, Result<Box<dyn Agent>, SubagentError>> {
+        let script = self
+            .by_label
+            .get(&spec.label)
+            .unwrap_or(&self.default)
+            .clone();
+        // Resume where the durable history left off: count the turns it records.
+        let turns_done = spec
+            .history
+            .iter()
+            .filter(|event| event.get("type").and_then(Value::as_str) == Some("TurnStarted"))
+            .count();
+        Box::pin(async move {
+            Ok(Box::new(ScriptedAgent {
+                script,
+                turn: turns_done,
+            }) as Box<dyn Agent>)
+        })
+    }
+}
+
+/// A live scripted agent.
+#[derive(Debug)]
+pub struct ScriptedAgent {
+    script: Script,
+    turn: usize,
+}
+
+fn end(
+    stop_reason: SubagentStopReason,
+    diagnostic: Option<&str>,
+    structured: Option<Value>,
+) -> TurnEnd {
+    TurnEnd {
+        stop_reason,
+        diagnostic: diagnostic.map(Diagnostic::new),
+        structured,
+    }
+}
+
+impl Agent for ScriptedAgent {
+    fn run_turn(&mut self, input: TurnInput) -> BoxFuture<'_, TurnEnd> {
+        let steps = self
+            .script
+            .turns
+            .get(self.turn)
+            .or_else(|| self.script.turns.last())
+            .cloned()
+            .unwrap_or_default();
+        self.turn += 1;
+        Box::pin(async move {
+            let mut structured = None;
+            let say = |text: &str| TranscriptItem::Assistant(vec![ContentBlock::text(text)]);
+            for (index, step) in steps.into_iter().enumerate() {
+                if input.cancel.is_cancelled() {
+                    return end(SubagentStopReason::Aborted, Some("interrupted"), structured);
+                }
+                let sent = match step {
+                    Step::Say(text) => input.transcript.send(say(&text)).await,
+                    Step::Tool {
+                        name,
+                        input: arguments,
+                        output,
+                    } => {
+                        let call_id = format!("call-{index}");
+                        let called = input
+                            .transcript
+                            .send(TranscriptItem::ToolCall {
+                                call_id: call_id.clone(),
+                                name,
+                                input: arguments,
+                            })
+                            .await;
+                        if called.is_err() {
+                            called
+                        } else {
+                            let output = vec![ContentBlock::text(output)];
+                            input
+                                .transcript
+                                .send(TranscriptItem::ToolResult {
+                                    call_id,
+                                    output,
+                                    is_error: false,
+                                })
+                                .await
+                        }
+                    }
+                    Step::SleepMs(millis) => {
+                        tokio::select! {
+                            () = tokio::time::sleep(Duration::from_millis(millis)) => Ok(()),
+                            () = input.cancel.cancelled() => return end(SubagentStopReason::Aborted, Some("interrupted"), structured),
+                        }
+                    }
+                    Step::Structured(value) => {
+                        structured = Some(value);
+                        Ok(())
+                    }
+                    Step::Fail(diagnostic) => {
+                        return end(SubagentStopReason::Error, Some(&diagnostic), structured)
+                    }
+                    Step::Refuse(text) => {
+                        let _ = input.transcript.send(say(&text)).await;
+                        return end(
+                            SubagentStopReason::Refusal,
+                            Some("the agent declined"),
+                            structured,
+                        );
+                    }
+                    Step::MaxTokens(text) => {
+                        let _ = input.transcript.send(say(&text)).await;
+                        return end(
+                            SubagentStopReason::MaxTokens,
+                            Some("output token ceiling reached"),
+                            structured,
+                        );
+                    }
+                };
+                if sent.is_err() {
+                    return end(
+                        SubagentStopReason::Aborted,
+                        Some("transcript closed"),
+                        structured,
+                    );
+                }
+            }
+            end(SubagentStopReason::Completed, None, structured)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scripts_parse_every_step_kind() {
+        let script = Script::parse(
+            r#"{"turns": [[{"say": "hi"}, {"tool": {"name": "ls", "input": {"p": 1}, "output": "x"}}, {"sleepMs": 5},
+               {"structured": {"a": 1}}, {"fail": "boom"}, {"refuse": "no"}, {"maxTokens": "par"}]]}"#,
+        )
+        .unwrap();
+        assert_eq!(script.turns[0].len(), 7);
+        assert!(matches!(
+            Script::parse(r#"{"turns": [[{"dance": 1}]]}"#),
+            Err(SubagentError::BadRequest(_))
+        ));
+    }
+}

@@ -1,0 +1,642 @@
+//! The runtime end to end with the scripted agent: activations, results,
+//! delivery, providers, cancellation, disposal and recovery. Each test is
+//! named after the spec behaviour it checks.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use subagent_core::{
+    content::plain_text, ContentBlock, Delivery, ErrorCode, Event, MessageSource, StartOptions,
+    StreamId, SubagentActivationSpec, SubagentError, SubagentStartRequest, SubagentStopReason,
+};
+use subagent_runtime::providers::{ForkProvider, ProcessProvider, SpawnProvider};
+use subagent_runtime::scripted::Step;
+use subagent_runtime::seam::{BoxFuture, ContinuableCreateRequest};
+use subagent_runtime::{Notice, Script, ScriptedHost, SubagentProvider, SubagentRuntime};
+use subagent_store::{EventLog, EventLogExt, MemoryLog};
+use tokio_util::sync::CancellationToken;
+
+fn spec(provider: &str, label: &str, delivery: Delivery) -> SubagentActivationSpec {
+    SubagentActivationSpec {
+        provider: provider.into(),
+        label: label.into(),
+        child_id: None,
+        request: SubagentStartRequest {
+            label: None,
+            prompt: vec![ContentBlock::text("hello world")],
+            options: StartOptions::default(),
+        },
+        delivery,
+    }
+}
+
+fn host() -> ScriptedHost {
+    ScriptedHost::new(Script::reply("default answer"))
+        .with(
+            "research",
+            Script {
+                turns: vec![vec![
+                    Step::Say("looking".into()),
+                    Step::Tool {
+                        name: "read_file".into(),
+                        input: serde_json::json!({"path": "a"}),
+                        output: "x".into(),
+                    },
+                    Step::Say("the answer is 42".into()),
+                ]],
+            },
+        )
+        .with(
+            "slow",
+            Script {
+                turns: vec![vec![
+                    Step::Say("started".into()),
+                    Step::SleepMs(60_000),
+                    Step::Say("never".into()),
+                ]],
+            },
+        )
+        .with(
+            "failing",
+            Script {
+                turns: vec![vec![Step::Fail("model unavailable".into())]],
+            },
+        )
+        .with(
+            "refusing",
+            Script {
+                turns: vec![vec![Step::Refuse("I will not".into())]],
+            },
+        )
+        .with(
+            "ceiling",
+            Script {
+                turns: vec![vec![Step::MaxTokens("partial".into())]],
+            },
+        )
+}
+
+async fn runtime(log: &MemoryLog) -> SubagentRuntime {
+    let (runtime, _) = SubagentRuntime::open(Arc::new(log.clone()), Arc::new(host()))
+        .await
+        .unwrap();
+    runtime
+        .register_provider(Arc::new(SpawnProvider))
+        .await
+        .unwrap();
+    runtime
+        .register_provider(Arc::new(ForkProvider))
+        .await
+        .unwrap();
+    runtime
+        .register_provider(Arc::new(ProcessProvider::new(
+            "process",
+            "sh",
+            &["-c", "tr a-z A-Z"],
+        )))
+        .await
+        .unwrap();
+    runtime
+        .register_provider(Arc::new(ProcessProvider::new(
+            "exit3",
+            "sh",
+            &["-c", "echo partial; exit 3"],
+        )))
+        .await
+        .unwrap();
+    runtime
+}
+
+fn events_of(log: &MemoryLog, stream: StreamId) -> Vec<Event> {
+    log.read_stream(stream, 1)
+        .map(|r| r.unwrap().event)
+        .collect()
+}
+
+#[tokio::test]
+async fn a_local_child_returns_its_last_non_empty_assistant_message_and_notifies_its_parent() {
+    let log = MemoryLog::new();
+    let runtime = runtime(&log).await;
+    let root = runtime.open_root("host").await.unwrap();
+    let activation = runtime
+        .start_activation(
+            &root,
+            spec("spawn", "research", Delivery::Parent),
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    assert!(
+        activation.message_id().is_some(),
+        "a local child has an accepted initial message"
+    );
+    let result = activation.result().await.unwrap();
+    assert_eq!(result.stop_reason, SubagentStopReason::Completed);
+    assert_eq!(plain_text(&result.output), "the answer is 42");
+    let child_events = events_of(&log, StreamId::Session(activation.child_id()));
+    let types: Vec<_> = child_events.iter().map(Event::type_name).collect();
+    for expected in [
+        "SessionCreated",
+        "ActivationRequested",
+        "ActivationPrepared",
+        "MessageAccepted",
+        "ActivationPublished",
+        "MessagesClaimed",
+        "TurnStarted",
+        "ToolCalled",
+        "ToolReturned",
+        "AssistantMessage",
+        "TurnEnded",
+        "ActivationSettled",
+    ] {
+        assert!(types.contains(&expected), "missing {expected} in {types:?}");
+    }
+    let notice = events_of(&log, StreamId::Session(root.session()))
+        .into_iter()
+        .find_map(|event| match event {
+            Event::MessageAccepted {
+                source:
+                    MessageSource::SubagentSettled {
+                        summary,
+                        sender_session_id,
+                    },
+                content,
+                ..
+            } => Some((summary, sender_session_id, content)),
+            _ => None,
+        })
+        .expect("the parent receives a settlement notice");
+    assert_eq!(notice.1, activation.child_id());
+    assert!(
+        !plain_text(&notice.2).contains("42"),
+        "status only, never the child's words"
+    );
+    activation.dispose().await.unwrap();
+    activation.dispose().await.unwrap();
+    assert!(events_of(&log, StreamId::Session(activation.child_id()))
+        .iter()
+        .any(|e| e.type_name() == "ActivationReleased"));
+}
+
+#[tokio::test]
+async fn caller_delivery_suppresses_the_parent_notice() {
+    let log = MemoryLog::new();
+    let runtime = runtime(&log).await;
+    let root = runtime.open_root("host").await.unwrap();
+    let activation = runtime
+        .start_activation(
+            &root,
+            spec("spawn", "plain", Delivery::Caller),
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        plain_text(&activation.result().await.unwrap().output),
+        "default answer"
+    );
+    let accepted = events_of(&log, StreamId::Session(root.session()))
+        .into_iter()
+        .filter(|e| e.type_name() == "MessageAccepted")
+        .count();
+    assert_eq!(accepted, 0);
+    activation.dispose().await.unwrap();
+}
+
+#[tokio::test]
+async fn every_stop_reason_can_be_produced_on_purpose() {
+    let log = MemoryLog::new();
+    let runtime = runtime(&log).await;
+    let root = runtime.open_root("host").await.unwrap();
+    for (label, reason, diagnostic) in [
+        (
+            "failing",
+            SubagentStopReason::Error,
+            Some("model unavailable"),
+        ),
+        (
+            "refusing",
+            SubagentStopReason::Refusal,
+            Some("the agent declined"),
+        ),
+        (
+            "ceiling",
+            SubagentStopReason::MaxTokens,
+            Some("output token ceiling reached"),
+        ),
+    ] {
+        let activation = runtime
+            .start_activation(
+                &root,
+                spec("spawn", label, Delivery::Caller),
+                CancellationToken::new(),
+            )
+            .await
+            .unwrap();
+        let result = activation.result().await.unwrap();
+        assert_eq!(result.stop_reason, reason, "{label}");
+        assert_eq!(
+            result.diagnostic.as_ref().map(|d| d.as_str()),
+            diagnostic,
+            "{label}"
+        );
+        activation.dispose().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn disposing_mid_turn_aborts_the_result_and_releases_the_activation() {
+    let log = MemoryLog::new();
+    let runtime = runtime(&log).await;
+    let root = runtime.open_root("host").await.unwrap();
+    let activation = runtime
+        .start_activation(
+            &root,
+            spec("spawn", "slow", Delivery::Parent),
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    // Wait until the turn is running.
+    let child = StreamId::Session(activation.child_id());
+    for _ in 0..200 {
+        if events_of(&log, child)
+            .iter()
+            .any(|e| e.type_name() == "AssistantMessage")
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    activation.dispose().await.unwrap();
+    let result = activation.result().await.unwrap();
+    assert_eq!(result.stop_reason, SubagentStopReason::Aborted);
+    let types: Vec<_> = events_of(&log, child)
+        .iter()
+        .map(Event::type_name)
+        .collect();
+    assert_eq!(
+        types.iter().filter(|t| **t == "ActivationSettled").count(),
+        1,
+        "settled once: {types:?}"
+    );
+    assert_eq!(types.last(), Some(&"ActivationReleased"));
+}
+
+#[tokio::test]
+async fn an_external_run_reports_its_final_text_and_status_to_the_parent_and_accepts_no_inbox() {
+    let log = MemoryLog::new();
+    let runtime = runtime(&log).await;
+    let root = runtime.open_root("host").await.unwrap();
+    let activation = runtime
+        .start_activation(
+            &root,
+            spec("process", "shout", Delivery::Parent),
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    assert!(
+        activation.message_id().is_none(),
+        "external runs have no inbox message"
+    );
+    let result = activation.result().await.unwrap();
+    assert_eq!(result.stop_reason, SubagentStopReason::Completed);
+    assert_eq!(plain_text(&result.output), "HELLO WORLD");
+    activation.dispose().await.unwrap();
+    let report = events_of(&log, StreamId::Session(root.session()))
+        .into_iter()
+        .find_map(|event| match event {
+            Event::MessageAccepted {
+                source: MessageSource::SubagentReport { .. },
+                content,
+                ..
+            } => Some(plain_text(&content)),
+            _ => None,
+        })
+        .expect("the parent receives the external report");
+    assert!(
+        report.contains("HELLO WORLD") && report.contains("status: completed"),
+        "{report}"
+    );
+    let types: Vec<_> = events_of(&log, StreamId::Session(activation.child_id()))
+        .iter()
+        .map(Event::type_name)
+        .collect();
+    assert_eq!(
+        types,
+        vec![
+            "SessionCreated",
+            "RunRequested",
+            "RunStarted",
+            "RunSettled",
+            "RunDisposed"
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_failing_command_settles_as_error_with_a_safe_diagnostic() {
+    let log = MemoryLog::new();
+    let runtime = runtime(&log).await;
+    let root = runtime.open_root("host").await.unwrap();
+    let activation = runtime
+        .start_activation(
+            &root,
+            spec("exit3", "fails", Delivery::Caller),
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    let result = activation.result().await.unwrap();
+    assert_eq!(result.stop_reason, SubagentStopReason::Error);
+    assert_eq!(
+        result.diagnostic.as_ref().map(|d| d.as_str()),
+        Some("the process exited with status 3")
+    );
+    assert_eq!(
+        plain_text(&result.output),
+        "partial",
+        "output may be partial"
+    );
+    activation.dispose().await.unwrap();
+}
+
+#[tokio::test]
+async fn an_unsupported_option_or_unknown_provider_is_rejected_before_anything_is_recorded() {
+    let log = MemoryLog::new();
+    let runtime = runtime(&log).await;
+    let root = runtime.open_root("host").await.unwrap();
+    let head = log.head();
+    let mut with_persona = spec("process", "x", Delivery::Caller);
+    with_persona.request.options.persona = Some("terse".into());
+    let err = runtime
+        .start_activation(&root, with_persona, CancellationToken::new())
+        .await
+        .err()
+        .unwrap();
+    assert_eq!(err.code(), ErrorCode::CapabilityUnsupported);
+    let err = runtime
+        .start_activation(
+            &root,
+            spec("nope", "x", Delivery::Caller),
+            CancellationToken::new(),
+        )
+        .await
+        .err()
+        .unwrap();
+    assert_eq!(err.code(), ErrorCode::UnknownProvider);
+    assert_eq!(log.head(), head, "rejections append nothing");
+}
+
+/// A provider whose preparation never finishes, to cancel it.
+struct Stuck;
+
+impl SubagentProvider for Stuck {
+    fn name(&self) -> &str {
+        "stuck"
+    }
+    fn capabilities(&self) -> subagent_core::SubagentCapabilities {
+        subagent_core::SubagentCapabilities::default()
+    }
+    fn inherits_parent_context(&self) -> bool {
+        false
+    }
+    fn is_continuable(&self) -> bool {
+        true
+    }
+    fn prepare_continuable(
+        &self,
+        _request: ContinuableCreateRequest,
+    ) -> BoxFuture<'static, Result<subagent_core::ContinuableCreateSpec, SubagentError>> {
+        Box::pin(std::future::pending())
+    }
+}
+
+#[tokio::test]
+async fn cancelling_before_publication_fails_the_start_and_records_the_abandoned_reservation() {
+    let log = MemoryLog::new();
+    let runtime = runtime(&log).await;
+    runtime.register_provider(Arc::new(Stuck)).await.unwrap();
+    let root = runtime.open_root("host").await.unwrap();
+    let signal = CancellationToken::new();
+    let cancel = signal.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        cancel.cancel();
+    });
+    let err = runtime
+        .start_activation(&root, spec("stuck", "never", Delivery::Parent), signal)
+        .await
+        .err()
+        .unwrap();
+    assert_eq!(err.code(), ErrorCode::Cancelled);
+    let children = runtime.list_children(root.session()).await;
+    assert_eq!(children.len(), 1, "the reservation stays in the catalog");
+    let types: Vec<_> = events_of(&log, StreamId::Session(children[0].entry.child_id))
+        .iter()
+        .map(Event::type_name)
+        .collect();
+    assert_eq!(
+        types,
+        vec![
+            "SessionCreated",
+            "ActivationRequested",
+            "ActivationAbandoned"
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_fork_child_is_seeded_with_the_parent_completed_turn_prefix() {
+    let log = MemoryLog::new();
+    let runtime = runtime(&log).await;
+    let root = runtime.open_root("host").await.unwrap();
+    let activation = runtime
+        .start_activation(
+            &root,
+            spec("fork", "forked", Delivery::Caller),
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    activation.result().await.unwrap();
+    let seeded = events_of(&log, StreamId::Session(activation.child_id()))
+        .into_iter()
+        .find_map(|event| match event {
+            Event::HistorySeeded { source, .. } => Some(source),
+            _ => None,
+        });
+    assert_eq!(seeded, Some(root.session()));
+    activation.dispose().await.unwrap();
+}
+
+#[tokio::test]
+async fn the_registry_lists_in_insertion_order_and_removal_blocks_only_new_starts() {
+    let log = MemoryLog::new();
+    let runtime = runtime(&log).await;
+    assert_eq!(runtime.list(), vec!["spawn", "fork", "process", "exit3"]);
+    assert!(runtime.get_provider("fork").is_some());
+    let err = runtime
+        .register_provider(Arc::new(SpawnProvider))
+        .await
+        .err()
+        .unwrap();
+    assert_eq!(err.code(), ErrorCode::DuplicateProvider);
+    let root = runtime.open_root("host").await.unwrap();
+    let running = runtime
+        .start_activation(
+            &root,
+            spec("process", "kept", Delivery::Caller),
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    runtime.remove_provider("process").await.unwrap();
+    assert!(runtime.get_provider("process").is_none());
+    assert_eq!(
+        running.result().await.unwrap().stop_reason,
+        SubagentStopReason::Completed,
+        "accepted runs are not revoked"
+    );
+    running.dispose().await.unwrap();
+    let err = runtime
+        .start_activation(
+            &root,
+            spec("process", "late", Delivery::Caller),
+            CancellationToken::new(),
+        )
+        .await
+        .err()
+        .unwrap();
+    assert_eq!(err.code(), ErrorCode::UnknownProvider);
+}
+
+#[tokio::test]
+async fn start_and_end_notices_pair_by_run_id_and_name_the_parent() {
+    let log = MemoryLog::new();
+    let runtime = runtime(&log).await;
+    let mut notices = runtime.notices();
+    let root = runtime.open_root("host").await.unwrap();
+    let activation = runtime
+        .start_activation(
+            &root,
+            spec("spawn", "research", Delivery::Caller),
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    activation.result().await.unwrap();
+    let mut start = None;
+    let mut end = None;
+    while start.is_none() || end.is_none() {
+        match tokio::time::timeout(Duration::from_secs(5), notices.recv())
+            .await
+            .unwrap()
+            .unwrap()
+        {
+            Notice::Start { parent, info } => start = Some((parent, info)),
+            Notice::End { parent, info } => end = Some((parent, info)),
+            _ => {}
+        }
+    }
+    let (start, end) = (start.unwrap(), end.unwrap());
+    assert_eq!((start.0, end.0), (root.session(), root.session()));
+    assert_eq!(start.1.run_id, end.1.run_id);
+    assert!(start.1.local && end.1.local);
+    assert_eq!(end.1.stop_reason, SubagentStopReason::Completed);
+    assert_eq!(
+        end.1.last_assistant_message.as_deref().map(plain_text),
+        Some("the answer is 42".into())
+    );
+    activation.dispose().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_closed_root_handle_is_refused() {
+    let log = MemoryLog::new();
+    let runtime = runtime(&log).await;
+    let root = runtime.open_root("host").await.unwrap();
+    runtime.close_root(&root);
+    let err = runtime
+        .start_activation(
+            &root,
+            spec("spawn", "x", Delivery::Caller),
+            CancellationToken::new(),
+        )
+        .await
+        .err()
+        .unwrap();
+    assert_eq!(err.code(), ErrorCode::Unauthorized);
+}
+
+#[test]
+fn reopening_after_the_host_died_settles_live_work_explicitly() {
+    let log = MemoryLog::new();
+    let (child, external) = {
+        // The first host dies with its tokio runtime: its drivers stop mid-flight.
+        let host_runtime = tokio::runtime::Runtime::new().unwrap();
+        host_runtime.block_on(async {
+            let runtime = runtime(&log).await;
+            let root = runtime.open_root("host").await.unwrap();
+            let slow = runtime
+                .start_activation(
+                    &root,
+                    spec("spawn", "slow", Delivery::Parent),
+                    CancellationToken::new(),
+                )
+                .await
+                .unwrap();
+            let mut sleeping = spec("process", "sleeper", Delivery::Parent);
+            sleeping.provider = "sleeper".into();
+            runtime
+                .register_provider(Arc::new(ProcessProvider::new("sleeper", "sleep", &["60"])))
+                .await
+                .unwrap();
+            let external = runtime
+                .start_activation(&root, sleeping, CancellationToken::new())
+                .await
+                .unwrap();
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            (slow.child_id(), external.child_id())
+        })
+    };
+    let host_runtime = tokio::runtime::Runtime::new().unwrap();
+    host_runtime.block_on(async {
+        let (runtime, report) = SubagentRuntime::open(Arc::new(log.clone()), Arc::new(host()))
+            .await
+            .unwrap();
+        assert!(report.events > 0);
+        let child_events = events_of(&log, StreamId::Session(child));
+        assert!(matches!(
+            child_events.last(),
+            Some(Event::ActivationAbandoned {
+                reason: subagent_core::AbandonReason::HostRestart,
+                ..
+            })
+        ));
+        let external_events = events_of(&log, StreamId::Session(external));
+        let settled = external_events.iter().find_map(|e| match e {
+            Event::RunSettled { result, .. } => Some(result.clone()),
+            _ => None,
+        });
+        let settled = settled.expect("the external run settles");
+        assert_eq!(settled.stop_reason, SubagentStopReason::Error);
+        assert!(settled
+            .diagnostic
+            .unwrap()
+            .as_str()
+            .contains("host restarted"));
+        assert!(events_of(&log, StreamId::Runtime)
+            .iter()
+            .any(|e| e.type_name() == "HostRecovered"));
+        assert!(
+            runtime.list().is_empty(),
+            "providers are registered again by the new host"
+        );
+        let (_, again) = SubagentRuntime::open(Arc::new(log.clone()), Arc::new(host()))
+            .await
+            .unwrap();
+        assert_eq!(again.events, 0, "a clean reopen appends nothing");
+    });
+}
