@@ -1,197 +1,185 @@
-//! `subagents demo`: records a sample delegation (a root, a continuable
-//! child that settles, an external one-shot run) through the real RocksDB log
-//! and prints it. Stands in for the runtime-driven demo until the runtime
-//! lands; every run adds a new root to the same log.
+//! `subagents demo`: the main job. A root session delegates through the real
+//! runtime on the embedded RocksDB log: two continuable children (one
+//! spawned, one forked), a grandchild below the first, and one external
+//! `process` run. The results come back, everything is disposed child-first,
+//! and the descendant tree, each result and the log head are printed. Every
+//! run adds a new root to the same log; a log left by a killed run is
+//! recovered on open.
 
 use std::path::Path;
+use std::sync::Arc;
 
-use serde_json::json;
 use subagent_core::{
-    ContentBlock, Delivery, Event, MessageDelivery, MessageId, MessageSource, NewEvent, SessionId,
-    SessionMode, StreamId, SubagentResult, SubagentRunId,
+    content::plain_text, ContentBlock, Delivery, StartOptions, SubagentActivationSpec,
+    SubagentStartRequest,
 };
-use subagent_store::{EventLog, ExpectedVersion, RocksLog, RocksOptions};
+use subagent_runtime::providers::{ForkProvider, ProcessProvider, SpawnProvider};
+use subagent_runtime::scripted::Step;
+use subagent_runtime::{Script, ScriptedHost, SubagentActivation, SubagentRuntime};
+use subagent_store::{EventLog, RocksLog, RocksOptions};
+use tokio_util::sync::CancellationToken;
 
 use crate::CliResult;
 
-fn created(
-    session: SessionId,
-    parent: Option<SessionId>,
-    depth: u64,
-    label: &str,
-    provider: Option<&str>,
-    mode: SessionMode,
-    external: bool,
-) -> NewEvent {
-    NewEvent::new(Event::SessionCreated {
-        session,
-        parent,
-        depth,
+fn spec(provider: &str, label: &str, prompt: &str, delivery: Delivery) -> SubagentActivationSpec {
+    SubagentActivationSpec {
+        provider: provider.into(),
         label: label.into(),
-        provider: provider.map(Into::into),
-        mode,
-        external,
-        descriptor: json!({"version": 1, "provider": provider.unwrap_or("host"), "mode": mode, "inheritsParentContext": false}),
-    })
+        child_id: None,
+        request: SubagentStartRequest {
+            label: None,
+            prompt: vec![ContentBlock::text(prompt)],
+            options: StartOptions::default(),
+        },
+        delivery,
+    }
 }
 
-/// Runs the demo.
+fn scripts(hold_ms: u64) -> ScriptedHost {
+    let say = |text: &str| Step::Say(text.to_owned());
+    ScriptedHost::new(Script::reply("done"))
+        .with(
+            "research",
+            Script {
+                turns: vec![vec![
+                    say("Reading the design first."),
+                    Step::Tool {
+                        name: "read_file".into(),
+                        input: serde_json::json!({"path": "DESIGN.md"}),
+                        output: "# subagents: design".into(),
+                    },
+                    Step::SleepMs(30 + hold_ms),
+                    say("The log is the source of truth; every projection is a fold of it."),
+                ]],
+            },
+        )
+        .with(
+            "fact-check",
+            Script {
+                turns: vec![vec![say("Checked: positions are gap-free and start at 1.")]],
+            },
+        )
+        .with(
+            "review",
+            Script {
+                turns: vec![vec![say(
+                    "The fork saw the parent's history; the plan holds.",
+                )]],
+            },
+        )
+}
+
+async fn finish(name: &str, activation: &SubagentActivation) -> CliResult {
+    let result = activation.result().await?;
+    println!(
+        "  {name:<11} {:<10} {}",
+        result.stop_reason.to_string(),
+        plain_text(&result.output)
+    );
+    Ok(())
+}
+
+/// Runs the demo. `hold_ms` keeps the research child working that much
+/// longer, so a crash drill can kill the process while work is live.
 ///
 /// # Errors
-/// Storage failures.
-pub fn run(data: &Path) -> CliResult {
+/// Storage failures and runtime rejections.
+pub fn run(data: &Path, hold_ms: u64) -> CliResult {
     let log = RocksLog::open(data, RocksOptions::default())?;
-    let runtime = tokio::runtime::Runtime::new()?;
+    let tokio = tokio::runtime::Runtime::new()?;
+    let shared: Arc<dyn EventLog> = Arc::new(log.clone());
     let start = log.head() + 1;
-    runtime.block_on(async {
-        let (root, child, external) = (SessionId::new(), SessionId::new(), SessionId::new());
-        let append = |stream: SessionId, events: Vec<NewEvent>| {
-            log.append(StreamId::Session(stream), ExpectedVersion::Any, events)
-        };
-        println!("[1/4] root session {root}");
-        append(
-            root,
-            vec![created(
-                root,
-                None,
-                0,
-                "demo root",
-                None,
-                SessionMode::Continuable,
-                false,
-            )],
-        )
-        .await?;
-        println!("[2/4] continuable child {child} (spawn)");
-        append(
-            root,
-            vec![NewEvent::new(Event::ChildCataloged {
-                child,
-                label: "summarize".into(),
-                provider: "spawn".into(),
-                mode: SessionMode::Continuable,
-                external: false,
-            })],
-        )
-        .await?;
-        let prompt = MessageId::new();
-        let result =
-            SubagentResult::completed(vec![ContentBlock::text("The log is the source of truth.")]);
-        append(
-            child,
-            vec![
-                created(
-                    child,
-                    Some(root),
-                    1,
-                    "summarize",
-                    Some("spawn"),
-                    SessionMode::Continuable,
-                    false,
+    let root = tokio.block_on(async {
+        let (runtime, recovery) = SubagentRuntime::open(shared, Arc::new(scripts(hold_ms))).await?;
+        if recovery.events > 0 {
+            println!(
+                "recovered the previous run: {} recovery events appended",
+                recovery.events
+            );
+        }
+        runtime.register_provider(Arc::new(SpawnProvider)).await?;
+        runtime.register_provider(Arc::new(ForkProvider)).await?;
+        runtime
+            .register_provider(Arc::new(ProcessProvider::new(
+                "process",
+                "sh",
+                &["-c", "tr a-z A-Z"],
+            )))
+            .await?;
+        let root = runtime.open_root("demo root").await?;
+        println!("[1/5] root session {}", root.session());
+        let signal = CancellationToken::new();
+        let research = runtime
+            .start_activation(
+                &root,
+                spec("spawn", "research", "Summarize DESIGN.md", Delivery::Parent),
+                signal.clone(),
+            )
+            .await?;
+        println!("[2/5] spawned {} (research)", research.child_id());
+        let review = runtime
+            .start_activation(
+                &root,
+                spec("fork", "review", "Review the plan", Delivery::Caller),
+                signal.clone(),
+            )
+            .await?;
+        println!("      forked  {} (review)", review.child_id());
+        let fact_check = runtime
+            .start_activation(
+                &research.agent(),
+                spec(
+                    "spawn",
+                    "fact-check",
+                    "Check the numbering claim",
+                    Delivery::Parent,
                 ),
-                NewEvent::new(Event::ActivationRequested {
-                    epoch: 1,
-                    delivery: Delivery::Parent,
-                    output_schema: None,
-                }),
-                NewEvent::new(Event::MessageAccepted {
-                    message_id: prompt,
-                    source: MessageSource::Delegation {
-                        parent_session_id: root,
-                    },
-                    delivery: MessageDelivery::Queue,
-                    content: vec![ContentBlock::text("Summarize DESIGN.md")],
-                }),
-                NewEvent::new(Event::ActivationPrepared {
-                    epoch: 1,
-                    seeded_events: 0,
-                }),
-                NewEvent::new(Event::ActivationPublished {
-                    epoch: 1,
-                    run_id: SubagentRunId::new(),
-                }),
-                NewEvent::new(Event::MessagesClaimed {
-                    ids: vec![prompt],
-                    turn: 1,
-                }),
-                NewEvent::new(Event::TurnStarted { turn: 1, epoch: 1 }),
-                NewEvent::new(Event::AssistantMessage {
-                    turn: 1,
-                    content: result.output.clone(),
-                    usage: None,
-                }),
-                NewEvent::new(Event::TurnEnded {
-                    turn: 1,
-                    stop_reason: result.stop_reason.clone(),
-                }),
-                NewEvent::new(Event::ActivationSettled {
-                    epoch: 1,
-                    result: result.clone(),
-                }),
-                NewEvent::new(Event::ActivationReleased {
-                    epoch: 1,
-                    cleanup_error: None,
-                }),
-            ],
-        )
-        .await?;
-        println!("[3/4] external one-shot child {external} (process)");
-        let run_id = SubagentRunId::new();
-        append(
-            root,
-            vec![NewEvent::new(Event::ChildCataloged {
-                child: external,
-                label: "lint".into(),
-                provider: "process".into(),
-                mode: SessionMode::OneShot,
-                external: true,
-            })],
-        )
-        .await?;
-        append(
-            external,
-            vec![
-                created(
-                    external,
-                    Some(root),
-                    1,
-                    "lint",
-                    Some("process"),
-                    SessionMode::OneShot,
-                    true,
+                signal.clone(),
+            )
+            .await?;
+        println!(
+            "      grandchild {} (fact-check, below research)",
+            fact_check.child_id()
+        );
+        let shout = runtime
+            .start_activation(
+                &root,
+                spec(
+                    "process",
+                    "shout",
+                    "the external run says hello",
+                    Delivery::Parent,
                 ),
-                NewEvent::new(Event::RunRequested {
-                    run_id,
-                    provider: "process".into(),
-                    delivery: Delivery::Caller,
-                }),
-                NewEvent::new(Event::RunStarted { run_id }),
-                NewEvent::new(Event::RunSettled {
-                    run_id,
-                    result: SubagentResult::completed(vec![ContentBlock::text("no findings")]),
-                }),
-                NewEvent::new(Event::RunDisposed {
-                    run_id,
-                    cleanup_error: None,
-                }),
-            ],
-        )
-        .await?;
-        println!("[4/4] durable at head {}\n", log.head());
-        Ok::<_, subagent_store::StoreError>(())
+                signal,
+            )
+            .await?;
+        println!("      external {} (process: tr a-z A-Z)", shout.child_id());
+        println!("[3/5] results:");
+        use std::io::Write;
+        let _ = std::io::stdout().flush();
+        for (name, activation) in [
+            ("research", &research),
+            ("fact-check", &fact_check),
+            ("review", &review),
+            ("shout", &shout),
+        ] {
+            finish(name, activation).await?;
+        }
+        println!("[4/5] disposing child-first");
+        for activation in [&research, &review, &shout] {
+            activation.dispose().await?;
+        }
+        Ok::<_, Box<dyn std::error::Error>>(root.session())
     })?;
-    // Keep the projections checkpoint current, as the runtime will.
-    let (projections, _) = subagent_replay::Checkpointed::open(log, 10_000)?;
-    let roots = projections.state().roots.clone();
-    let log = projections.close()?;
-    drop(log);
-    crate::log_cmd::run(&crate::log_cmd::LogArgs::at(data, start))?;
-    let log = RocksLog::open(data, RocksOptions::default())?;
+    drop(tokio);
     let state = subagent_replay::state_at(&log, None)?;
-    if let Some(root) = roots.last() {
-        println!("\n{}", crate::render::tree(&state, *root));
-    }
+    println!("[5/5] durable at head {}\n", log.head());
+    println!("{}", crate::render::tree(&state, root));
+    let (checkpointed, _) = subagent_replay::Checkpointed::open(log, 10_000)?;
+    drop(checkpointed.close()?);
     let dir = data.display();
-    println!("Inspect it with:\n  subagents tree {dir}\n  subagents replay {dir} --at {start}\n  subagents verify {dir}\n  subagents log {dir}");
+    println!(
+        "Inspect it with:\n  subagents tree {dir} --root {root}\n  subagents replay {dir} --at {start}\n  subagents diff {dir} --from {start}\n  subagents verify {dir}\n  subagents log {dir} --from {start}"
+    );
     Ok(())
 }

@@ -26,18 +26,6 @@ pub struct LogArgs {
     from: u64,
 }
 
-impl LogArgs {
-    /// Human-readable listing of `dir` from `from`.
-    pub fn at(dir: &std::path::Path, from: u64) -> Self {
-        LogArgs {
-            dir: dir.to_path_buf(),
-            json: false,
-            stream: None,
-            from,
-        }
-    }
-}
-
 const PAYLOAD_CHARS: usize = 96;
 
 /// Prints the log.

@@ -33,11 +33,15 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Record a sample delegation into a log and print it.
+    /// Delegate through the runtime into a log and show the result.
     Demo {
         /// The log directory (created if missing).
         #[arg(long, default_value = DEFAULT_DATA_DIR)]
         data: PathBuf,
+        /// Keep the research child working this many extra milliseconds
+        /// (for crash drills).
+        #[arg(long, default_value_t = 0)]
+        hold_ms: u64,
     },
     /// Print the events of a log, one line each.
     Log(log_cmd::LogArgs),
@@ -54,7 +58,7 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Demo { data } => demo::run(&data),
+        Command::Demo { data, hold_ms } => demo::run(&data, hold_ms),
         Command::Log(args) => log_cmd::run(&args),
         Command::Inspect(command) => inspect::run(command),
         Command::Bench { part } => bench::run(part),

@@ -70,6 +70,13 @@ impl SubagentActivation {
         self.child_id
     }
 
+    /// The child's live agent handle, to delegate from it. It is refused
+    /// once this activation is disposed.
+    #[must_use]
+    pub fn agent(&self) -> crate::runtime::LiveAgent {
+        crate::runtime::LiveAgent::new(self.child_id)
+    }
+
     /// The accepted initial message, for a local child.
     #[must_use]
     pub fn message_id(&self) -> Option<MessageId> {

@@ -26,14 +26,19 @@ use crate::seam::{
 };
 
 /// An opaque live agent handle: the authority to delegate from a session.
-/// Issued for host roots by [`SubagentRuntime::open_root`]; refused once the
-/// root is closed.
+/// Issued for host roots by [`SubagentRuntime::open_root`] and for published
+/// local children by [`SubagentActivation::agent`](crate::SubagentActivation::agent);
+/// refused once the root is closed or the child's activation is disposed.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct LiveAgent {
     session: SessionId,
 }
 
 impl LiveAgent {
+    pub(crate) fn new(session: SessionId) -> Self {
+        LiveAgent { session }
+    }
+
     /// The session this handle speaks for.
     #[must_use]
     pub fn session(&self) -> SessionId {
@@ -164,7 +169,11 @@ impl SubagentRuntime {
     }
 
     fn authorize(&self, agent: &LiveAgent) -> Result<(), SubagentError> {
-        if lock(&self.inner.roots).contains(&agent.session) {
+        let live_root = lock(&self.inner.roots).contains(&agent.session);
+        let live_child = lock(&self.inner.drivers)
+            .get(&agent.session)
+            .is_some_and(|driver| !driver.stop.is_cancelled());
+        if live_root || live_child {
             Ok(())
         } else {
             Err(SubagentError::Unauthorized(format!(

@@ -640,3 +640,67 @@ fn reopening_after_the_host_died_settles_live_work_explicitly() {
         assert_eq!(again.events, 0, "a clean reopen appends nothing");
     });
 }
+
+#[tokio::test]
+async fn dispose_releases_descendants_before_their_ancestors() {
+    let log = MemoryLog::new();
+    let runtime = runtime(&log).await;
+    let root = runtime.open_root("host").await.unwrap();
+    let child = runtime
+        .start_activation(
+            &root,
+            spec("spawn", "slow", Delivery::Parent),
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    let grandchild = runtime
+        .start_activation(
+            &child.agent(),
+            spec("spawn", "slow", Delivery::Parent),
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    let tree = runtime.list_descendants(root.session()).await;
+    assert_eq!(
+        tree.iter()
+            .map(|e| (e.entry.entry.child_id, e.depth))
+            .collect::<Vec<_>>(),
+        vec![(child.child_id(), 1), (grandchild.child_id(), 2)]
+    );
+    child.dispose().await.unwrap();
+    let released: Vec<_> = log
+        .read_all(1)
+        .map(|r| r.unwrap())
+        .filter(|r| r.event.type_name() == "ActivationReleased")
+        .map(|r| r.stream)
+        .collect();
+    assert_eq!(
+        released,
+        vec![
+            StreamId::Session(grandchild.child_id()),
+            StreamId::Session(child.child_id())
+        ],
+        "child-first"
+    );
+    assert_eq!(
+        grandchild.result().await.unwrap().stop_reason,
+        SubagentStopReason::Aborted
+    );
+    let err = runtime
+        .start_activation(
+            &child.agent(),
+            spec("spawn", "late", Delivery::Parent),
+            CancellationToken::new(),
+        )
+        .await
+        .err()
+        .unwrap();
+    assert_eq!(
+        err.code(),
+        ErrorCode::Unauthorized,
+        "a disposed child's handle is stale"
+    );
+    grandchild.dispose().await.unwrap();
+}
