@@ -18,6 +18,8 @@ pub mod scripted;
 pub mod seam;
 
 pub use activation::SubagentActivation;
-pub use runtime::{LiveAgent, Notice, RecoveryReport, SubagentRuntime};
+pub use runtime::{
+    InboxMessage, LiveAgent, Notice, ProviderRegistration, RecoveryReport, SubagentRuntime,
+};
 pub use scripted::{Script, ScriptedHost};
 pub use seam::{Agent, AgentHost, AgentSpec, SubagentProvider, SubagentRun};

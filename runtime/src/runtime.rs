@@ -69,6 +69,40 @@ pub enum Notice {
     ProviderRemoved(String),
 }
 
+/// A message accepted into an inbox, as [`SubagentRuntime::inbox`] yields it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct InboxMessage {
+    /// Its inbox id.
+    pub message_id: MessageId,
+    /// Durable attribution.
+    pub source: subagent_core::MessageSource,
+    /// The content.
+    pub content: Vec<ContentBlock>,
+}
+
+/// The disposer of one provider registration.
+pub struct ProviderRegistration {
+    runtime: SubagentRuntime,
+    name: String,
+}
+
+impl ProviderRegistration {
+    /// The registered name.
+    #[must_use]
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Unregisters the provider: new starts are refused; runs already
+    /// returned to their holders continue.
+    ///
+    /// # Errors
+    /// `subagent/unknown-provider` if it was already removed.
+    pub async fn remove(self) -> Result<(), SubagentError> {
+        self.runtime.remove_provider(&self.name).await
+    }
+}
+
 /// What reopening the log had to settle.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RecoveryReport {
@@ -187,10 +221,12 @@ impl SubagentRuntime {
     ///
     /// # Errors
     /// `subagent/duplicate-provider`, `gateway/bad-request` for an empty name.
+    /// The returned [`ProviderRegistration`] is the disposer: `remove()` it
+    /// to unregister. Dropping it leaves the provider registered.
     pub async fn register_provider(
         &self,
         provider: Arc<dyn SubagentProvider>,
-    ) -> Result<(), SubagentError> {
+    ) -> Result<ProviderRegistration, SubagentError> {
         let registration = Event::ProviderRegistered {
             name: provider.name().to_owned(),
             capabilities: provider.capabilities(),
@@ -205,8 +241,51 @@ impl SubagentRuntime {
             .await?;
         let name = provider.name().to_owned();
         lock(&self.inner.providers).push(provider);
-        self.notify(Notice::ProviderAdded(name));
-        Ok(())
+        self.notify(Notice::ProviderAdded(name.clone()));
+        Ok(ProviderRegistration {
+            runtime: self.clone(),
+            name,
+        })
+    }
+
+    /// The accepted messages of `agent`'s inbox, from the first on, then live
+    /// (a root reads settlement notices and external reports here).
+    ///
+    /// # Errors
+    /// `subagent/unauthorized` for a stale handle.
+    pub fn inbox(&self, agent: &LiveAgent) -> Result<mpsc::Receiver<InboxMessage>, SubagentError> {
+        self.authorize(agent)?;
+        let stream = StreamId::Session(agent.session);
+        let mut subscription = self.log().subscribe(1);
+        let (sender, receiver) = mpsc::channel(256);
+        tokio::spawn(async move {
+            use tokio_stream::StreamExt;
+            while let Some(Ok(item)) = subscription.next().await {
+                let subagent_store::SubscriptionItem::Event(record) = item else {
+                    continue;
+                };
+                if record.stream != stream {
+                    continue;
+                }
+                if let Event::MessageAccepted {
+                    message_id,
+                    source,
+                    content,
+                    ..
+                } = record.event
+                {
+                    let message = InboxMessage {
+                        message_id,
+                        source,
+                        content,
+                    };
+                    if sender.send(message).await.is_err() {
+                        return;
+                    }
+                }
+            }
+        });
+        Ok(receiver)
     }
 
     /// Removes a provider: new starts are refused; accepted runs continue.
@@ -389,6 +468,7 @@ impl SubagentRuntime {
             handle: Arc::clone(handle),
             provider: spec.provider,
             label: spec.label,
+            signal,
         };
         let task = tokio::spawn(driver.run());
         *lock(&handle.task) = Some(task);
@@ -534,6 +614,8 @@ struct LocalDriver {
     handle: Arc<DriverHandle>,
     provider: String,
     label: String,
+    /// The start signal: after publication it cancels remaining turn work.
+    signal: CancellationToken,
 }
 
 impl LocalDriver {
@@ -618,9 +700,19 @@ impl LocalDriver {
                 .unwrap_or(0);
             let messages = self.message_contents(&ids).await?;
             let (transcript, mut items) = mpsc::channel(64);
+            // A turn stops on dispose (the driver's token) or on the caller's
+            // start signal.
+            let cancel = self.handle.stop.child_token();
+            let (signal, turn_cancel) = (self.signal.clone(), cancel.clone());
+            tokio::spawn(async move {
+                tokio::select! {
+                    () = signal.cancelled() => turn_cancel.cancel(),
+                    () = turn_cancel.cancelled() => {}
+                }
+            });
             let input = TurnInput {
                 messages,
-                cancel: self.handle.stop.child_token(),
+                cancel: cancel.clone(),
                 transcript,
             };
             let mut assistant: Vec<Vec<ContentBlock>> = Vec::new();

@@ -704,3 +704,204 @@ async fn dispose_releases_descendants_before_their_ancestors() {
     );
     grandchild.dispose().await.unwrap();
 }
+
+#[tokio::test]
+async fn the_root_inbox_streams_settlement_notices_and_external_reports() {
+    let log = MemoryLog::new();
+    let runtime = runtime(&log).await;
+    let root = runtime.open_root("host").await.unwrap();
+    let mut inbox = runtime.inbox(&root).unwrap();
+    let local = runtime
+        .start_activation(
+            &root,
+            spec("spawn", "research", Delivery::Parent),
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    let external = runtime
+        .start_activation(
+            &root,
+            spec("process", "shout", Delivery::Parent),
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    let mut kinds = Vec::new();
+    while kinds.len() < 2 {
+        let message = tokio::time::timeout(Duration::from_secs(5), inbox.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        kinds.push(match message.source {
+            MessageSource::SubagentSettled {
+                sender_session_id, ..
+            } => ("settled", sender_session_id),
+            MessageSource::SubagentReport { sender_session_id } => ("report", sender_session_id),
+            other => panic!("unexpected {other:?}"),
+        });
+    }
+    kinds.sort();
+    assert_eq!(
+        kinds,
+        vec![
+            ("report", external.child_id()),
+            ("settled", local.child_id())
+        ]
+    );
+    local.dispose().await.unwrap();
+    external.dispose().await.unwrap();
+}
+
+#[tokio::test]
+async fn the_start_signal_after_publication_aborts_the_remaining_turn_work() {
+    let log = MemoryLog::new();
+    let runtime = runtime(&log).await;
+    let root = runtime.open_root("host").await.unwrap();
+    let signal = CancellationToken::new();
+    let activation = runtime
+        .start_activation(
+            &root,
+            spec("spawn", "slow", Delivery::Caller),
+            signal.clone(),
+        )
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    signal.cancel();
+    let result = tokio::time::timeout(Duration::from_secs(5), activation.result())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(result.stop_reason, SubagentStopReason::Aborted);
+    assert_eq!(
+        plain_text(&result.output),
+        "started",
+        "partial output is kept"
+    );
+    activation.dispose().await.unwrap();
+}
+
+/// An external provider whose runs settle at once and whose cleanup fails,
+/// or whose start waits for cancellation.
+struct Flaky {
+    name: &'static str,
+    block_start: bool,
+}
+
+struct FlakyRun;
+
+impl subagent_runtime::SubagentRun for FlakyRun {
+    fn result(&mut self) -> BoxFuture<'_, Result<subagent_core::SubagentResult, SubagentError>> {
+        Box::pin(async {
+            Ok(subagent_core::SubagentResult::completed(vec![
+                ContentBlock::text("kept"),
+            ]))
+        })
+    }
+    fn dispose(&mut self) -> BoxFuture<'_, Result<(), subagent_core::Diagnostic>> {
+        Box::pin(async { Err(subagent_core::Diagnostic::new("socket still open")) })
+    }
+}
+
+impl SubagentProvider for Flaky {
+    fn name(&self) -> &str {
+        self.name
+    }
+    fn capabilities(&self) -> subagent_core::SubagentCapabilities {
+        subagent_core::SubagentCapabilities::default()
+    }
+    fn inherits_parent_context(&self) -> bool {
+        false
+    }
+    fn start(
+        &self,
+        request: subagent_runtime::seam::ResolvedStartRequest,
+    ) -> BoxFuture<'static, Result<Box<dyn subagent_runtime::SubagentRun>, SubagentError>> {
+        let block = self.block_start;
+        Box::pin(async move {
+            if block {
+                request.signal.cancelled().await;
+                return Err(SubagentError::Cancelled);
+            }
+            Ok(Box::new(FlakyRun) as Box<dyn subagent_runtime::SubagentRun>)
+        })
+    }
+}
+
+#[tokio::test]
+async fn a_cleanup_failure_is_recorded_beside_the_settled_result_and_never_overwrites_it() {
+    let log = MemoryLog::new();
+    let runtime = runtime(&log).await;
+    runtime
+        .register_provider(Arc::new(Flaky {
+            name: "flaky",
+            block_start: false,
+        }))
+        .await
+        .unwrap();
+    let root = runtime.open_root("host").await.unwrap();
+    let activation = runtime
+        .start_activation(
+            &root,
+            spec("flaky", "leaky", Delivery::Caller),
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        plain_text(&activation.result().await.unwrap().output),
+        "kept"
+    );
+    activation.dispose().await.unwrap();
+    let events = events_of(&log, StreamId::Session(activation.child_id()));
+    assert!(matches!(
+        events.last(),
+        Some(Event::RunDisposed { cleanup_error: Some(diagnostic), .. }) if diagnostic.as_str() == "socket still open"
+    ));
+    assert_eq!(
+        activation.result().await.unwrap().stop_reason,
+        SubagentStopReason::Completed,
+        "the result stands"
+    );
+}
+
+#[tokio::test]
+async fn an_external_start_cancelled_before_publication_fails_and_is_recorded() {
+    let log = MemoryLog::new();
+    let runtime = runtime(&log).await;
+    let registration = runtime
+        .register_provider(Arc::new(Flaky {
+            name: "blocked",
+            block_start: true,
+        }))
+        .await
+        .unwrap();
+    let root = runtime.open_root("host").await.unwrap();
+    let signal = CancellationToken::new();
+    let cancel = signal.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        cancel.cancel();
+    });
+    let err = runtime
+        .start_activation(&root, spec("blocked", "never", Delivery::Parent), signal)
+        .await
+        .err()
+        .unwrap();
+    assert_eq!(err.code(), ErrorCode::Cancelled);
+    let child = runtime.list_children(root.session()).await[0]
+        .entry
+        .child_id;
+    let types: Vec<_> = events_of(&log, StreamId::Session(child))
+        .iter()
+        .map(Event::type_name)
+        .collect();
+    assert_eq!(
+        types,
+        vec!["SessionCreated", "RunRequested", "RunStartFailed"]
+    );
+    assert_eq!(registration.name(), "blocked");
+    registration.remove().await.unwrap();
+    assert!(runtime.get_provider("blocked").is_none());
+}
