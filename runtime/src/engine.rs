@@ -1,25 +1,43 @@
 //! The engine: the one path every transition takes. A command is decided
-//! against the projections, its events are appended atomically and durably,
-//! and only then folded into the projections and acknowledged.
+//! against the projections, its events are enqueued as one atomic append and
+//! folded in, and the caller is answered only once the append is durable.
 //!
-//! Commands are serialized by the state lock, held across the durable append,
-//! so every decision sees every earlier transition. That costs one WAL sync
-//! per command under load; pipelining decisions ahead of durability (the
-//! raft-rs `Ready` shape, with a rebuild from the log on append failure) is
-//! the planned optimization.
+//! Decisions are pipelined ahead of durability, the raft-rs `Ready` shape:
+//! under the state lock the engine decides, enqueues the append (the log's
+//! writer keeps enqueue order) and applies the events at the positions they
+//! will get; then, outside the lock, it awaits durability. Concurrent
+//! commands therefore share group commits instead of paying one WAL sync
+//! each. This is sound because the engine is the log's only appender (the
+//! store's directory lock keeps other processes out), so positions are
+//! predictable, and because the store is fail-stop: after a failed write it
+//! refuses every later append, so nothing decided on top of a lost event can
+//! become durable. On a failure, or a placement that differs from the
+//! prediction, the engine stops accepting commands; reopening the runtime
+//! rebuilds the projections from the log.
+//!
+//! Public queries read through [`Engine::read_durable`], which answers only
+//! once everything the answer reflects is durable.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 
-use subagent_core::{NewEvent, RecordedEvent, SubagentError};
+use subagent_core::{NewEvent, RecordedEvent, StreamId, SubagentError};
 use subagent_projections::{decide, Command, Projections};
 use subagent_store::{EventLog, EventLogExt, ExpectedVersion, StreamAppend};
-use tokio::sync::{Mutex, MutexGuard};
-use tracing::debug;
+use tracing::{debug, error};
+
+struct Pipeline {
+    state: Projections,
+    /// Version of each stream, as the next append will find it.
+    versions: HashMap<StreamId, u64>,
+}
 
 /// Decides, appends, applies.
 pub(crate) struct Engine {
     log: Arc<dyn EventLog>,
-    state: Mutex<Projections>,
+    pipeline: Mutex<Pipeline>,
+    failed: AtomicBool,
 }
 
 pub(crate) fn internal(err: impl std::fmt::Display) -> SubagentError {
@@ -30,13 +48,23 @@ impl Engine {
     /// Folds the whole log into fresh projections.
     pub(crate) fn open(log: Arc<dyn EventLog>) -> Result<Engine, SubagentError> {
         let mut state = Projections::new();
+        let mut versions = HashMap::new();
         for record in log.read_all(1) {
-            state.apply(&record.map_err(internal)?);
+            let record = record.map_err(internal)?;
+            versions.insert(record.stream, record.version);
+            state.apply(&record);
         }
         Ok(Engine {
             log,
-            state: Mutex::new(state),
+            pipeline: Mutex::new(Pipeline { state, versions }),
+            failed: AtomicBool::new(false),
         })
+    }
+
+    fn pipeline(&self) -> MutexGuard<'_, Pipeline> {
+        self.pipeline
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// The log.
@@ -44,50 +72,105 @@ impl Engine {
         &self.log
     }
 
-    /// Read access to the projections (held briefly; blocks commits).
-    pub(crate) async fn state(&self) -> MutexGuard<'_, Projections> {
-        self.state.lock().await
+    /// Reads the projections as decided so far, including transitions still
+    /// becoming durable. For the drivers' own bookkeeping; never hold it
+    /// across an await.
+    pub(crate) fn state(&self) -> StateGuard<'_> {
+        StateGuard(self.pipeline())
     }
 
-    /// Decides `command`, appends its events durably, folds them in and
-    /// returns them. A rejection appends nothing.
+    /// Answers `query` from the projections once every transition it can
+    /// reflect is durable.
     ///
     /// # Errors
-    /// The rejection, or `gateway/internal` when the append fails.
+    /// `gateway/internal` if the log closed first.
+    pub(crate) async fn read_durable<T>(
+        &self,
+        query: impl FnOnce(&Projections) -> T,
+    ) -> Result<T, SubagentError> {
+        let (answer, position) = {
+            let pipeline = self.pipeline();
+            (query(&pipeline.state), pipeline.state.position)
+        };
+        let mut durable = self.log.watch_head();
+        durable
+            .wait_for(|head| *head >= position)
+            .await
+            .map_err(|_| internal("the log closed"))?;
+        Ok(answer)
+    }
+
+    /// Decides `command`, appends its events atomically, folds them in, and
+    /// returns them once they are durable. A rejection appends nothing.
+    ///
+    /// # Errors
+    /// The rejection, or `gateway/internal` when the append fails (after
+    /// which the engine refuses further commands).
     pub(crate) async fn commit(
         &self,
         command: Command,
     ) -> Result<Vec<RecordedEvent>, SubagentError> {
-        let mut state = self.state.lock().await;
-        let decision = decide(&state, command)?;
-        if decision.is_empty() {
-            return Ok(Vec::new());
+        if self.failed.load(Ordering::Acquire) {
+            return Err(internal("the log failed; reopen the runtime to recover"));
         }
-        let parts: Vec<StreamAppend> = decision
-            .into_iter()
-            .map(|(stream, events)| StreamAppend {
-                stream,
-                expected: ExpectedVersion::Any,
-                events: events.into_iter().map(NewEvent::new).collect(),
-            })
-            .collect();
-        let outcomes = self
-            .log
-            .append_atomic(parts.clone())
-            .await
-            .map_err(internal)?;
-        let mut records = Vec::new();
-        for (part, outcome) in parts.into_iter().zip(outcomes) {
-            let count = part.events.len() as u64;
-            for (offset, new) in (0u64..).zip(part.events) {
-                let version = outcome.stream_version + 1 + offset - count;
-                let record =
-                    new.into_record(outcome.first_position + offset, part.stream, version, 0);
-                state.apply(&record);
-                records.push(record);
+        let (ticket, records) = {
+            let mut pipeline = self.pipeline();
+            let decision = decide(&pipeline.state, command)?;
+            if decision.is_empty() {
+                return Ok(Vec::new());
             }
+            let mut parts = Vec::with_capacity(decision.len());
+            let mut records = Vec::new();
+            let mut position = pipeline.state.position;
+            for (stream, events) in decision {
+                let events: Vec<NewEvent> = events.into_iter().map(NewEvent::new).collect();
+                let version = pipeline.versions.entry(stream).or_insert(0);
+                for new in &events {
+                    position += 1;
+                    *version += 1;
+                    records.push(new.clone().into_record(position, stream, *version, 0));
+                }
+                parts.push(StreamAppend {
+                    stream,
+                    expected: ExpectedVersion::Any,
+                    events,
+                });
+            }
+            let ticket = self.log.append_atomic(parts);
+            for record in &records {
+                pipeline.state.apply(record);
+            }
+            (ticket, records)
+        };
+        let outcomes = match ticket.await {
+            Ok(outcomes) => outcomes,
+            Err(err) => return Err(self.fail(err)),
+        };
+        let expected_first = records.first().map(|record| record.position);
+        if outcomes.first().map(|outcome| outcome.first_position) != expected_first {
+            return Err(self.fail(format!(
+                "events landed at {:?}, expected {expected_first:?}",
+                outcomes.first()
+            )));
         }
-        debug!(events = records.len(), head = state.position, "committed");
+        debug!(events = records.len(), "committed");
         Ok(records)
+    }
+
+    fn fail(&self, reason: impl std::fmt::Display) -> SubagentError {
+        self.failed.store(true, Ordering::Release);
+        error!(%reason, "append failed; the engine stops accepting commands");
+        internal(reason)
+    }
+}
+
+/// A short-lived read of the projections.
+pub(crate) struct StateGuard<'a>(MutexGuard<'a, Pipeline>);
+
+impl std::ops::Deref for StateGuard<'_> {
+    type Target = Projections;
+
+    fn deref(&self) -> &Projections {
+        &self.0.state
     }
 }

@@ -324,12 +324,20 @@ impl SubagentRuntime {
 
     /// The parent's durable catalog, in parent event order.
     pub async fn list_children(&self, parent: SessionId) -> Vec<SubagentListEntry> {
-        self.inner.engine.state().await.list_children(parent)
+        self.inner
+            .engine
+            .read_durable(|state| state.list_children(parent))
+            .await
+            .unwrap_or_default()
     }
 
     /// The root's complete subtree, stable pre-order.
     pub async fn list_descendants(&self, root: SessionId) -> Vec<SubagentDescendantListEntry> {
-        self.inner.engine.state().await.list_descendants(root)
+        self.inner
+            .engine
+            .read_durable(|state| state.list_descendants(root))
+            .await
+            .unwrap_or_default()
     }
 
     /// Starts a local continuable child (provider with `prepare_continuable`)
@@ -488,7 +496,6 @@ impl SubagentRuntime {
             .inner
             .engine
             .state()
-            .await
             .sessions
             .get(&child)
             .and_then(|record| record.descriptor.clone())
@@ -572,12 +579,13 @@ impl SubagentRuntime {
             }
         }
         handle.stop_and_join().await;
-        let state = self.inner.engine.state().await;
-        let live_epoch = state
+        let live_epoch = self
+            .inner
+            .engine
+            .state()
             .activations
             .get(&handle.child)
             .and_then(|a| a.live.as_ref().map(|live| live.epoch));
-        drop(state);
         if let Some(epoch) = live_epoch {
             self.inner
                 .engine
@@ -587,7 +595,7 @@ impl SubagentRuntime {
                     cleanup_error: None,
                 })
                 .await?;
-            let state = self.inner.engine.state().await;
+            let state = self.inner.engine.state();
             if let Some((_, result)) = state
                 .activations
                 .get(&handle.child)
@@ -634,7 +642,7 @@ impl LocalDriver {
         let engine = &self.runtime.inner.engine;
         let child = self.handle.child;
         let (descriptor, epoch) = {
-            let state = engine.state().await;
+            let state = engine.state();
             let descriptor: Option<SubagentDescriptor> = state
                 .sessions
                 .get(&child)
@@ -677,7 +685,7 @@ impl LocalDriver {
             if self.handle.stop.is_cancelled() {
                 return Ok(());
             }
-            let has_work = !engine.state().await.pending_messages(child).is_empty();
+            let has_work = !engine.state().pending_messages(child).is_empty();
             if !has_work {
                 // Idle: stay live until stopped (messages arrive with the messaging layer).
                 self.handle.stop.cancelled().await;
@@ -900,7 +908,7 @@ impl ExternalDriver {
                 cleanup_error,
             })
             .await?;
-        let state = engine.state().await;
+        let state = engine.state();
         if let Some(result) = state.runs.get(&child).and_then(|run| run.result.clone()) {
             self.handle.settle(Ok(result));
         }

@@ -905,3 +905,69 @@ async fn an_external_start_cancelled_before_publication_fails_and_is_recorded() 
     registration.remove().await.unwrap();
     assert!(runtime.get_provider("blocked").is_none());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_starts_pipeline_into_a_log_that_replays_to_the_same_answers() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = subagent_store::RocksLog::open(dir.path(), subagent_store::RocksOptions::default())
+        .unwrap();
+    let (runtime, _) = SubagentRuntime::open(Arc::new(log.clone()), Arc::new(host()))
+        .await
+        .unwrap();
+    runtime
+        .register_provider(Arc::new(SpawnProvider))
+        .await
+        .unwrap();
+    runtime
+        .register_provider(Arc::new(ProcessProvider::new(
+            "process",
+            "sh",
+            &["-c", "tr a-z A-Z"],
+        )))
+        .await
+        .unwrap();
+    let root = runtime.open_root("host").await.unwrap();
+    let tasks: Vec<_> = (0..32)
+        .map(|index| {
+            let (runtime, root) = (runtime.clone(), root.clone());
+            tokio::spawn(async move {
+                let provider = if index % 4 == 0 { "process" } else { "spawn" };
+                let activation = runtime
+                    .start_activation(
+                        &root,
+                        spec(provider, "research", Delivery::Parent),
+                        CancellationToken::new(),
+                    )
+                    .await
+                    .unwrap();
+                let result = activation.result().await.unwrap();
+                activation.dispose().await.unwrap();
+                result.stop_reason
+            })
+        })
+        .collect();
+    for task in tasks {
+        assert_eq!(task.await.unwrap(), SubagentStopReason::Completed);
+    }
+    let answered = runtime.list_descendants(root.session()).await;
+    assert_eq!(answered.len(), 32);
+    let records: Vec<_> = log.read_all(1).map(|r| r.unwrap()).collect();
+    assert_eq!(records.len() as u64, log.head());
+    assert!(
+        records
+            .windows(2)
+            .all(|w| w[1].position == w[0].position + 1),
+        "gap-free"
+    );
+    let rebuilt = subagent_projections::Projections::fold(&records);
+    assert_eq!(
+        rebuilt.list_descendants(root.session()),
+        answered,
+        "the log replays to the runtime's answers"
+    );
+    assert_eq!(
+        rebuilt.pending_messages(root.session()).len(),
+        32,
+        "one notice or report per child"
+    );
+}

@@ -239,6 +239,10 @@ pub trait EventLog: Send + Sync + 'static {
     /// The position of the last durable event; 0 when empty.
     fn head(&self) -> u64;
 
+    /// Watches the durable head: the value changes only after events up to
+    /// it are durable and readable.
+    fn watch_head(&self) -> tokio::sync::watch::Receiver<u64>;
+
     /// Catch-up-then-live subscription from `from_position` (see
     /// [`Subscription`]). Must be called inside a tokio runtime.
     fn subscribe(&self, from_position: u64) -> Subscription;

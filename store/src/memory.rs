@@ -192,6 +192,10 @@ impl EventLog for MemoryLog {
         *self.shared.head.borrow()
     }
 
+    fn watch_head(&self) -> watch::Receiver<u64> {
+        self.shared.head.subscribe()
+    }
+
     fn subscribe(&self, from_position: u64) -> Subscription {
         subscription::spawn(self.clone(), self.shared.head.subscribe(), from_position)
     }

@@ -2,6 +2,7 @@
 //! the same work in the same run. Never asserted anywhere; read and recorded
 //! in BENCHMARKS.md.
 
+mod activations;
 mod append;
 mod list;
 mod replay;
@@ -17,6 +18,8 @@ use crate::CliResult;
 pub enum BenchPart {
     /// Durable append throughput: engine vs raw RocksDB WriteBatch vs SQLite.
     Append(append::AppendArgs),
+    /// One-shot activations per second with p50/p99 latency vs the append floor.
+    Activations(activations::ActivationArgs),
     /// Replay: events/s folded into every projection vs raw iterate-and-decode.
     Replay(replay::ReplayArgs),
     /// Listing: list_descendants on a large tree, list_children vs log length.
@@ -32,6 +35,7 @@ pub enum BenchPart {
 pub fn run(part: BenchPart) -> CliResult {
     match part {
         BenchPart::Append(args) => append::run(&args),
+        BenchPart::Activations(args) => activations::run(&args),
         BenchPart::Replay(args) => replay::replay(&args),
         BenchPart::List(args) => list::run(&args),
         BenchPart::Startup(args) => replay::startup(&args),

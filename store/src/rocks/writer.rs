@@ -34,6 +34,10 @@ pub(crate) struct AppendRequest {
 }
 
 pub(crate) struct Writer {
+    /// Set by the first failed write: from then on every append is refused,
+    /// so nothing decided on top of a lost write can land after it
+    /// (fail-stop; reopen the log to recover).
+    failed: Option<StoreError>,
     db: Arc<DB>,
     head: u64,
     versions: HashMap<StreamId, u64>,
@@ -66,6 +70,7 @@ impl Writer {
         let mut write_options = WriteOptions::default();
         write_options.set_sync(durability == Durability::Sync);
         Writer {
+            failed: None,
             db,
             head,
             versions: HashMap::new(),
@@ -127,6 +132,12 @@ impl Writer {
     }
 
     fn commit_group(&mut self, group: Vec<AppendRequest>) {
+        if let Some(failure) = &self.failed {
+            for request in group {
+                let _ = request.reply.send(Err(failure.clone()));
+            }
+            return;
+        }
         let mut batch = WriteBatch::default();
         let mut overlay = GroupOverlay::default();
         let mut replies = Vec::with_capacity(group.len());
@@ -171,7 +182,10 @@ impl Writer {
                     "group committed"
                 );
             }
-            Err(ref err) => warn!(error = %err, "group commit failed; nothing of it is durable"),
+            Err(ref err) => {
+                warn!(error = %err, "group commit failed; nothing of it is durable; refusing further appends");
+                self.failed = Some(err.clone());
+            }
         }
         for pending in replies {
             let result = match (&written, pending.needs_write) {

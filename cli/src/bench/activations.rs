@@ -1,0 +1,226 @@
+//! `bench activations`: one-shot activations per second, start → settle →
+//! dispose, with an instant in-process external agent, 1 and 64 concurrent
+//! starters, Sync and Buffered, with p50 and p99 latency.
+//!
+//! Baseline: the durable-append floor of the same work. Each activation
+//! records four transitions (start, published, settled, disposed), each its
+//! own durable append; the baseline performs four appends of the same events
+//! per activation straight on the log, without the runtime.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use subagent_core::{
+    ContentBlock, Delivery, Diagnostic, Event, NewEvent, SessionId, StartOptions, StreamId,
+    SubagentActivationSpec, SubagentCapabilities, SubagentError, SubagentResult, SubagentRunId,
+    SubagentStartRequest,
+};
+use subagent_runtime::seam::{BoxFuture, ResolvedStartRequest};
+use subagent_runtime::{Script, ScriptedHost, SubagentProvider, SubagentRun, SubagentRuntime};
+use subagent_store::{Durability, EventLog, ExpectedVersion, RocksLog, RocksOptions};
+use tokio_util::sync::CancellationToken;
+
+use super::stats::Summary;
+use crate::CliResult;
+
+/// Arguments of `bench activations`.
+#[derive(Args)]
+pub struct ActivationArgs {
+    /// Runs per figure (the median is reported).
+    #[arg(long, default_value_t = 5)]
+    runs: usize,
+    /// Multiplies the number of activations per run.
+    #[arg(long, default_value_t = 1.0)]
+    scale: f64,
+}
+
+struct Instant_;
+struct InstantRun;
+
+impl SubagentRun for InstantRun {
+    fn result(&mut self) -> BoxFuture<'_, Result<SubagentResult, SubagentError>> {
+        Box::pin(async { Ok(SubagentResult::completed(vec![ContentBlock::text("ok")])) })
+    }
+    fn dispose(&mut self) -> BoxFuture<'_, Result<(), Diagnostic>> {
+        Box::pin(async { Ok(()) })
+    }
+}
+
+impl SubagentProvider for Instant_ {
+    fn name(&self) -> &str {
+        "instant"
+    }
+    fn capabilities(&self) -> SubagentCapabilities {
+        SubagentCapabilities::default()
+    }
+    fn inherits_parent_context(&self) -> bool {
+        false
+    }
+    fn start(
+        &self,
+        _request: ResolvedStartRequest,
+    ) -> BoxFuture<'static, Result<Box<dyn SubagentRun>, SubagentError>> {
+        Box::pin(async { Ok(Box::new(InstantRun) as Box<dyn SubagentRun>) })
+    }
+}
+
+fn spec() -> SubagentActivationSpec {
+    SubagentActivationSpec {
+        provider: "instant".into(),
+        label: "task".into(),
+        child_id: None,
+        request: SubagentStartRequest {
+            label: None,
+            prompt: vec![ContentBlock::text("go")],
+            options: StartOptions::default(),
+        },
+        delivery: Delivery::Caller,
+    }
+}
+
+/// One run: (activations per second, latencies).
+async fn runtime_run(
+    durability: Durability,
+    starters: usize,
+    total: usize,
+) -> Result<(f64, Vec<Duration>), Box<dyn std::error::Error>> {
+    let dir = tempfile::tempdir()?;
+    let log: Arc<dyn EventLog> = Arc::new(RocksLog::open(dir.path(), RocksOptions { durability })?);
+    let (runtime, _) =
+        SubagentRuntime::open(log, Arc::new(ScriptedHost::new(Script::reply("ok")))).await?;
+    runtime.register_provider(Arc::new(Instant_)).await?;
+    let root = runtime.open_root("bench").await?;
+    let per_starter = total / starters;
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..starters)
+        .map(|_| {
+            let (runtime, root) = (runtime.clone(), root.clone());
+            tokio::spawn(async move {
+                let mut latencies = Vec::with_capacity(per_starter);
+                for _ in 0..per_starter {
+                    let began = Instant::now();
+                    let activation = runtime
+                        .start_activation(&root, spec(), CancellationToken::new())
+                        .await?;
+                    activation.result().await?;
+                    activation.dispose().await?;
+                    latencies.push(began.elapsed());
+                }
+                Ok::<_, SubagentError>(latencies)
+            })
+        })
+        .collect();
+    let mut latencies = Vec::new();
+    for task in tasks {
+        latencies.extend(task.await??);
+    }
+    Ok((
+        (per_starter * starters) as f64 / started.elapsed().as_secs_f64(),
+        latencies,
+    ))
+}
+
+/// The append floor: four durable appends per activation, same events.
+async fn floor_run(
+    durability: Durability,
+    starters: usize,
+    total: usize,
+) -> Result<f64, Box<dyn std::error::Error>> {
+    let dir = tempfile::tempdir()?;
+    let log = RocksLog::open(dir.path(), RocksOptions { durability })?;
+    let per_starter = total / starters;
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..starters)
+        .map(|_| {
+            let log = log.clone();
+            tokio::spawn(async move {
+                for _ in 0..per_starter {
+                    let child = SessionId::new();
+                    let run_id = SubagentRunId::from_uuid(*child.as_uuid());
+                    let stream = StreamId::Session(child);
+                    for event in [
+                        Event::RunRequested {
+                            run_id,
+                            provider: "instant".into(),
+                            delivery: Delivery::Caller,
+                        },
+                        Event::RunStarted { run_id },
+                        Event::RunSettled {
+                            run_id,
+                            result: SubagentResult::completed(vec![ContentBlock::text("ok")]),
+                        },
+                        Event::RunDisposed {
+                            run_id,
+                            cleanup_error: None,
+                        },
+                    ] {
+                        log.append(stream, ExpectedVersion::Any, vec![NewEvent::new(event)])
+                            .await?;
+                    }
+                }
+                Ok::<_, subagent_store::StoreError>(())
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await??;
+    }
+    Ok((per_starter * starters) as f64 / started.elapsed().as_secs_f64())
+}
+
+fn percentile(sorted: &[Duration], fraction: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let index = ((sorted.len() as f64 - 1.0) * fraction).round() as usize;
+    sorted[index].as_secs_f64() * 1000.0
+}
+
+/// Runs `bench activations`.
+///
+/// # Errors
+/// Storage or runtime failures.
+pub fn run(args: &ActivationArgs) -> CliResult {
+    let tokio = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let scaled = |count: f64| ((count * args.scale).max(64.0)) as usize;
+    println!("one-shot activations (start → settle → dispose), activations/s: median (min–max) of {} runs", args.runs);
+    println!(
+        "{:<9} {:>8} {:>6}  {:>24} {:>9} {:>9}  {:>24} {:>10}",
+        "mode", "starters", "count", "runtime", "p50 ms", "p99 ms", "append floor", "rt/floor"
+    );
+    for (durability, starters, total) in [
+        (Durability::Sync, 1, scaled(100.0)),
+        (Durability::Sync, 64, scaled(640.0)),
+        (Durability::Buffered, 1, scaled(2000.0)),
+        (Durability::Buffered, 64, scaled(6400.0)),
+    ] {
+        eprintln!("… measuring {durability:?} with {starters} starters");
+        let mut rates = Vec::new();
+        let mut latencies = Vec::new();
+        let mut floors = Vec::new();
+        for _ in 0..args.runs.max(1) {
+            let (rate, mut run_latencies) =
+                tokio.block_on(runtime_run(durability, starters, total))?;
+            rates.push(rate);
+            latencies.append(&mut run_latencies);
+            floors.push(tokio.block_on(floor_run(durability, starters, total))?);
+        }
+        latencies.sort();
+        let (rates, floors) = (Summary::of(&rates), Summary::of(&floors));
+        println!(
+            "{:<9} {:>8} {:>6}  {:>24} {:>9.2} {:>9.2}  {:>24} {:>10.2}",
+            format!("{durability:?}"),
+            starters,
+            total / starters * starters,
+            rates.to_string(),
+            percentile(&latencies, 0.5),
+            percentile(&latencies, 0.99),
+            floors.to_string(),
+            rates.median / floors.median
+        );
+    }
+    Ok(())
+}
