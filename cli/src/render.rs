@@ -128,12 +128,7 @@ pub fn summary(state: &Projections) -> String {
     for root in &state.roots {
         out.push_str(&tree(state, *root));
     }
-    let mut live: Vec<_> = state
-        .activations
-        .iter()
-        .filter_map(|(id, a)| a.live.as_ref().map(|l| (*id, l)))
-        .collect();
-    live.sort_by_key(|(id, _)| *id);
+    let live = state.live_activations();
     let _ = writeln!(out, "live activations: {}", live.len());
     for (id, activation) in live {
         let _ = writeln!(

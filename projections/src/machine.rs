@@ -703,13 +703,7 @@ fn recover(state: &Projections) -> Decision {
     let mut decision = Vec::new();
     let mut abandoned = 0;
     let mut failed = 0;
-    let mut live: Vec<_> = state
-        .activations
-        .iter()
-        .filter_map(|(id, a)| a.live.as_ref().map(|l| (*id, l)))
-        .collect();
-    live.sort_by_key(|(id, _)| *id);
-    for (child, activation) in live {
+    for (child, activation) in state.live_activations() {
         abandoned += 1;
         let mut events = Vec::new();
         if let Some(turn) = state.activations.get(&child).and_then(|a| a.running_turn) {

@@ -421,6 +421,18 @@ impl Projections {
             .collect()
     }
 
+    /// Every live activation, ordered by session id.
+    #[must_use]
+    pub fn live_activations(&self) -> Vec<(SessionId, &LiveActivation)> {
+        let mut live: Vec<_> = self
+            .activations
+            .iter()
+            .filter_map(|(id, activation)| activation.live.as_ref().map(|live| (*id, live)))
+            .collect();
+        live.sort_by_key(|(id, _)| *id);
+        live
+    }
+
     /// Activity of a session (inactive when it was never activated).
     #[must_use]
     pub fn activity(&self, session: SessionId) -> Activity {

@@ -77,33 +77,25 @@ fn host() -> ScriptedHost {
 }
 
 async fn runtime(log: &MemoryLog) -> SubagentRuntime {
-    let (runtime, _) = SubagentRuntime::open(Arc::new(log.clone()), Arc::new(host()))
-        .await
-        .unwrap();
-    runtime
-        .register_provider(Arc::new(SpawnProvider))
-        .await
-        .unwrap();
-    runtime
-        .register_provider(Arc::new(ForkProvider))
-        .await
-        .unwrap();
-    runtime
-        .register_provider(Arc::new(ProcessProvider::new(
-            "process",
-            "sh",
-            &["-c", "tr a-z A-Z"],
-        )))
-        .await
-        .unwrap();
-    runtime
-        .register_provider(Arc::new(ProcessProvider::new(
+    runtime_over(Arc::new(log.clone())).await
+}
+
+/// A runtime over `log` with `spawn`, `fork` and two `process` providers.
+async fn runtime_over(log: Arc<dyn EventLog>) -> SubagentRuntime {
+    let (runtime, _) = SubagentRuntime::open(log, Arc::new(host())).await.unwrap();
+    let providers: [Arc<dyn SubagentProvider>; 4] = [
+        Arc::new(SpawnProvider),
+        Arc::new(ForkProvider),
+        Arc::new(ProcessProvider::new("process", "sh", &["-c", "tr a-z A-Z"])),
+        Arc::new(ProcessProvider::new(
             "exit3",
             "sh",
             &["-c", "echo partial; exit 3"],
-        )))
-        .await
-        .unwrap();
+        )),
+    ];
+    for provider in providers {
+        runtime.register_provider(provider).await.unwrap();
+    }
     runtime
 }
 
@@ -911,21 +903,7 @@ async fn concurrent_starts_pipeline_into_a_log_that_replays_to_the_same_answers(
     let dir = tempfile::tempdir().unwrap();
     let log = subagent_store::RocksLog::open(dir.path(), subagent_store::RocksOptions::default())
         .unwrap();
-    let (runtime, _) = SubagentRuntime::open(Arc::new(log.clone()), Arc::new(host()))
-        .await
-        .unwrap();
-    runtime
-        .register_provider(Arc::new(SpawnProvider))
-        .await
-        .unwrap();
-    runtime
-        .register_provider(Arc::new(ProcessProvider::new(
-            "process",
-            "sh",
-            &["-c", "tr a-z A-Z"],
-        )))
-        .await
-        .unwrap();
+    let runtime = runtime_over(Arc::new(log.clone())).await;
     let root = runtime.open_root("host").await.unwrap();
     let tasks: Vec<_> = (0..32)
         .map(|index| {
