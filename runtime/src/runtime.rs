@@ -175,6 +175,35 @@ impl SubagentRuntime {
         self.inner.notices.subscribe()
     }
 
+    /// `subagent/start` and `subagent/end` of `parent`'s own delegations
+    /// only: the scoped audience of one delegating parent. Ends when the
+    /// runtime is dropped; a subscriber that falls more than 1024 notices
+    /// behind skips the oldest.
+    #[must_use]
+    pub fn notices_for(&self, parent: SessionId) -> mpsc::Receiver<Notice> {
+        let mut all = self.notices();
+        let (sender, receiver) = mpsc::channel(256);
+        tokio::spawn(async move {
+            loop {
+                let notice = match all.recv().await {
+                    Ok(notice) => notice,
+                    Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                    Err(broadcast::error::RecvError::Closed) => return,
+                };
+                let scoped = match &notice {
+                    Notice::Start { parent: owner, .. } | Notice::End { parent: owner, .. } => {
+                        *owner == parent
+                    }
+                    Notice::ProviderAdded(_) | Notice::ProviderRemoved(_) => false,
+                };
+                if scoped && sender.send(notice).await.is_err() {
+                    return;
+                }
+            }
+        });
+        receiver
+    }
+
     fn notify(&self, notice: Notice) {
         // No subscriber is not an error.
         let _ = self.inner.notices.send(notice);
@@ -401,7 +430,7 @@ impl SubagentRuntime {
         }
     }
 
-    async fn parent_history(&self, parent: SessionId) -> Result<Vec<Value>, SubagentError> {
+    async fn session_history(&self, parent: SessionId) -> Result<Vec<Value>, SubagentError> {
         let mut history = Vec::new();
         for record in self.log().read_stream(StreamId::Session(parent), 1) {
             history.push(serde_json::to_value(&record.map_err(internal)?.event).map_err(internal)?);
@@ -421,7 +450,7 @@ impl SubagentRuntime {
             session_id: child,
             parent: handle.parent,
             parent_history: if provider.inherits_parent_context() {
-                self.parent_history(handle.parent).await?
+                self.session_history(handle.parent).await?
             } else {
                 Vec::new()
             },
@@ -635,7 +664,7 @@ impl LocalDriver {
     }
 
     async fn history(&self) -> Result<Vec<Value>, SubagentError> {
-        self.runtime.parent_history(self.handle.child).await
+        self.runtime.session_history(self.handle.child).await
     }
 
     async fn drive(&self) -> Result<(), SubagentError> {

@@ -949,3 +949,53 @@ async fn concurrent_starts_pipeline_into_a_log_that_replays_to_the_same_answers(
         "one notice or report per child"
     );
 }
+
+#[tokio::test]
+async fn a_reserved_child_id_is_used_and_scoped_notices_reach_only_that_parent() {
+    let log = MemoryLog::new();
+    let runtime = runtime(&log).await;
+    let root = runtime.open_root("host").await.unwrap();
+    let other = runtime.open_root("other host").await.unwrap();
+    let mut mine = runtime.notices_for(root.session());
+    let reserved = subagent_core::SessionId::new();
+    let mut reserved_spec = spec("spawn", "research", Delivery::Caller);
+    reserved_spec.child_id = Some(reserved);
+    let activation = runtime
+        .start_activation(&root, reserved_spec, CancellationToken::new())
+        .await
+        .unwrap();
+    assert_eq!(activation.child_id(), reserved);
+    let foreign = runtime
+        .start_activation(
+            &other,
+            spec("spawn", "plain", Delivery::Caller),
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    activation.result().await.unwrap();
+    foreign.result().await.unwrap();
+    for _ in 0..2 {
+        let notice = tokio::time::timeout(Duration::from_secs(5), mine.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        match notice {
+            Notice::Start { parent, info } => {
+                assert_eq!((parent, info.id), (root.session(), reserved))
+            }
+            Notice::End { parent, info } => {
+                assert_eq!((parent, info.id), (root.session(), reserved))
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert!(
+        tokio::time::timeout(Duration::from_millis(50), mine.recv())
+            .await
+            .is_err(),
+        "nothing from the other parent"
+    );
+    activation.dispose().await.unwrap();
+    foreign.dispose().await.unwrap();
+}
