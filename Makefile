@@ -2,6 +2,7 @@
 #
 # One persistent target directory outside the clone, so librocksdb (about 12
 # minutes from scratch on 2 cores) is built once per machine. Never clean it.
+SHELL := /bin/bash
 export CARGO_TARGET_DIR ?= $(HOME)/.cache/subagents-target
 CARGO ?= cargo
 DATA ?= ./subagents-data
@@ -27,8 +28,11 @@ lint: deps
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
+# Runs every test, then prints one closing line that totals all test binaries.
 unit: deps
-	$(CARGO) test --workspace
+	@mkdir -p $(CARGO_TARGET_DIR)
+	set -o pipefail; $(CARGO) test --workspace 2>&1 | tee $(CARGO_TARGET_DIR)/test-output.txt
+	@awk '/^test result: (ok|FAILED)\./ {passed += $$4; failed += $$6} END {printf "total: %d passed, %d failed\n", passed, failed}' $(CARGO_TARGET_DIR)/test-output.txt
 
 test: lint unit
 
