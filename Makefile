@@ -16,7 +16,7 @@ BENCH_ARGS ?=
 # System packages: libclang for the RocksDB bindings, a C++ compiler for librocksdb.
 deps:
 	@command -v $(CARGO) >/dev/null || { echo "cargo is required (rustup)"; exit 1; }
-	@if ! ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1 || ! command -v c++ >/dev/null; then \
+	@if ! dpkg -s libclang-dev >/dev/null 2>&1 || ! command -v c++ >/dev/null; then \
 		echo "installing libclang-dev and a C++ compiler"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libclang-dev g++ >/dev/null; \
 	fi
