@@ -137,6 +137,39 @@ pub enum Command {
         /// Safe detail.
         diagnostic: Diagnostic,
     },
+    /// A model-authored message between adjacent agents (a direct parent and
+    /// its direct child). An idle target takes it in its next turn; an absent
+    /// continuable child is cold-resumed (a new activation epoch).
+    SendMessage {
+        /// The exact live sender.
+        sender: SessionId,
+        /// The direct parent or direct child addressed.
+        target: SessionId,
+        /// The inbox id to record.
+        message_id: MessageId,
+        /// The content.
+        content: Vec<ContentBlock>,
+        /// Queue or steer.
+        delivery: MessageDelivery,
+    },
+    /// Interrupt a child's live execution under a human parent address or a
+    /// live ancestor. An absent or idle target is an accepted no-op.
+    Interrupt {
+        /// The child.
+        target: SessionId,
+        /// The authority.
+        authority: subagent_core::InterruptAuthority,
+    },
+    /// A drain closes admission below `parent`.
+    CloseAdmission {
+        /// The parent entering teardown.
+        parent: SessionId,
+    },
+    /// The parent left the registry; its cutoff ends.
+    ReopenAdmission {
+        /// The parent.
+        parent: SessionId,
+    },
     /// Settle explicitly everything that was live when the host stopped, and
     /// end the registrations of the previous host's providers.
     Recover,
@@ -446,6 +479,32 @@ pub fn decide(state: &Projections, command: Command) -> Result<Decision, Subagen
             ))
         }
         Command::Recover => Ok(recover(state)),
+        Command::SendMessage {
+            sender,
+            target,
+            message_id,
+            content,
+            delivery,
+        } => send_message(state, sender, target, message_id, content, delivery),
+        Command::Interrupt { target, authority } => interrupt(state, target, &authority),
+        Command::CloseAdmission { parent } => {
+            if state.admission_closed.contains(&parent) {
+                return Ok(Vec::new());
+            }
+            Ok(single(
+                StreamId::Runtime,
+                vec![Event::AdmissionClosed { parent }],
+            ))
+        }
+        Command::ReopenAdmission { parent } => {
+            if !state.admission_closed.contains(&parent) {
+                return Ok(Vec::new());
+            }
+            Ok(single(
+                StreamId::Runtime,
+                vec![Event::AdmissionReopened { parent }],
+            ))
+        }
     }
 }
 
@@ -697,6 +756,132 @@ fn start_child(state: &Projections, start: StartChild) -> Result<Decision, Subag
         ),
         (StreamId::Session(start.child), child_events),
     ])
+}
+
+/// Whether admission is closed below `session` or any of its ancestors.
+fn admission_closed_above(state: &Projections, session: SessionId) -> Option<SessionId> {
+    let mut current = state.sessions.get(&session);
+    while let Some(record) = current {
+        if state.admission_closed.contains(&record.id) {
+            return Some(record.id);
+        }
+        current = record.parent.and_then(|parent| state.sessions.get(&parent));
+    }
+    None
+}
+
+fn send_message(
+    state: &Projections,
+    sender: SessionId,
+    target: SessionId,
+    message_id: MessageId,
+    content: Vec<ContentBlock>,
+    delivery: MessageDelivery,
+) -> Result<Decision, SubagentError> {
+    let sender_record = state
+        .sessions
+        .get(&sender)
+        .ok_or_else(|| SubagentError::Unauthorized(format!("unknown sender {sender}")))?;
+    let target_record = state
+        .sessions
+        .get(&target)
+        .ok_or_else(|| SubagentError::Unauthorized(format!("unknown target {target}")))?;
+    let to_child = target_record.parent == Some(sender);
+    let to_parent = sender_record.parent == Some(target);
+    if !to_child && !to_parent {
+        return Err(SubagentError::Unauthorized(format!(
+            "{sender} and {target} are not adjacent"
+        )));
+    }
+    if target_record.external {
+        return Err(SubagentError::NotResumable(format!(
+            "{target} is an external execution and accepts no follow-ups"
+        )));
+    }
+    if !target_record.is_resumable() {
+        return Err(SubagentError::NotResumable(format!(
+            "{target} cannot be interpreted by this version"
+        )));
+    }
+    let activation = state.activations.get(&target);
+    let live = activation.and_then(|a| a.live.as_ref());
+    if live.is_some_and(|live| live.captures_structured_output) {
+        return Err(SubagentError::DeliveryUnavailable(format!(
+            "{target} is capturing structured output; its input is closed"
+        )));
+    }
+    let mut events = vec![Event::MessageAccepted {
+        message_id,
+        source: MessageSource::AgentMessage {
+            sender_session_id: sender,
+        },
+        delivery,
+        content,
+    }];
+    // A child with no live activation is cold-resumed; a root's inbox is read
+    // by its host.
+    if to_child && live.is_none() {
+        if let Some(closed) = admission_closed_above(state, sender) {
+            return Err(SubagentError::AdmissionClosed(closed.to_string()));
+        }
+        let epoch = activation.map_or(0, |a| a.epoch) + 1;
+        events.push(Event::ActivationRequested {
+            epoch,
+            delivery: Delivery::Parent,
+            output_schema: None,
+        });
+    }
+    Ok(single(StreamId::Session(target), events))
+}
+
+fn interrupt(
+    state: &Projections,
+    target: SessionId,
+    authority: &subagent_core::InterruptAuthority,
+) -> Result<Decision, SubagentError> {
+    let Some(record) = state.sessions.get(&target) else {
+        return Ok(Vec::new());
+    };
+    let authorized = match authority {
+        subagent_core::InterruptAuthority::User { parent_session_id } => {
+            record.parent == Some(*parent_session_id)
+        }
+        subagent_core::InterruptAuthority::Ancestor { agent_session_id } => {
+            let mut ancestor = record.parent;
+            let mut found = false;
+            while let Some(id) = ancestor {
+                if id == *agent_session_id {
+                    found = true;
+                    break;
+                }
+                ancestor = state.sessions.get(&id).and_then(|parent| parent.parent);
+            }
+            found
+        }
+    };
+    if !authorized {
+        return Err(SubagentError::Unauthorized(format!(
+            "the authority does not own {target}"
+        )));
+    }
+    let running = state
+        .activations
+        .get(&target)
+        .is_some_and(|a| a.live.is_some() && a.running_turn.is_some())
+        || state
+            .runs
+            .get(&target)
+            .is_some_and(|run| run.phase == RunPhase::Started);
+    if !running {
+        return Ok(Vec::new());
+    }
+    Ok(single(
+        StreamId::Session(target),
+        vec![Event::InterruptRequested {
+            target,
+            authority: authority.clone(),
+        }],
+    ))
 }
 
 fn recover(state: &Projections) -> Decision {
