@@ -19,6 +19,10 @@ pub(crate) struct DriverHandle {
     pub(crate) result: watch::Sender<Option<Result<SubagentResult, SubagentError>>>,
     /// Serializes and dedupes disposal.
     pub(crate) disposal: tokio::sync::Mutex<bool>,
+    /// Wakes an idle driver: a message arrived.
+    pub(crate) wake: tokio::sync::Notify,
+    /// Cancels the running turn only (interrupt).
+    pub(crate) turn: Mutex<Option<CancellationToken>>,
 }
 
 impl DriverHandle {
@@ -30,6 +34,8 @@ impl DriverHandle {
             task: Mutex::new(None),
             result: watch::channel(None).0,
             disposal: tokio::sync::Mutex::new(false),
+            wake: tokio::sync::Notify::new(),
+            turn: Mutex::new(None),
         })
     }
 

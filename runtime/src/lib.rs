@@ -19,7 +19,8 @@ pub mod seam;
 
 pub use activation::SubagentActivation;
 pub use runtime::{
-    InboxMessage, LiveAgent, Notice, ProviderRegistration, RecoveryReport, SubagentRuntime,
+    InboxMessage, InterruptAuthority, LiveAgent, Notice, ProviderRegistration, RecoveryReport,
+    SubagentRuntime,
 };
 pub use scripted::{Script, ScriptedHost};
 pub use seam::{Agent, AgentHost, AgentSpec, SubagentProvider, SubagentRun};

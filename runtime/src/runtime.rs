@@ -103,6 +103,27 @@ impl ProviderRegistration {
     }
 }
 
+/// The authority of one interrupt: a human client presenting the durable
+/// direct-parent address, or an exact live ancestor agent.
+#[derive(Clone, Copy, Debug)]
+pub enum InterruptAuthority<'a> {
+    /// The direct parent's durable address.
+    User {
+        /// The claimed direct parent.
+        parent_session_id: SessionId,
+    },
+    /// A live ancestor.
+    Ancestor(&'a LiveAgent),
+}
+
+fn aggregate(failures: Vec<SubagentError>) -> Result<(), SubagentError> {
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        Err(SubagentError::Aggregate(failures))
+    }
+}
+
 /// What reopening the log had to settle.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RecoveryReport {
@@ -226,9 +247,258 @@ impl SubagentRuntime {
         Ok(LiveAgent { session })
     }
 
-    /// Closes a root: its handle is refused from now on.
-    pub fn close_root(&self, root: &LiveAgent) {
+    /// Closes a root: its handle is refused from now on, and a drain's
+    /// admission cutoff below it ends.
+    ///
+    /// # Errors
+    /// `gateway/internal` on storage failure.
+    pub async fn close_root(&self, root: &LiveAgent) -> Result<(), SubagentError> {
         lock(&self.inner.roots).remove(&root.session);
+        self.inner
+            .engine
+            .commit(Command::ReopenAdmission {
+                parent: root.session,
+            })
+            .await?;
+        Ok(())
+    }
+
+    /// Steers one model-authored message from `sender` to its direct parent
+    /// or direct continuable child. A running target takes it at its next
+    /// turn; an idle target wakes; an absent child is cold-resumed from its
+    /// durable history. `signal` owns the call only until the inbox accepts
+    /// the message; the returned id is durable.
+    ///
+    /// # Errors
+    /// `subagent/unauthorized` (stale sender, not adjacent),
+    /// `subagent/not-resumable` (external or uninterpretable target),
+    /// `subagent/delivery-unavailable` (structured capture closed its input),
+    /// `subagent/admission-closed`, `gateway/cancelled`.
+    pub async fn send_message(
+        &self,
+        sender: &LiveAgent,
+        target: SessionId,
+        content: Vec<ContentBlock>,
+        signal: CancellationToken,
+    ) -> Result<MessageId, SubagentError> {
+        self.authorize(sender)?;
+        if signal.is_cancelled() {
+            return Err(SubagentError::Cancelled);
+        }
+        let message_id = MessageId::new();
+        let records = self
+            .inner
+            .engine
+            .commit(Command::SendMessage {
+                sender: sender.session,
+                target,
+                message_id,
+                content,
+                delivery: subagent_core::MessageDelivery::Queue,
+            })
+            .await?;
+        let resumed = records
+            .iter()
+            .any(|record| matches!(record.event, Event::ActivationRequested { .. }));
+        if resumed {
+            self.cold_resume(target);
+        } else if let Some(driver) = lock(&self.inner.drivers).get(&target) {
+            driver.wake.notify_one();
+        }
+        Ok(message_id)
+    }
+
+    fn cold_resume(&self, child: SessionId) {
+        let (parent, label, provider) = {
+            let state = self.inner.engine.state();
+            let Some(record) = state.sessions.get(&child) else {
+                return;
+            };
+            (
+                record.parent.unwrap_or(child),
+                record.label.clone(),
+                record.provider.clone().unwrap_or_default(),
+            )
+        };
+        let handle = DriverHandle::new(child, parent);
+        lock(&self.inner.drivers).insert(child, Arc::clone(&handle));
+        let driver = LocalDriver {
+            runtime: self.clone(),
+            handle: Arc::clone(&handle),
+            provider,
+            label,
+            signal: CancellationToken::new(),
+            resumed: true,
+        };
+        *lock(&handle.task) = Some(tokio::spawn(driver.run()));
+    }
+
+    /// Interrupts `target`'s current execution. The cancel is issued before
+    /// this returns (after the interrupt is durable); the target may run
+    /// until it observes it. Unclaimed messages, the activation and its
+    /// descendants are kept; claimed work is not requeued; the next waking
+    /// send resumes the parked queue. An external target stops its one
+    /// execution. An absent or idle target is an accepted no-op.
+    ///
+    /// # Errors
+    /// `subagent/unauthorized` when the authority does not own the target.
+    pub async fn interrupt(
+        &self,
+        target: SessionId,
+        authority: InterruptAuthority<'_>,
+    ) -> Result<(), SubagentError> {
+        let durable = match authority {
+            InterruptAuthority::User { parent_session_id } => {
+                subagent_core::InterruptAuthority::User { parent_session_id }
+            }
+            InterruptAuthority::Ancestor(agent) => {
+                self.authorize(agent)?;
+                subagent_core::InterruptAuthority::Ancestor {
+                    agent_session_id: agent.session,
+                }
+            }
+        };
+        let records = self
+            .inner
+            .engine
+            .commit(Command::Interrupt {
+                target,
+                authority: durable,
+            })
+            .await?;
+        if records.is_empty() {
+            return Ok(());
+        }
+        let driver = lock(&self.inner.drivers).get(&target).cloned();
+        if let Some(driver) = driver {
+            let external = self.inner.engine.state().runs.contains_key(&target);
+            if external {
+                driver.stop.cancel();
+            } else if let Some(turn) = lock(&driver.turn).as_ref() {
+                turn.cancel();
+            }
+        }
+        Ok(())
+    }
+
+    /// Releases the selected resident direct children of `parent`; other
+    /// children stay. Absent targets are no-ops.
+    ///
+    /// # Errors
+    /// `subagent/unauthorized` when the parent is stale or a resident target
+    /// belongs to another parent (nothing is released then).
+    pub async fn drain_children(
+        &self,
+        parent: &LiveAgent,
+        child_ids: &[SessionId],
+    ) -> Result<(), SubagentError> {
+        self.authorize(parent)?;
+        let mut selected = Vec::new();
+        for id in child_ids {
+            let driver = lock(&self.inner.drivers).get(id).cloned();
+            match driver {
+                Some(driver) if driver.parent != parent.session => {
+                    return Err(SubagentError::Unauthorized(format!(
+                        "{id} is not a child of {}",
+                        parent.session
+                    )));
+                }
+                Some(driver) => selected.push(driver),
+                None => {}
+            }
+        }
+        let mut failures = Vec::new();
+        for driver in selected {
+            if let Err(err) = self.dispose_driver(&driver).await {
+                failures.push(err);
+            }
+        }
+        aggregate(failures)
+    }
+
+    /// Closes admission below each exact live parent, stops their visible
+    /// descendant activations at once, then releases those forests
+    /// child-first. The cutoff lasts until the parent leaves the registry
+    /// (its root is closed or its activation disposed); unrelated trees stay
+    /// live.
+    ///
+    /// # Errors
+    /// `subagent/unauthorized` for a stale parent; otherwise one aggregate
+    /// error after every branch settled, if any failed.
+    pub async fn drain_descendants(&self, parents: &[LiveAgent]) -> Result<(), SubagentError> {
+        for parent in parents {
+            self.authorize(parent)?;
+        }
+        for parent in parents {
+            self.inner
+                .engine
+                .commit(Command::CloseAdmission {
+                    parent: parent.session,
+                })
+                .await?;
+        }
+        let forests: Vec<Arc<DriverHandle>> = {
+            let drivers = lock(&self.inner.drivers);
+            let below = |driver: &DriverHandle| {
+                parents
+                    .iter()
+                    .any(|parent| self.is_below(driver.child, parent.session))
+            };
+            let all: Vec<_> = drivers
+                .values()
+                .filter(|driver| below(driver))
+                .cloned()
+                .collect();
+            for driver in &all {
+                if let Some(turn) = lock(&driver.turn).as_ref() {
+                    turn.cancel();
+                }
+            }
+            all.into_iter()
+                .filter(|driver| parents.iter().any(|parent| driver.parent == parent.session))
+                .collect()
+        };
+        let mut failures = Vec::new();
+        for driver in forests {
+            if let Err(err) = self.dispose_driver(&driver).await {
+                failures.push(err);
+            }
+        }
+        aggregate(failures)
+    }
+
+    fn is_below(&self, session: SessionId, ancestor: SessionId) -> bool {
+        let state = self.inner.engine.state();
+        let mut current = state
+            .sessions
+            .get(&session)
+            .and_then(|record| record.parent);
+        while let Some(id) = current {
+            if id == ancestor {
+                return true;
+            }
+            current = state.sessions.get(&id).and_then(|record| record.parent);
+        }
+        false
+    }
+
+    /// Waits for the parent's currently owned child work to settle, without
+    /// cancelling it. Returns whether any work was observed.
+    ///
+    /// # Errors
+    /// `subagent/unauthorized` for a stale parent.
+    pub async fn wait_for_children(&self, parent: &LiveAgent) -> Result<bool, SubagentError> {
+        self.authorize(parent)?;
+        let children: Vec<Arc<DriverHandle>> = lock(&self.inner.drivers)
+            .values()
+            .filter(|driver| driver.parent == parent.session)
+            .cloned()
+            .collect();
+        for child in &children {
+            let mut result = child.result.subscribe();
+            let _ = result.wait_for(Option::is_some).await;
+        }
+        Ok(!children.is_empty())
     }
 
     fn authorize(&self, agent: &LiveAgent) -> Result<(), SubagentError> {
@@ -506,6 +776,7 @@ impl SubagentRuntime {
             provider: spec.provider,
             label: spec.label,
             signal,
+            resumed: false,
         };
         let task = tokio::spawn(driver.run());
         *lock(&handle.task) = Some(task);
@@ -634,12 +905,15 @@ impl SubagentRuntime {
             }
         }
         lock(&self.inner.drivers).remove(&handle.child);
+        // The disposed child leaves the registry: a drain's cutoff below it ends.
+        self.inner
+            .engine
+            .commit(Command::ReopenAdmission {
+                parent: handle.child,
+            })
+            .await?;
         *disposed = true;
-        if failures.is_empty() {
-            Ok(())
-        } else {
-            Err(SubagentError::Aggregate(failures))
-        }
+        aggregate(failures)
     }
 }
 
@@ -653,6 +927,8 @@ struct LocalDriver {
     label: String,
     /// The start signal: after publication it cancels remaining turn work.
     signal: CancellationToken,
+    /// Whether this is a cold resume (a later epoch): it prepares itself.
+    resumed: bool,
 }
 
 impl LocalDriver {
@@ -670,6 +946,22 @@ impl LocalDriver {
     async fn drive(&self) -> Result<(), SubagentError> {
         let engine = &self.runtime.inner.engine;
         let child = self.handle.child;
+        if self.resumed {
+            let epoch = engine
+                .state()
+                .activations
+                .get(&child)
+                .map_or(0, |a| a.epoch);
+            engine
+                .commit(Command::Prepared {
+                    child,
+                    epoch,
+                    prompt: None,
+                    seed: None,
+                    seed_source: None,
+                })
+                .await?;
+        }
         let (descriptor, epoch) = {
             let state = engine.state();
             let descriptor: Option<SubagentDescriptor> = state
@@ -710,15 +1002,22 @@ impl LocalDriver {
             },
         });
         let mut settled = false;
+        // After an interrupt the driver parks: pending messages wait for the
+        // next waking send, which resumes them in FIFO order.
+        let mut parked = false;
         loop {
             if self.handle.stop.is_cancelled() {
                 return Ok(());
             }
             let has_work = !engine.state().pending_messages(child).is_empty();
-            if !has_work {
-                // Idle: stay live until stopped (messages arrive with the messaging layer).
-                self.handle.stop.cancelled().await;
-                return Ok(());
+            if !has_work || parked {
+                tokio::select! {
+                    () = self.handle.stop.cancelled() => return Ok(()),
+                    () = self.handle.wake.notified() => {
+                        parked = false;
+                        continue;
+                    }
+                }
             }
             let claimed = engine.commit(Command::BeginTurn { session: child }).await?;
             let ids: Vec<MessageId> = claimed
@@ -740,6 +1039,7 @@ impl LocalDriver {
             // A turn stops on dispose (the driver's token) or on the caller's
             // start signal.
             let cancel = self.handle.stop.child_token();
+            *lock(&self.handle.turn) = Some(cancel.clone());
             let (signal, turn_cancel) = (self.signal.clone(), cancel.clone());
             tokio::spawn(async move {
                 tokio::select! {
@@ -761,6 +1061,10 @@ impl LocalDriver {
                 }
             };
             drop(turn_future);
+            lock(&self.handle.turn).take();
+            parked = cancel.is_cancelled()
+                && !self.handle.stop.is_cancelled()
+                && !self.signal.is_cancelled();
             while let Some(item) = items.recv().await {
                 self.record(turn, item, &mut assistant).await?;
             }

@@ -549,7 +549,7 @@ async fn a_closed_root_handle_is_refused() {
     let log = MemoryLog::new();
     let runtime = runtime(&log).await;
     let root = runtime.open_root("host").await.unwrap();
-    runtime.close_root(&root);
+    runtime.close_root(&root).await.unwrap();
     let err = runtime
         .start_activation(
             &root,
