@@ -540,8 +540,8 @@ fn published(state: &Projections, session: SessionId) -> Result<&LiveActivation,
         .activations
         .get(&session)
         .and_then(|activation| activation.live.as_ref())
-        .filter(|live| live.phase == ActivationPhase::Published && !live.settled)
-        .ok_or_else(|| out_of_order(session, "no published, unsettled activation"))
+        .filter(|live| live.phase == ActivationPhase::Published)
+        .ok_or_else(|| out_of_order(session, "no published activation"))
 }
 
 fn running_turn(state: &Projections, session: SessionId) -> Result<u64, SubagentError> {

@@ -19,8 +19,8 @@ pub(crate) struct DriverHandle {
     pub(crate) result: watch::Sender<Option<Result<SubagentResult, SubagentError>>>,
     /// Serializes and dedupes disposal.
     pub(crate) disposal: tokio::sync::Mutex<bool>,
-    /// Wakes an idle driver: a message arrived.
-    pub(crate) wake: tokio::sync::Notify,
+    /// Counts waking sends; an idle or parked driver waits for it to move.
+    pub(crate) wake: watch::Sender<u64>,
     /// Cancels the running turn only (interrupt).
     pub(crate) turn: Mutex<Option<CancellationToken>>,
 }
@@ -34,7 +34,7 @@ impl DriverHandle {
             task: Mutex::new(None),
             result: watch::channel(None).0,
             disposal: tokio::sync::Mutex::new(false),
-            wake: tokio::sync::Notify::new(),
+            wake: watch::channel(0).0,
             turn: Mutex::new(None),
         })
     }

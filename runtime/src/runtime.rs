@@ -303,7 +303,7 @@ impl SubagentRuntime {
         if resumed {
             self.cold_resume(target);
         } else if let Some(driver) = lock(&self.inner.drivers).get(&target) {
-            driver.wake.notify_one();
+            driver.wake.send_modify(|wakes| *wakes += 1);
         }
         Ok(message_id)
     }
@@ -1005,6 +1005,7 @@ impl LocalDriver {
         // After an interrupt the driver parks: pending messages wait for the
         // next waking send, which resumes them in FIFO order.
         let mut parked = false;
+        let mut wakes = self.handle.wake.subscribe();
         loop {
             if self.handle.stop.is_cancelled() {
                 return Ok(());
@@ -1013,7 +1014,10 @@ impl LocalDriver {
             if !has_work || parked {
                 tokio::select! {
                     () = self.handle.stop.cancelled() => return Ok(()),
-                    () = self.handle.wake.notified() => {
+                    changed = wakes.changed() => {
+                        if changed.is_err() {
+                            return Ok(());
+                        }
                         parked = false;
                         continue;
                     }
@@ -1065,6 +1069,10 @@ impl LocalDriver {
             parked = cancel.is_cancelled()
                 && !self.handle.stop.is_cancelled()
                 && !self.signal.is_cancelled();
+            if parked {
+                // Sends that arrived before the interrupt do not wake it.
+                wakes.borrow_and_update();
+            }
             while let Some(item) = items.recv().await {
                 self.record(turn, item, &mut assistant).await?;
             }

@@ -1,0 +1,514 @@
+//! Messages, interruption, drains and waits through the runtime, each named
+//! after the spec behaviour it checks. After each, the inbox invariants of
+//! DESIGN.md (4 and 5) are checked through the projections.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use subagent_core::{
+    ContentBlock, Delivery, ErrorCode, Event, MessageId, MessageSource, SessionId, StartOptions,
+    StreamId, SubagentActivationSpec, SubagentStartRequest, SubagentStopReason,
+};
+use subagent_projections::Projections;
+use subagent_runtime::providers::{ProcessProvider, SpawnProvider};
+use subagent_runtime::scripted::Step;
+use subagent_runtime::{
+    InterruptAuthority, Script, ScriptedHost, SubagentActivation, SubagentRuntime,
+};
+use subagent_store::{EventLog, EventLogExt, MemoryLog};
+use tokio_util::sync::CancellationToken;
+
+fn spec(provider: &str, label: &str) -> SubagentActivationSpec {
+    SubagentActivationSpec {
+        provider: provider.into(),
+        label: label.into(),
+        child_id: None,
+        request: SubagentStartRequest {
+            label: None,
+            prompt: vec![ContentBlock::text("task")],
+            options: StartOptions::default(),
+        },
+        delivery: Delivery::Caller,
+    }
+}
+
+async fn setup() -> (MemoryLog, SubagentRuntime) {
+    let log = MemoryLog::new();
+    let host = ScriptedHost::new(Script {
+        turns: vec![
+            vec![Step::Say("first".into())],
+            vec![Step::Say("second".into())],
+            vec![Step::Say("later".into())],
+        ],
+    })
+    .with(
+        "slow",
+        Script {
+            turns: vec![
+                vec![Step::Say("working".into()), Step::SleepMs(60_000)],
+                vec![Step::Say("resumed".into())],
+            ],
+        },
+    );
+    let (runtime, _) = SubagentRuntime::open(Arc::new(log.clone()), Arc::new(host))
+        .await
+        .unwrap();
+    runtime
+        .register_provider(Arc::new(SpawnProvider))
+        .await
+        .unwrap();
+    runtime
+        .register_provider(Arc::new(ProcessProvider::new("process", "cat", &[])))
+        .await
+        .unwrap();
+    (log, runtime)
+}
+
+fn state(log: &MemoryLog) -> Projections {
+    let records: Vec<_> = log.read_all(1).map(|r| r.unwrap()).collect();
+    Projections::fold(&records)
+}
+
+/// Invariants 4 and 5: every accepted message is claimed once or pending,
+/// and no message is claimed twice.
+fn assert_inbox_invariants(log: &MemoryLog) {
+    let state = state(log);
+    for (session, inbox) in &state.inboxes {
+        let pending: Vec<MessageId> = inbox.pending_ids().collect();
+        for id in &pending {
+            assert!(
+                !inbox.claimed.contains_key(id),
+                "{session}: {id} both pending and claimed"
+            );
+        }
+        assert_eq!(
+            inbox.accepted as usize,
+            pending.len() + inbox.claimed.len() + inbox.dropped.len(),
+            "{session}: a message was lost or duplicated"
+        );
+    }
+    let mut claimed_once = std::collections::HashSet::new();
+    for record in log.read_all(1).map(|r| r.unwrap()) {
+        if let Event::MessagesClaimed { ids, .. } = record.event {
+            for id in ids {
+                assert!(claimed_once.insert(id), "{id} claimed twice");
+            }
+        }
+    }
+}
+
+async fn until(
+    log: &MemoryLog,
+    what: &str,
+    mut done: impl FnMut(&[Event]) -> bool,
+    stream: StreamId,
+) {
+    for _ in 0..500 {
+        let events: Vec<Event> = log
+            .read_stream(stream, 1)
+            .map(|r| r.unwrap().event)
+            .collect();
+        if done(&events) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("timed out waiting for {what}");
+}
+
+fn count(events: &[Event], name: &str) -> usize {
+    events.iter().filter(|e| e.type_name() == name).count()
+}
+
+async fn started(
+    runtime: &SubagentRuntime,
+    root: &subagent_runtime::LiveAgent,
+    label: &str,
+) -> SubagentActivation {
+    runtime
+        .start_activation(root, spec("spawn", label), CancellationToken::new())
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_message_to_an_idle_child_starts_a_turn_with_relay_attribution() {
+    let (log, runtime) = setup().await;
+    let root = runtime.open_root("host").await.unwrap();
+    let child = started(&runtime, &root, "worker").await;
+    child.result().await.unwrap();
+    let id = runtime
+        .send_message(
+            &root,
+            child.child_id(),
+            vec![ContentBlock::text("more please")],
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    let stream = StreamId::Session(child.child_id());
+    until(
+        &log,
+        "a second turn",
+        |events| count(events, "TurnEnded") == 2,
+        stream,
+    )
+    .await;
+    let events: Vec<Event> = log
+        .read_stream(stream, 1)
+        .map(|r| r.unwrap().event)
+        .collect();
+    assert!(events.iter().any(|e| matches!(e,
+        Event::MessageAccepted { message_id, source: MessageSource::AgentMessage { sender_session_id }, .. }
+            if *message_id == id && *sender_session_id == root.session())));
+    assert!(events
+        .iter()
+        .any(|e| matches!(e, Event::MessagesClaimed { ids, turn: 2 } if *ids == vec![id])));
+    assert!(events.iter().any(|e| matches!(e, Event::AssistantMessage { content, .. } if subagent_core::content::plain_text(content) == "second")));
+    assert_eq!(
+        count(&events, "ActivationSettled"),
+        1,
+        "the activation settled once, on its first turn"
+    );
+    child.dispose().await.unwrap();
+    assert_inbox_invariants(&log);
+}
+
+#[tokio::test]
+async fn an_absent_child_is_cold_resumed_from_its_durable_history() {
+    let (log, runtime) = setup().await;
+    let root = runtime.open_root("host").await.unwrap();
+    let child = started(&runtime, &root, "worker").await;
+    child.result().await.unwrap();
+    child.dispose().await.unwrap();
+    runtime
+        .send_message(
+            &root,
+            child.child_id(),
+            vec![ContentBlock::text("wake up")],
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    let stream = StreamId::Session(child.child_id());
+    until(
+        &log,
+        "the resumed epoch to settle",
+        |events| count(events, "ActivationSettled") == 2,
+        stream,
+    )
+    .await;
+    let events: Vec<Event> = log
+        .read_stream(stream, 1)
+        .map(|r| r.unwrap().event)
+        .collect();
+    assert!(events.iter().any(|e| matches!(
+        e,
+        Event::ActivationRequested {
+            epoch: 2,
+            output_schema: None,
+            ..
+        }
+    )));
+    assert!(events.iter().any(|e| matches!(e, Event::ActivationSettled { epoch: 2, result } if subagent_core::content::plain_text(&result.output) == "second")),
+        "the agent rebuilt from the log continues where it left off");
+    runtime
+        .drain_children(&root, &[child.child_id()])
+        .await
+        .unwrap();
+    let events: Vec<Event> = log
+        .read_stream(stream, 1)
+        .map(|r| r.unwrap().event)
+        .collect();
+    assert_eq!(count(&events, "ActivationReleased"), 2);
+    assert_inbox_invariants(&log);
+}
+
+#[tokio::test]
+async fn a_child_messages_its_parent_and_non_adjacent_or_stale_senders_are_refused() {
+    let (log, runtime) = setup().await;
+    let root = runtime.open_root("host").await.unwrap();
+    let child = started(&runtime, &root, "slow").await;
+    let sibling = started(&runtime, &root, "slow").await;
+    let id = runtime
+        .send_message(
+            &child.agent(),
+            root.session(),
+            vec![ContentBlock::text("status: halfway")],
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    assert!(state(&log).pending_messages(root.session()).contains(&id));
+    let head = log.head();
+    let refusals = [
+        (
+            runtime
+                .send_message(
+                    &child.agent(),
+                    sibling.child_id(),
+                    vec![],
+                    CancellationToken::new(),
+                )
+                .await,
+            ErrorCode::Unauthorized,
+        ),
+        (
+            runtime
+                .send_message(&root, SessionId::new(), vec![], CancellationToken::new())
+                .await,
+            ErrorCode::Unauthorized,
+        ),
+    ];
+    for (outcome, code) in refusals {
+        assert_eq!(outcome.unwrap_err().code(), code);
+    }
+    let cancelled = CancellationToken::new();
+    cancelled.cancel();
+    let err = runtime
+        .send_message(&root, child.child_id(), vec![], cancelled)
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), ErrorCode::Cancelled);
+    let external = runtime
+        .start_activation(&root, spec("process", "cat"), CancellationToken::new())
+        .await
+        .unwrap();
+    external.result().await.unwrap();
+    let head_before_external = log.head();
+    let err = runtime
+        .send_message(&root, external.child_id(), vec![], CancellationToken::new())
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.code(),
+        ErrorCode::NotResumable,
+        "external executions reject follow-ups"
+    );
+    assert_eq!(log.head(), head_before_external);
+    assert!(
+        head_before_external > head,
+        "only the external start appended"
+    );
+    sibling.dispose().await.unwrap();
+    let err = runtime
+        .send_message(
+            &sibling.agent(),
+            root.session(),
+            vec![],
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.code(),
+        ErrorCode::Unauthorized,
+        "a disposed child's handle is stale"
+    );
+    child.dispose().await.unwrap();
+    external.dispose().await.unwrap();
+    assert_inbox_invariants(&log);
+}
+
+#[tokio::test]
+async fn an_interrupt_keeps_pending_messages_parked_until_a_waking_send_resumes_them_in_order() {
+    let (log, runtime) = setup().await;
+    let root = runtime.open_root("host").await.unwrap();
+    let child = started(&runtime, &root, "slow").await;
+    let stream = StreamId::Session(child.child_id());
+    until(
+        &log,
+        "the first turn to run",
+        |events| count(events, "AssistantMessage") == 1,
+        stream,
+    )
+    .await;
+    let mut queued = Vec::new();
+    for text in ["one", "two"] {
+        queued.push(
+            runtime
+                .send_message(
+                    &root,
+                    child.child_id(),
+                    vec![ContentBlock::text(text)],
+                    CancellationToken::new(),
+                )
+                .await
+                .unwrap(),
+        );
+    }
+    let err = runtime
+        .interrupt(
+            child.child_id(),
+            InterruptAuthority::User {
+                parent_session_id: SessionId::new(),
+            },
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), ErrorCode::Unauthorized);
+    runtime
+        .interrupt(
+            child.child_id(),
+            InterruptAuthority::User {
+                parent_session_id: root.session(),
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        child.result().await.unwrap().stop_reason,
+        SubagentStopReason::Aborted
+    );
+    until(
+        &log,
+        "the interrupted turn to end",
+        |events| count(events, "TurnEnded") == 1,
+        stream,
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(
+        state(&log).pending_messages(child.child_id()),
+        queued,
+        "parked, not run, after the interrupt"
+    );
+    let waking = runtime
+        .send_message(
+            &root,
+            child.child_id(),
+            vec![ContentBlock::text("three")],
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    queued.push(waking);
+    until(
+        &log,
+        "the resumed turn",
+        |events| count(events, "TurnEnded") == 2,
+        stream,
+    )
+    .await;
+    let claimed: Vec<Vec<MessageId>> = log
+        .read_stream(stream, 1)
+        .filter_map(|r| match r.unwrap().event {
+            Event::MessagesClaimed { ids, .. } => Some(ids),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(claimed.len(), 2);
+    assert_eq!(
+        claimed[1], queued,
+        "the parked FIFO order, then the waking message"
+    );
+    runtime
+        .interrupt(SessionId::new(), InterruptAuthority::Ancestor(&root))
+        .await
+        .unwrap();
+    child.dispose().await.unwrap();
+    assert_inbox_invariants(&log);
+}
+
+#[tokio::test]
+async fn drain_children_releases_only_the_selected_children_of_that_parent() {
+    let (log, runtime) = setup().await;
+    let root = runtime.open_root("host").await.unwrap();
+    let other_root = runtime.open_root("other").await.unwrap();
+    let (a, b) = (
+        started(&runtime, &root, "slow").await,
+        started(&runtime, &root, "slow").await,
+    );
+    let foreign = started(&runtime, &other_root, "slow").await;
+    let err = runtime
+        .drain_children(&root, &[a.child_id(), foreign.child_id()])
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), ErrorCode::Unauthorized);
+    assert_eq!(
+        count(
+            &log.read_stream(StreamId::Session(a.child_id()), 1)
+                .map(|r| r.unwrap().event)
+                .collect::<Vec<_>>(),
+            "ActivationReleased"
+        ),
+        0,
+        "nothing released on refusal"
+    );
+    runtime
+        .drain_children(&root, &[a.child_id(), SessionId::new()])
+        .await
+        .unwrap();
+    let live = state(&log);
+    assert!(live.activations[&a.child_id()].live.is_none());
+    assert!(
+        live.activations[&b.child_id()].live.is_some(),
+        "other children stay"
+    );
+    for activation in [&b, &foreign] {
+        activation.dispose().await.unwrap();
+    }
+    assert_inbox_invariants(&log);
+}
+
+#[tokio::test]
+async fn drain_descendants_closes_admission_releases_child_first_and_spares_other_trees() {
+    let (log, runtime) = setup().await;
+    let root = runtime.open_root("host").await.unwrap();
+    let other_root = runtime.open_root("other").await.unwrap();
+    let child = started(&runtime, &root, "slow").await;
+    let grandchild = runtime
+        .start_activation(
+            &child.agent(),
+            spec("spawn", "slow"),
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    let unrelated = started(&runtime, &other_root, "fast").await;
+    runtime
+        .drain_descendants(std::slice::from_ref(&root))
+        .await
+        .unwrap();
+    let released: Vec<StreamId> = log
+        .read_all(1)
+        .map(|r| r.unwrap())
+        .filter(|r| r.event.type_name() == "ActivationReleased")
+        .map(|r| r.stream)
+        .collect();
+    assert_eq!(
+        released,
+        vec![
+            StreamId::Session(grandchild.child_id()),
+            StreamId::Session(child.child_id())
+        ]
+    );
+    let err = runtime
+        .start_activation(&root, spec("spawn", "late"), CancellationToken::new())
+        .await
+        .err()
+        .unwrap();
+    assert_eq!(
+        err.code(),
+        ErrorCode::AdmissionClosed,
+        "no new child below a draining parent"
+    );
+    assert!(
+        state(&log).activations[&unrelated.child_id()]
+            .live
+            .is_some(),
+        "unrelated trees stay live"
+    );
+    assert!(runtime.wait_for_children(&other_root).await.unwrap());
+    runtime.close_root(&root).await.unwrap();
+    assert!(
+        state(&log).admission_closed.is_empty(),
+        "the cutoff ends when the parent leaves"
+    );
+    unrelated.dispose().await.unwrap();
+    assert!(
+        !runtime.wait_for_children(&other_root).await.unwrap(),
+        "no owned work left"
+    );
+    assert_inbox_invariants(&log);
+}
