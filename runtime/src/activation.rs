@@ -23,6 +23,8 @@ pub(crate) struct DriverHandle {
     pub(crate) wake: watch::Sender<u64>,
     /// Cancels the running turn only (interrupt).
     pub(crate) turn: Mutex<Option<CancellationToken>>,
+    /// Capacity held while the activation is live; dropped on release.
+    pub(crate) permits: Mutex<Option<crate::capacity::Permits>>,
 }
 
 impl DriverHandle {
@@ -36,6 +38,7 @@ impl DriverHandle {
             disposal: tokio::sync::Mutex::new(false),
             wake: watch::channel(0).0,
             turn: Mutex::new(None),
+            permits: Mutex::new(None),
         })
     }
 

@@ -11,6 +11,7 @@
 //! and report each outcome as a new command.
 
 mod activation;
+mod capacity;
 mod engine;
 pub mod providers;
 mod runtime;
@@ -18,6 +19,7 @@ pub mod scripted;
 pub mod seam;
 
 pub use activation::SubagentActivation;
+pub use capacity::CapacityLimits;
 pub use runtime::{
     InboxMessage, InterruptAuthority, LiveAgent, Notice, ProviderRegistration, RecoveryReport,
     SubagentRuntime,

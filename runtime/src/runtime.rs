@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
 use crate::activation::{DriverHandle, SubagentActivation};
+use crate::capacity::{Capacity, CapacityLimits};
 use crate::engine::{internal, Engine};
 use crate::seam::{
     AgentHost, AgentSpec, ContinuableCreateRequest, ResolvedStartRequest, SubagentProvider,
@@ -133,6 +134,7 @@ pub struct RecoveryReport {
 
 struct Inner {
     engine: Engine,
+    capacity: Capacity,
     host: Arc<dyn AgentHost>,
     providers: Mutex<Vec<Arc<dyn SubagentProvider>>>,
     roots: Mutex<HashSet<SessionId>>,
@@ -163,11 +165,24 @@ impl SubagentRuntime {
         log: Arc<dyn EventLog>,
         host: Arc<dyn AgentHost>,
     ) -> Result<(SubagentRuntime, RecoveryReport), SubagentError> {
+        Self::open_with(log, host, CapacityLimits::default()).await
+    }
+
+    /// [`open`](Self::open) with capacity limits on live activations.
+    ///
+    /// # Errors
+    /// As [`open`](Self::open).
+    pub async fn open_with(
+        log: Arc<dyn EventLog>,
+        host: Arc<dyn AgentHost>,
+        limits: CapacityLimits,
+    ) -> Result<(SubagentRuntime, RecoveryReport), SubagentError> {
         let engine = Engine::open(log)?;
         let recovered = engine.commit(Command::Recover).await?;
         let runtime = SubagentRuntime {
             inner: Arc::new(Inner {
                 engine,
+                capacity: Capacity::new(limits),
                 host,
                 providers: Mutex::new(Vec::new()),
                 roots: Mutex::new(HashSet::new()),
@@ -285,6 +300,23 @@ impl SubagentRuntime {
         if signal.is_cancelled() {
             return Err(SubagentError::Cancelled);
         }
+        // A message to an absent child cold-resumes it: that needs room now.
+        let resumes = {
+            let state = self.inner.engine.state();
+            state
+                .sessions
+                .get(&target)
+                .is_some_and(|record| record.parent == Some(sender.session))
+                && state
+                    .activations
+                    .get(&target)
+                    .is_none_or(|activation| activation.live.is_none())
+        };
+        let permits = if resumes {
+            Some(self.inner.capacity.try_admit(sender.session)?)
+        } else {
+            None
+        };
         let message_id = MessageId::new();
         let records = self
             .inner
@@ -301,14 +333,14 @@ impl SubagentRuntime {
             .iter()
             .any(|record| matches!(record.event, Event::ActivationRequested { .. }));
         if resumed {
-            self.cold_resume(target);
+            self.cold_resume(target, permits);
         } else if let Some(driver) = lock(&self.inner.drivers).get(&target) {
             driver.wake.send_modify(|wakes| *wakes += 1);
         }
         Ok(message_id)
     }
 
-    fn cold_resume(&self, child: SessionId) {
+    fn cold_resume(&self, child: SessionId, permits: Option<crate::capacity::Permits>) {
         let (parent, label, provider) = {
             let state = self.inner.engine.state();
             let Some(record) = state.sessions.get(&child) else {
@@ -321,6 +353,7 @@ impl SubagentRuntime {
             )
         };
         let handle = DriverHandle::new(child, parent);
+        *lock(&handle.permits) = permits;
         lock(&self.inner.drivers).insert(child, Arc::clone(&handle));
         let driver = LocalDriver {
             runtime: self.clone(),
@@ -666,6 +699,9 @@ impl SubagentRuntime {
             _ => SessionId::new(),
         };
         let run_id = SubagentRunId::from_uuid(*child.as_uuid());
+        // Capacity may delay the start; the signal owns the wait.
+        let permits = self.inner.capacity.admit(parent.session, &signal).await?;
+        self.authorize(parent)?;
         self.inner
             .engine
             .commit(Command::StartChild(StartChild {
@@ -679,6 +715,7 @@ impl SubagentRuntime {
             }))
             .await?;
         let handle = DriverHandle::new(child, parent.session);
+        *lock(&handle.permits) = Some(permits);
         lock(&self.inner.drivers).insert(child, Arc::clone(&handle));
         let started = if provider.is_continuable() {
             self.start_local(&provider, &handle, spec, signal).await
@@ -905,6 +942,7 @@ impl SubagentRuntime {
             }
         }
         lock(&self.inner.drivers).remove(&handle.child);
+        lock(&handle.permits).take();
         // The disposed child leaves the registry: a drain's cutoff below it ends.
         self.inner
             .engine

@@ -512,3 +512,117 @@ async fn drain_descendants_closes_admission_releases_child_first_and_spares_othe
     );
     assert_inbox_invariants(&log);
 }
+
+async fn limited(limits: subagent_runtime::CapacityLimits) -> (MemoryLog, SubagentRuntime) {
+    let log = MemoryLog::new();
+    let host = ScriptedHost::new(Script::reply("done")).with(
+        "slow",
+        Script {
+            turns: vec![vec![Step::Say("working".into()), Step::SleepMs(60_000)]],
+        },
+    );
+    let (runtime, _) = SubagentRuntime::open_with(Arc::new(log.clone()), Arc::new(host), limits)
+        .await
+        .unwrap();
+    runtime
+        .register_provider(Arc::new(SpawnProvider))
+        .await
+        .unwrap();
+    (log, runtime)
+}
+
+#[tokio::test]
+async fn capacity_delays_a_start_until_a_sibling_is_released_and_its_signal_can_cancel_the_wait() {
+    let (log, runtime) = limited(subagent_runtime::CapacityLimits {
+        total: Some(1),
+        per_parent: None,
+    })
+    .await;
+    let root = runtime.open_root("host").await.unwrap();
+    let first = started(&runtime, &root, "slow").await;
+    let waiting = {
+        let (runtime, root) = (runtime.clone(), root.clone());
+        tokio::spawn(async move {
+            runtime
+                .start_activation(&root, spec("spawn", "next"), CancellationToken::new())
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!waiting.is_finished(), "the second start waits for room");
+    let head = log.head();
+    let cancelled = CancellationToken::new();
+    let cancel = cancelled.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        cancel.cancel();
+    });
+    let err = runtime
+        .start_activation(&root, spec("spawn", "given-up"), cancelled)
+        .await
+        .err()
+        .unwrap();
+    assert_eq!(err.code(), ErrorCode::Cancelled);
+    assert_eq!(
+        log.head(),
+        head,
+        "a start cancelled while waiting records nothing"
+    );
+    first.dispose().await.unwrap();
+    let second = tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        second.result().await.unwrap().stop_reason,
+        SubagentStopReason::Completed
+    );
+    second.dispose().await.unwrap();
+}
+
+#[tokio::test]
+async fn the_per_parent_limit_spares_other_parents_and_a_cold_resume_at_capacity_is_refused() {
+    let (log, runtime) = limited(subagent_runtime::CapacityLimits {
+        total: None,
+        per_parent: Some(1),
+    })
+    .await;
+    let root = runtime.open_root("host").await.unwrap();
+    let other = runtime.open_root("other").await.unwrap();
+    let resting = started(&runtime, &root, "fast").await;
+    resting.result().await.unwrap();
+    resting.dispose().await.unwrap();
+    let busy = started(&runtime, &root, "slow").await;
+    let elsewhere = tokio::time::timeout(Duration::from_secs(5), started(&runtime, &other, "fast"))
+        .await
+        .expect("another parent is not limited");
+    let head = log.head();
+    let err = runtime
+        .send_message(
+            &root,
+            resting.child_id(),
+            vec![ContentBlock::text("wake")],
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), ErrorCode::DeliveryUnavailable);
+    assert_eq!(log.head(), head, "a refused cold resume records nothing");
+    busy.dispose().await.unwrap();
+    runtime
+        .send_message(
+            &root,
+            resting.child_id(),
+            vec![ContentBlock::text("wake")],
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    runtime
+        .drain_children(&root, &[resting.child_id()])
+        .await
+        .unwrap();
+    elsewhere.dispose().await.unwrap();
+    assert_inbox_invariants(&log);
+}
