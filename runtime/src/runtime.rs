@@ -104,6 +104,22 @@ impl ProviderRegistration {
     }
 }
 
+/// Counts one materialization in flight for as long as it lives.
+struct Materializing<'a>(&'a tokio::sync::watch::Sender<usize>);
+
+impl<'a> Materializing<'a> {
+    fn new(counter: &'a tokio::sync::watch::Sender<usize>) -> Self {
+        counter.send_modify(|count| *count += 1);
+        Materializing(counter)
+    }
+}
+
+impl Drop for Materializing<'_> {
+    fn drop(&mut self) {
+        self.0.send_modify(|count| *count -= 1);
+    }
+}
+
 /// The authority of one interrupt: a human client presenting the durable
 /// direct-parent address, or an exact live ancestor agent.
 #[derive(Clone, Copy, Debug)]
@@ -135,6 +151,9 @@ pub struct RecoveryReport {
 struct Inner {
     engine: Engine,
     capacity: Capacity,
+    /// Starts and cold resumes between their admission and their driver's
+    /// registration; a drain waits for them to land before releasing.
+    materializing: tokio::sync::watch::Sender<usize>,
     host: Arc<dyn AgentHost>,
     providers: Mutex<Vec<Arc<dyn SubagentProvider>>>,
     roots: Mutex<HashSet<SessionId>>,
@@ -183,6 +202,7 @@ impl SubagentRuntime {
             inner: Arc::new(Inner {
                 engine,
                 capacity: Capacity::new(limits),
+                materializing: tokio::sync::watch::channel(0).0,
                 host,
                 providers: Mutex::new(Vec::new()),
                 roots: Mutex::new(HashSet::new()),
@@ -317,6 +337,7 @@ impl SubagentRuntime {
         } else {
             None
         };
+        let _materializing = Materializing::new(&self.inner.materializing);
         let message_id = MessageId::new();
         let records = self
             .inner
@@ -470,6 +491,9 @@ impl SubagentRuntime {
                 })
                 .await?;
         }
+        // Starts admitted before the cutoff land first, so they are drained too.
+        let mut materializing = self.inner.materializing.subscribe();
+        let _ = materializing.wait_for(|count| *count == 0).await;
         let forests: Vec<Arc<DriverHandle>> = {
             let drivers = lock(&self.inner.drivers);
             let below = |driver: &DriverHandle| {
@@ -702,6 +726,7 @@ impl SubagentRuntime {
         // Capacity may delay the start; the signal owns the wait.
         let permits = self.inner.capacity.admit(parent.session, &signal).await?;
         self.authorize(parent)?;
+        let materializing = Materializing::new(&self.inner.materializing);
         self.inner
             .engine
             .commit(Command::StartChild(StartChild {
@@ -717,6 +742,8 @@ impl SubagentRuntime {
         let handle = DriverHandle::new(child, parent.session);
         *lock(&handle.permits) = Some(permits);
         lock(&self.inner.drivers).insert(child, Arc::clone(&handle));
+        // Registered: a drain from now on finds and releases it.
+        drop(materializing);
         let started = if provider.is_continuable() {
             self.start_local(&provider, &handle, spec, signal).await
         } else {
@@ -766,6 +793,8 @@ impl SubagentRuntime {
         let prepared = tokio::select! {
             prepared = provider.prepare_continuable(request) => prepared,
             () = signal.cancelled() => Err(SubagentError::Cancelled),
+            // A drain or dispose released the reservation meanwhile.
+            () = handle.stop.cancelled() => return Err(SubagentError::Cancelled),
         };
         let created = match prepared {
             Ok(created) if !signal.is_cancelled() => created,

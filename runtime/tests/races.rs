@@ -1,0 +1,282 @@
+//! The races of messaging: a message arriving as a turn ends, an interrupt
+//! during a claim, a drain during a start, a cold resume racing a second
+//! send. Each runs many times; after each, the inbox invariants (DESIGN.md 4
+//! and 5) are checked through the projections rebuilt from the log.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use subagent_core::{
+    ContentBlock, Delivery, Event, StartOptions, SubagentActivationSpec, SubagentStartRequest,
+};
+use subagent_projections::Projections;
+use subagent_runtime::providers::SpawnProvider;
+use subagent_runtime::scripted::Step;
+use subagent_runtime::{InterruptAuthority, Script, ScriptedHost, SubagentRuntime};
+use subagent_store::{EventLog, EventLogExt, MemoryLog};
+use tokio_util::sync::CancellationToken;
+
+const ROUNDS: usize = 15;
+
+fn spec(label: &str) -> SubagentActivationSpec {
+    SubagentActivationSpec {
+        provider: "spawn".into(),
+        label: label.into(),
+        child_id: None,
+        request: SubagentStartRequest {
+            label: None,
+            prompt: vec![ContentBlock::text("go")],
+            options: StartOptions::default(),
+        },
+        delivery: Delivery::Caller,
+    }
+}
+
+async fn setup() -> (MemoryLog, SubagentRuntime) {
+    let log = MemoryLog::new();
+    let host = ScriptedHost::new(Script {
+        turns: vec![vec![
+            Step::Say("a".into()),
+            Step::SleepMs(2),
+            Step::Say("b".into()),
+        ]],
+    });
+    let (runtime, _) = SubagentRuntime::open(Arc::new(log.clone()), Arc::new(host))
+        .await
+        .unwrap();
+    runtime
+        .register_provider(Arc::new(SpawnProvider))
+        .await
+        .unwrap();
+    (log, runtime)
+}
+
+fn rebuilt(log: &MemoryLog) -> Projections {
+    let records: Vec<_> = log.read_all(1).map(|r| r.unwrap()).collect();
+    Projections::fold(&records)
+}
+
+/// Invariant 4: every accepted message is pending, claimed once, or dropped.
+/// Invariant 5: nothing claimed is claimed again.
+fn check_invariants(log: &MemoryLog) {
+    let state = rebuilt(log);
+    for (session, inbox) in &state.inboxes {
+        let pending: HashSet<_> = inbox.pending_ids().collect();
+        assert!(
+            pending.iter().all(|id| !inbox.claimed.contains_key(id)),
+            "{session}: pending and claimed"
+        );
+        assert_eq!(
+            inbox.accepted as usize,
+            pending.len() + inbox.claimed.len() + inbox.dropped.len(),
+            "{session}"
+        );
+    }
+    let mut seen = HashSet::new();
+    for record in log.read_all(1).map(|r| r.unwrap()) {
+        if let Event::MessagesClaimed { ids, .. } = record.event {
+            assert!(
+                ids.into_iter().all(|id| seen.insert(id)),
+                "a message was claimed twice"
+            );
+        }
+    }
+}
+
+async fn settle_inbox(log: &MemoryLog, child: subagent_core::SessionId) {
+    for _ in 0..500 {
+        let state = rebuilt(log);
+        if state.pending_messages(child).is_empty()
+            && state
+                .activations
+                .get(&child)
+                .is_some_and(|a| a.running_turn.is_none())
+        {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    panic!("the child never drained its inbox");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_message_arriving_as_a_turn_ends_is_claimed_exactly_once() {
+    let (log, runtime) = setup().await;
+    let root = runtime.open_root("host").await.unwrap();
+    for round in 0..ROUNDS {
+        let child = runtime
+            .start_activation(&root, spec("worker"), CancellationToken::new())
+            .await
+            .unwrap();
+        // Sends land while the first turn runs, as it ends, and after.
+        for _ in 0..3 {
+            runtime
+                .send_message(
+                    &root,
+                    child.child_id(),
+                    vec![ContentBlock::text("x")],
+                    CancellationToken::new(),
+                )
+                .await
+                .unwrap();
+            tokio::time::sleep(Duration::from_millis(round as u64 % 4)).await;
+        }
+        settle_inbox(&log, child.child_id()).await;
+        child.dispose().await.unwrap();
+        check_invariants(&log);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_interrupt_during_a_claim_never_requeues_or_loses_messages() {
+    let (log, runtime) = setup().await;
+    let root = runtime.open_root("host").await.unwrap();
+    for _ in 0..ROUNDS {
+        let child = runtime
+            .start_activation(&root, spec("worker"), CancellationToken::new())
+            .await
+            .unwrap();
+        let sends = {
+            let (runtime, root, target) = (runtime.clone(), root.clone(), child.child_id());
+            tokio::spawn(async move {
+                for _ in 0..3 {
+                    runtime
+                        .send_message(
+                            &root,
+                            target,
+                            vec![ContentBlock::text("y")],
+                            CancellationToken::new(),
+                        )
+                        .await
+                        .unwrap();
+                }
+            })
+        };
+        runtime
+            .interrupt(
+                child.child_id(),
+                InterruptAuthority::User {
+                    parent_session_id: root.session(),
+                },
+            )
+            .await
+            .unwrap();
+        sends.await.unwrap();
+        check_invariants(&log);
+        // A waking send resumes whatever is parked.
+        runtime
+            .send_message(
+                &root,
+                child.child_id(),
+                vec![ContentBlock::text("wake")],
+                CancellationToken::new(),
+            )
+            .await
+            .unwrap();
+        settle_inbox(&log, child.child_id()).await;
+        child.dispose().await.unwrap();
+        check_invariants(&log);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_drain_during_a_start_leaves_nothing_live_below_the_parent() {
+    let (log, runtime) = setup().await;
+    for _ in 0..ROUNDS {
+        let root = runtime.open_root("host").await.unwrap();
+        let start = {
+            let (runtime, root) = (runtime.clone(), root.clone());
+            tokio::spawn(async move {
+                runtime
+                    .start_activation(&root, spec("worker"), CancellationToken::new())
+                    .await
+            })
+        };
+        tokio::task::yield_now().await;
+        runtime
+            .drain_descendants(std::slice::from_ref(&root))
+            .await
+            .unwrap();
+        // The start either lost the race (refused or cancelled) or was drained.
+        if let Ok(activation) = start.await.unwrap() {
+            activation.dispose().await.unwrap();
+        }
+        let state = rebuilt(&log);
+        let below: Vec<_> = state
+            .list_descendants(root.session())
+            .into_iter()
+            .map(|e| e.entry.entry.child_id)
+            .collect();
+        for child in below {
+            assert!(
+                state
+                    .activations
+                    .get(&child)
+                    .is_none_or(|a| a.live.is_none()),
+                "a child stayed live after the drain"
+            );
+        }
+        runtime.close_root(&root).await.unwrap();
+        check_invariants(&log);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_cold_resume_racing_a_second_send_resumes_once_and_keeps_both_messages() {
+    let (log, runtime) = setup().await;
+    let root = runtime.open_root("host").await.unwrap();
+    for _ in 0..ROUNDS {
+        let child = runtime
+            .start_activation(&root, spec("worker"), CancellationToken::new())
+            .await
+            .unwrap();
+        child.result().await.unwrap();
+        runtime
+            .drain_children(&root, &[child.child_id()])
+            .await
+            .unwrap();
+        let (first, second) = tokio::join!(
+            runtime.send_message(
+                &root,
+                child.child_id(),
+                vec![ContentBlock::text("1")],
+                CancellationToken::new()
+            ),
+            runtime.send_message(
+                &root,
+                child.child_id(),
+                vec![ContentBlock::text("2")],
+                CancellationToken::new()
+            ),
+        );
+        let (first, second) = (first.unwrap(), second.unwrap());
+        settle_inbox(&log, child.child_id()).await;
+        let events: Vec<Event> = log
+            .read_stream(subagent_core::StreamId::Session(child.child_id()), 1)
+            .map(|r| r.unwrap().event)
+            .collect();
+        let requested = events
+            .iter()
+            .filter(|e| matches!(e, Event::ActivationRequested { epoch: 2, .. }))
+            .count();
+        assert_eq!(requested, 1, "one cold resume");
+        assert!(!events
+            .iter()
+            .any(|e| matches!(e, Event::ActivationRequested { epoch: 3, .. })));
+        let claimed: HashSet<_> = events
+            .iter()
+            .filter_map(|e| match e {
+                Event::MessagesClaimed { ids, .. } => Some(ids.clone()),
+                _ => None,
+            })
+            .flatten()
+            .collect();
+        assert!(claimed.contains(&first) && claimed.contains(&second));
+        runtime
+            .drain_children(&root, &[child.child_id()])
+            .await
+            .unwrap();
+        check_invariants(&log);
+    }
+}
