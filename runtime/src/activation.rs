@@ -23,6 +23,9 @@ pub(crate) struct DriverHandle {
     pub(crate) wake: watch::Sender<u64>,
     /// Cancels the running turn only (interrupt).
     pub(crate) turn: Mutex<Option<CancellationToken>>,
+    /// The wake count when the running turn was interrupted: the driver parks
+    /// until a send accepted after that.
+    pub(crate) interrupted_at: Mutex<Option<u64>>,
     /// Capacity held while the activation is live; dropped on release.
     pub(crate) permits: Mutex<Option<crate::capacity::Permits>>,
 }
@@ -38,6 +41,7 @@ impl DriverHandle {
             disposal: tokio::sync::Mutex::new(false),
             wake: watch::channel(0).0,
             turn: Mutex::new(None),
+            interrupted_at: Mutex::new(None),
             permits: Mutex::new(None),
         })
     }

@@ -429,6 +429,7 @@ impl SubagentRuntime {
             if external {
                 driver.stop.cancel();
             } else if let Some(turn) = lock(&driver.turn).as_ref() {
+                *lock(&driver.interrupted_at) = Some(*driver.wake.borrow());
                 turn.cancel();
             }
         }
@@ -1133,12 +1134,12 @@ impl LocalDriver {
             };
             drop(turn_future);
             lock(&self.handle.turn).take();
-            parked = cancel.is_cancelled()
-                && !self.handle.stop.is_cancelled()
-                && !self.signal.is_cancelled();
-            if parked {
-                // Sends that arrived before the interrupt do not wake it.
-                wakes.borrow_and_update();
+            let interrupted_at = lock(&self.handle.interrupted_at).take();
+            parked = false;
+            if let Some(at) = interrupted_at.filter(|_| !self.handle.stop.is_cancelled()) {
+                // Sends accepted before the interrupt do not wake it; one
+                // accepted after it already did.
+                parked = *wakes.borrow_and_update() <= at;
             }
             while let Some(item) = items.recv().await {
                 self.record(turn, item, &mut assistant).await?;

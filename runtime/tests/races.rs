@@ -14,7 +14,7 @@ use subagent_projections::Projections;
 use subagent_runtime::providers::SpawnProvider;
 use subagent_runtime::scripted::Step;
 use subagent_runtime::{InterruptAuthority, Script, ScriptedHost, SubagentRuntime};
-use subagent_store::{EventLog, EventLogExt, MemoryLog};
+use subagent_store::{EventLogExt, MemoryLog};
 use tokio_util::sync::CancellationToken;
 
 const ROUNDS: usize = 15;
