@@ -76,6 +76,12 @@ pub enum Command {
         /// The entry.
         entry: Event,
     },
+    /// Steering: the running turn claims every pending message at its next
+    /// step boundary. A no-op when nothing is pending.
+    Steer {
+        /// The session.
+        session: SessionId,
+    },
     /// The running turn ended.
     EndTurn {
         /// The session.
@@ -479,6 +485,17 @@ pub fn decide(state: &Projections, command: Command) -> Result<Decision, Subagen
             ))
         }
         Command::Recover => Ok(recover(state)),
+        Command::Steer { session } => {
+            let turn = running_turn(state, session)?;
+            let ids = state.pending_messages(session);
+            if ids.is_empty() {
+                return Ok(Vec::new());
+            }
+            Ok(single(
+                StreamId::Session(session),
+                vec![Event::MessagesClaimed { ids, turn }],
+            ))
+        }
         Command::SendMessage {
             sender,
             target,

@@ -856,3 +856,29 @@ fn interrupts_need_the_parent_address_or_a_live_ancestor_and_idle_targets_are_no
     });
     assert_eq!(types(&recorded), vec!["InterruptRequested"]);
 }
+
+#[test]
+fn steering_claims_pending_messages_for_the_running_turn_only() {
+    let mut world = World::new();
+    let root = world.root();
+    let child = world.start(root, "spawn", Delivery::Parent);
+    world.run(Command::Published {
+        child,
+        epoch: 1,
+        run_id: SubagentRunId::new(),
+    });
+    assert_eq!(
+        world.reject(Command::Steer { session: child }),
+        ErrorCode::BadRequest,
+        "no turn is running"
+    );
+    world.run(Command::BeginTurn { session: child });
+    assert!(
+        world.run(Command::Steer { session: child }).is_empty(),
+        "nothing pending: nothing recorded"
+    );
+    world.run(send(root, child));
+    let recorded = world.run(Command::Steer { session: child });
+    assert!(matches!(&recorded[0].1, Event::MessagesClaimed { ids, turn: 1 } if ids.len() == 1));
+    assert!(world.state.pending_messages(child).is_empty());
+}

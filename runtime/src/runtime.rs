@@ -1119,10 +1119,12 @@ impl LocalDriver {
                     () = turn_cancel.cancelled() => {}
                 }
             });
+            let (steering, mut steer_requests) = mpsc::channel(4);
             let input = TurnInput {
                 messages,
                 cancel: cancel.clone(),
                 transcript,
+                steering: crate::seam::SteeringPort(steering),
             };
             let mut assistant: Vec<Vec<ContentBlock>> = Vec::new();
             let mut turn_future = agent.run_turn(input);
@@ -1130,6 +1132,13 @@ impl LocalDriver {
                 tokio::select! {
                     end = &mut turn_future => break end,
                     Some(item) = items.recv() => self.record(turn, item, &mut assistant).await?,
+                    Some(reply) = steer_requests.recv() => {
+                        // Transcript entries the agent sent before asking come first.
+                        while let Ok(item) = items.try_recv() {
+                            self.record(turn, item, &mut assistant).await?;
+                        }
+                        let _ = reply.send(self.steer().await?);
+                    }
                 }
             };
             drop(turn_future);
@@ -1180,6 +1189,27 @@ impl LocalDriver {
                 self.handle.settle(Ok(result));
             }
         }
+    }
+
+    /// The agent is at a step boundary: claim every pending message for the
+    /// running turn, durably, and return their contents in FIFO order.
+    async fn steer(&self) -> Result<Vec<Vec<ContentBlock>>, SubagentError> {
+        let records = self
+            .runtime
+            .inner
+            .engine
+            .commit(Command::Steer {
+                session: self.handle.child,
+            })
+            .await?;
+        let ids: Vec<MessageId> = records
+            .iter()
+            .flat_map(|record| match &record.event {
+                Event::MessagesClaimed { ids, .. } => ids.clone(),
+                _ => Vec::new(),
+            })
+            .collect();
+        self.message_contents(&ids).await
     }
 
     async fn message_contents(

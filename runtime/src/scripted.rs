@@ -162,8 +162,16 @@ impl Agent for ScriptedAgent {
         self.turn += 1;
         Box::pin(async move {
             let mut structured = None;
+            let mut input = input;
             let say = |text: &str| TranscriptItem::Assistant(vec![ContentBlock::text(text)]);
             for (index, step) in steps.into_iter().enumerate() {
+                if !take_steering(&mut input).await {
+                    return end(
+                        SubagentStopReason::Aborted,
+                        Some("transcript closed"),
+                        structured,
+                    );
+                }
                 if input.cancel.is_cancelled() {
                     return end(SubagentStopReason::Aborted, Some("interrupted"), structured);
                 }
@@ -235,9 +243,33 @@ impl Agent for ScriptedAgent {
                     );
                 }
             }
+            if !take_steering(&mut input).await {
+                return end(
+                    SubagentStopReason::Aborted,
+                    Some("transcript closed"),
+                    structured,
+                );
+            }
             end(SubagentStopReason::Completed, None, structured)
         })
     }
+}
+
+/// A step boundary: acknowledges each steering message with an assistant
+/// message `(steered) <text>`. False when the transcript is closed.
+async fn take_steering(input: &mut TurnInput) -> bool {
+    for content in input.steering.take().await {
+        let text = format!("(steered) {}", subagent_core::content::plain_text(&content));
+        if input
+            .transcript
+            .send(TranscriptItem::Assistant(vec![ContentBlock::text(text)]))
+            .await
+            .is_err()
+        {
+            return false;
+        }
+    }
+    true
 }
 
 #[cfg(test)]

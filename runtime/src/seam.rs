@@ -148,6 +148,34 @@ pub struct TurnInput {
     pub cancel: CancellationToken,
     /// Where transcript entries go; each is recorded before the next step.
     pub transcript: mpsc::Sender<TranscriptItem>,
+    /// Steering input, taken at the agent's step boundaries.
+    pub steering: SteeringPort,
+}
+
+/// Where an agent takes steering input at a step boundary. Each call claims,
+/// durably and for the running turn, every message pending in the inbox and
+/// returns their contents in FIFO order. Messages are claimed only when the
+/// agent takes them, so none is claimed by a turn that never saw it.
+pub struct SteeringPort(
+    pub(crate) mpsc::Sender<tokio::sync::oneshot::Sender<Vec<Vec<ContentBlock>>>>,
+);
+
+impl SteeringPort {
+    /// A port whose `take` always returns nothing (agents run outside a driver).
+    #[must_use]
+    pub fn disconnected() -> Self {
+        SteeringPort(mpsc::channel(1).0)
+    }
+
+    /// Claims and returns the messages that arrived since the turn began or
+    /// since the last `take`; empty when there are none.
+    pub async fn take(&self) -> Vec<Vec<ContentBlock>> {
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        if self.0.send(reply).await.is_err() {
+            return Vec::new();
+        }
+        answer.await.unwrap_or_default()
+    }
 }
 
 /// How a turn ended.

@@ -626,3 +626,74 @@ async fn the_per_parent_limit_spares_other_parents_and_a_cold_resume_at_capacity
     elsewhere.dispose().await.unwrap();
     assert_inbox_invariants(&log);
 }
+
+#[tokio::test]
+async fn a_running_target_takes_a_message_at_its_next_step_boundary() {
+    let log = MemoryLog::new();
+    let host = ScriptedHost::new(Script {
+        turns: vec![vec![
+            Step::Say("start".into()),
+            Step::SleepMs(300),
+            Step::Say("end".into()),
+        ]],
+    });
+    let (runtime, _) = SubagentRuntime::open(Arc::new(log.clone()), Arc::new(host))
+        .await
+        .unwrap();
+    runtime
+        .register_provider(Arc::new(SpawnProvider))
+        .await
+        .unwrap();
+    let root = runtime.open_root("host").await.unwrap();
+    let child = started(&runtime, &root, "steered").await;
+    let stream = StreamId::Session(child.child_id());
+    until(
+        &log,
+        "the turn to run",
+        |events| count(events, "AssistantMessage") == 1,
+        stream,
+    )
+    .await;
+    let id = runtime
+        .send_message(
+            &root,
+            child.child_id(),
+            vec![ContentBlock::text("also check the tests")],
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    until(
+        &log,
+        "the turn to end",
+        |events| count(events, "TurnEnded") == 1,
+        stream,
+    )
+    .await;
+    let events: Vec<Event> = log
+        .read_stream(stream, 1)
+        .map(|r| r.unwrap().event)
+        .collect();
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, Event::MessagesClaimed { ids, turn: 1 } if *ids == vec![id])),
+        "claimed by the running turn"
+    );
+    let texts: Vec<String> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::AssistantMessage { content, .. } => {
+                Some(subagent_core::content::plain_text(content))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        texts,
+        vec!["start", "(steered) also check the tests", "end"]
+    );
+    assert_eq!(count(&events, "TurnStarted"), 1, "no extra turn");
+    child.dispose().await.unwrap();
+    assert_inbox_invariants(&log);
+}
