@@ -13,10 +13,11 @@ use subagent_core::{
     content::plain_text, ContentBlock, Delivery, StartOptions, SubagentActivationSpec,
     SubagentStartRequest,
 };
+use subagent_projections::Projections;
 use subagent_runtime::providers::{ForkProvider, ProcessProvider, SpawnProvider};
 use subagent_runtime::scripted::Step;
 use subagent_runtime::{Script, ScriptedHost, SubagentActivation, SubagentRuntime};
-use subagent_store::{EventLog, RocksLog, RocksOptions};
+use subagent_store::{EventLog, EventLogExt, RocksLog, RocksOptions};
 use tokio_util::sync::CancellationToken;
 
 use crate::CliResult;
@@ -62,11 +63,37 @@ fn scripts(hold_ms: u64) -> ScriptedHost {
         .with(
             "review",
             Script {
-                turns: vec![vec![say(
-                    "The fork saw the parent's history; the plan holds.",
-                )]],
+                turns: vec![
+                    vec![say("The fork saw the parent's history; the plan holds.")],
+                    vec![say("Resumed from the log: still holds.")],
+                ],
             },
         )
+        .with(
+            "digger",
+            Script {
+                turns: vec![
+                    vec![say("Digging through the archive."), Step::SleepMs(60_000)],
+                    vec![say("Back on it, taking the queued notes in order.")],
+                ],
+            },
+        )
+}
+
+/// Polls the log's projections until `done` holds (at most 10 s).
+async fn wait_for(log: &RocksLog, what: &str, done: impl Fn(&Projections) -> bool) -> CliResult {
+    for _ in 0..1000 {
+        let records: Vec<_> = log.read_all(1).collect::<Result<_, _>>()?;
+        if done(&Projections::fold(&records)) {
+            return Ok(());
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    Err(format!("timed out waiting for {what}").into())
+}
+
+fn text(value: &str) -> Vec<ContentBlock> {
+    vec![ContentBlock::text(value)]
 }
 
 async fn finish(name: &str, activation: &SubagentActivation) -> CliResult {
@@ -107,7 +134,7 @@ pub fn run(data: &Path, hold_ms: u64) -> CliResult {
             )))
             .await?;
         let root = runtime.open_root("demo root").await?;
-        println!("[1/5] root session {}", root.session());
+        println!("[1/7] root session {}", root.session());
         let signal = CancellationToken::new();
         let research = runtime
             .start_activation(
@@ -116,7 +143,7 @@ pub fn run(data: &Path, hold_ms: u64) -> CliResult {
                 signal.clone(),
             )
             .await?;
-        println!("[2/5] spawned {} (research)", research.child_id());
+        println!("[2/7] spawned {} (research)", research.child_id());
         let review = runtime
             .start_activation(
                 &root,
@@ -154,7 +181,7 @@ pub fn run(data: &Path, hold_ms: u64) -> CliResult {
             )
             .await?;
         println!("      external {} (process: tr a-z A-Z)", shout.child_id());
-        println!("[3/5] results:");
+        println!("[3/7] results:");
         use std::io::Write;
         let _ = std::io::stdout().flush();
         for (name, activation) in [
@@ -165,15 +192,57 @@ pub fn run(data: &Path, hold_ms: u64) -> CliResult {
         ] {
             finish(name, activation).await?;
         }
-        println!("[4/5] disposing child-first");
-        for activation in [&research, &review, &shout] {
+        let quiet = CancellationToken::new;
+        println!("[4/7] messages: the root asks research a follow-up; research answers its parent");
+        runtime.send_message(&root, research.child_id(), text("Any caveats?"), quiet()).await?;
+        let research_id = research.child_id();
+        wait_for(&log, "the follow-up turn", |state| {
+            state.activations.get(&research_id).is_some_and(|a| a.turns >= 2 && a.running_turn.is_none())
+        })
+        .await?;
+        let reply = runtime.send_message(&research.agent(), root.session(), text("Caveat: the fold is only as fast as its decoder."), quiet()).await?;
+        println!("      research → root, message {reply}");
+
+        println!("[5/7] interrupt: digger is interrupted mid-turn; its queued notes wait, then resume in order");
+        let digger = runtime.start_activation(&root, spec("spawn", "digger", "Dig through the archive", Delivery::Caller), quiet()).await?;
+        let digger_id = digger.child_id();
+        wait_for(&log, "digger to start", |state| state.activations.get(&digger_id).is_some_and(|a| a.running_turn.is_some())).await?;
+        for note in ["note 1: skip 2019", "note 2: prefer primary sources"] {
+            runtime.send_message(&root, digger_id, text(note), quiet()).await?;
+        }
+        runtime.interrupt(digger_id, subagent_runtime::InterruptAuthority::User { parent_session_id: root.session() }).await?;
+        wait_for(&log, "the interrupt to land", |state| state.activations.get(&digger_id).is_some_and(|a| a.running_turn.is_none())).await?;
+        let records: Vec<_> = log.read_all(1).collect::<Result<_, _>>()?;
+        let parked = Projections::fold(&records).pending_messages(digger_id).len();
+        println!("      interrupted: {parked} queued notes preserved, not run");
+        runtime.send_message(&root, digger_id, text("note 3: resume"), quiet()).await?;
+        wait_for(&log, "the parked queue to resume", |state| {
+            state.pending_messages(digger_id).is_empty() && state.activations.get(&digger_id).is_some_and(|a| a.turns >= 2 && a.running_turn.is_none())
+        })
+        .await?;
+        println!("      resumed: the three notes were taken in FIFO order");
+
+        println!("[6/7] cold resume: review is released, then a message brings it back from the log");
+        review.dispose().await?;
+        let review_id = review.child_id();
+        runtime.send_message(&root, review_id, text("Does it still hold?"), quiet()).await?;
+        wait_for(&log, "review to resume and settle", |state| {
+            state.activations.get(&review_id).is_some_and(|a| a.last_result.as_ref().is_some_and(|(epoch, _)| *epoch == 2))
+        })
+        .await?;
+        println!("      review resumed in epoch 2 and answered again");
+
+        println!("      draining every descendant of the root, child-first");
+        runtime.drain_descendants(std::slice::from_ref(&root)).await?;
+        for activation in [&research, &shout, &digger] {
             activation.dispose().await?;
         }
+        runtime.close_root(&root).await?;
         Ok::<_, Box<dyn std::error::Error>>(root.session())
     })?;
     drop(tokio);
     let state = subagent_replay::state_at(&log, None)?;
-    println!("[5/5] durable at head {}\n", log.head());
+    println!("[7/7] durable at head {}\n", log.head());
     println!("{}", crate::render::tree(&state, root));
     let (checkpointed, _) = subagent_replay::Checkpointed::open(log, 10_000)?;
     drop(checkpointed.close()?);

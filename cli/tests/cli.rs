@@ -28,9 +28,9 @@ fn demo(dir: &Path) -> String {
 fn root_of(stdout: &str) -> String {
     let line = stdout
         .lines()
-        .find(|l| l.starts_with("[1/5] root session "))
+        .find(|l| l.starts_with("[1/7] root session "))
         .expect("root line");
-    line.trim_start_matches("[1/5] root session ").to_owned()
+    line.trim_start_matches("[1/7] root session ").to_owned()
 }
 
 #[test]
@@ -175,7 +175,7 @@ fn a_demo_killed_mid_run_is_recovered_explicitly_and_verifies() {
     let mut lines = BufReader::new(stdout).lines();
     // Kill it while the research child is mid-turn and the others are live.
     while let Some(Ok(line)) = lines.next() {
-        if line.starts_with("[3/5]") {
+        if line.starts_with("[3/7]") {
             break;
         }
     }
