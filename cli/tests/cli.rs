@@ -52,14 +52,15 @@ fn demo_records_a_delegation_that_replays_and_verifies() {
         "├── research  [continuable · spawn · inactive · completed]",
         "│   └── fact-check  [continuable · spawn · inactive · completed]",
         "├── review  [continuable · fork · inactive · completed]",
-        "└── shout  [one-shot external · process · disposed · completed]",
+        "├── shout  [one-shot external · process · disposed · completed]",
+        "└── digger  [continuable · spawn · inactive · aborted]",
     ] {
         assert!(tree.contains(line), "{line} missing from\n{tree}");
     }
 
     let (children, _) = text(&subagents(&["children", data, &root, "--json"]));
     let listed: serde_json::Value = serde_json::from_str(&children).unwrap();
-    assert_eq!(listed.as_array().map(Vec::len), Some(3));
+    assert_eq!(listed.as_array().map(Vec::len), Some(4));
     assert_eq!(listed[2]["external"], true);
 
     // A second run adds a second root to the same log.
