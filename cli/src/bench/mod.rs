@@ -5,6 +5,7 @@
 mod activations;
 mod append;
 mod list;
+mod messages;
 mod replay;
 mod stats;
 mod workload;
@@ -20,6 +21,8 @@ pub enum BenchPart {
     Append(append::AppendArgs),
     /// One-shot activations per second with p50/p99 latency vs the append floor.
     Activations(activations::ActivationArgs),
+    /// Parent → child → parent message round trips with an echo agent.
+    Messages(messages::MessageArgs),
     /// Replay: events/s folded into every projection vs raw iterate-and-decode.
     Replay(replay::ReplayArgs),
     /// Listing: list_descendants on a large tree, list_children vs log length.
@@ -36,6 +39,7 @@ pub fn run(part: BenchPart) -> CliResult {
     match part {
         BenchPart::Append(args) => append::run(&args),
         BenchPart::Activations(args) => activations::run(&args),
+        BenchPart::Messages(args) => messages::run(&args),
         BenchPart::Replay(args) => replay::replay(&args),
         BenchPart::List(args) => list::run(&args),
         BenchPart::Startup(args) => replay::startup(&args),
