@@ -697,3 +697,39 @@ async fn a_running_target_takes_a_message_at_its_next_step_boundary() {
     child.dispose().await.unwrap();
     assert_inbox_invariants(&log);
 }
+
+#[tokio::test]
+async fn interrupting_an_external_run_stops_its_one_execution() {
+    let (log, runtime) = setup().await;
+    runtime
+        .register_provider(Arc::new(ProcessProvider::new("sleeper", "sleep", &["60"])))
+        .await
+        .unwrap();
+    let root = runtime.open_root("host").await.unwrap();
+    let run = runtime
+        .start_activation(&root, spec("sleeper", "nap"), CancellationToken::new())
+        .await
+        .unwrap();
+    runtime
+        .interrupt(run.child_id(), InterruptAuthority::Ancestor(&root))
+        .await
+        .unwrap();
+    let result = tokio::time::timeout(Duration::from_secs(5), run.result())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(result.stop_reason, SubagentStopReason::Aborted);
+    let events: Vec<Event> = log
+        .read_stream(StreamId::Session(run.child_id()), 1)
+        .map(|r| r.unwrap().event)
+        .collect();
+    assert_eq!(count(&events, "InterruptRequested"), 1);
+    until(
+        &log,
+        "the run to be disposed",
+        |events| count(events, "RunDisposed") == 1,
+        StreamId::Session(run.child_id()),
+    )
+    .await;
+    run.dispose().await.unwrap();
+}
