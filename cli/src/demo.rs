@@ -238,14 +238,14 @@ pub fn run(data: &Path, hold_ms: u64) -> CliResult {
             activation.dispose().await?;
         }
         runtime.close_root(&root).await?;
+        // Clean shutdown: registrations end and the projections are checkpointed.
+        runtime.close().await?;
         Ok::<_, Box<dyn std::error::Error>>(root.session())
     })?;
     drop(tokio);
     let state = subagent_replay::state_at(&log, None)?;
     println!("[7/7] durable at head {}\n", log.head());
     println!("{}", crate::render::tree(&state, root));
-    let (checkpointed, _) = subagent_replay::Checkpointed::open(log, 10_000)?;
-    drop(checkpointed.close()?);
     let dir = data.display();
     println!(
         "Inspect it with:\n  subagents tree {dir} --root {root}\n  subagents replay {dir} --at {start}\n  subagents diff {dir} --from {start}\n  subagents verify {dir}\n  subagents log {dir} --from {start}"

@@ -12,6 +12,30 @@ use crate::state::Projections;
 /// The checkpoint format this build writes and reads.
 pub const CHECKPOINT_VERSION: u32 = 1;
 
+/// The name projections checkpoints are stored under in the log.
+pub const CHECKPOINT_NAME: &str = "projections";
+
+/// Judges a stored checkpoint against a log whose head is `head`:
+/// `Ok(None)` when there is none, `Ok(Some(state))` when it can be resumed
+/// from, `Err(reason)` when it must be discarded (it does not decode, is of
+/// another version, disagrees with itself, or claims a position past the head).
+///
+/// # Errors
+/// The reason to discard it.
+pub fn usable(stored: Option<&[u8]>, head: u64) -> Result<Option<Projections>, String> {
+    let Some(bytes) = stored else {
+        return Ok(None);
+    };
+    let state = decode(bytes).map_err(|rejected| rejected.to_string())?;
+    if state.position > head {
+        return Err(format!(
+            "checkpoint at {} is past the head {head}",
+            state.position
+        ));
+    }
+    Ok(Some(state))
+}
+
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 struct CheckpointOut<'a> {

@@ -11,8 +11,7 @@ use subagent_store::EventLog;
 
 use crate::error::ReplayError;
 
-/// The checkpoint name projections are stored under.
-pub const CHECKPOINT_NAME: &str = "projections";
+pub use subagent_projections::checkpoint::CHECKPOINT_NAME;
 
 /// How opening went.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -42,25 +41,16 @@ impl<L: EventLog> Checkpointed<L> {
     pub fn open(log: L, every: u64) -> Result<(Self, OpenReport), ReplayError> {
         let mut report = OpenReport::default();
         let head = log.head();
-        let state = match log.read_checkpoint(CHECKPOINT_NAME)? {
-            None => Projections::new(),
-            Some(bytes) => match checkpoint::decode(&bytes) {
-                Ok(state) if state.position <= head => {
-                    report.checkpoint_position = Some(state.position);
-                    state
-                }
-                Ok(state) => {
-                    report.discarded = Some(format!(
-                        "checkpoint at {} is past the head {head}",
-                        state.position
-                    ));
-                    Projections::new()
-                }
-                Err(rejected) => {
-                    report.discarded = Some(rejected.to_string());
-                    Projections::new()
-                }
-            },
+        let state = match checkpoint::usable(log.read_checkpoint(CHECKPOINT_NAME)?.as_deref(), head)
+        {
+            Ok(stored) => {
+                report.checkpoint_position = stored.as_ref().map(|state| state.position);
+                stored.unwrap_or_default()
+            }
+            Err(reason) => {
+                report.discarded = Some(reason);
+                Projections::new()
+            }
         };
         let mut opened = Checkpointed {
             log,

@@ -44,22 +44,15 @@ pub fn verify<L: EventLog + ?Sized>(log: &L) -> Result<VerifyReport, ReplayError
         head: log.head(),
         ..VerifyReport::default()
     };
-    let stored = match log.read_checkpoint(CHECKPOINT_NAME)? {
-        None => None,
-        Some(bytes) => match checkpoint::decode(&bytes) {
-            Ok(state) if state.position <= report.head => Some(state),
-            Ok(state) => {
-                report.checkpoint_problem = Some(format!(
-                    "checkpoint at {} is past the head {}",
-                    state.position, report.head
-                ));
-                None
-            }
-            Err(rejected) => {
-                report.checkpoint_problem = Some(rejected.to_string());
-                None
-            }
-        },
+    let stored = match checkpoint::usable(
+        log.read_checkpoint(CHECKPOINT_NAME)?.as_deref(),
+        report.head,
+    ) {
+        Ok(stored) => stored,
+        Err(reason) => {
+            report.checkpoint_problem = Some(reason);
+            None
+        }
     };
     report.checkpoint_position = stored.as_ref().map(|state| state.position);
     let mut rebuilt = Projections::new();

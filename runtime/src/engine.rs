@@ -17,20 +17,39 @@
 //!
 //! Public queries read through [`Engine::read_durable`], which answers only
 //! once everything the answer reflects is durable.
+//!
+//! Opening loads the newest usable projections checkpoint and folds only the
+//! log's tail; a checkpoint is saved every `checkpoint_every` events (only
+//! once everything it reflects is durable) and when the runtime is closed.
 
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use subagent_core::{NewEvent, RecordedEvent, StreamId, SubagentError};
-use subagent_projections::{decide, Command, Projections};
+use subagent_projections::{checkpoint, decide, Command, Projections};
 use subagent_store::{EventLog, EventLogExt, ExpectedVersion, StreamAppend};
-use tracing::{debug, error};
+use tracing::{debug, error, warn};
 
 struct Pipeline {
     state: Projections,
-    /// Version of each stream, as the next append will find it.
+    /// Version of each stream, as the next append will find it (filled from
+    /// the log on first use after opening from a checkpoint).
     versions: HashMap<StreamId, u64>,
+    /// Events committed since the last checkpoint.
+    since_checkpoint: u64,
+}
+
+/// How the projections were opened.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OpenStats {
+    /// The position of the checkpoint resumed from.
+    pub checkpoint_position: Option<u64>,
+    /// Why a stored checkpoint was discarded.
+    pub discarded_checkpoint: Option<String>,
+    /// Events folded after the checkpoint (all of them without one).
+    pub tail_events: u64,
 }
 
 /// Decides, appends, applies.
@@ -38,6 +57,7 @@ pub(crate) struct Engine {
     log: Arc<dyn EventLog>,
     pipeline: Mutex<Pipeline>,
     failed: AtomicBool,
+    checkpoint_every: u64,
 }
 
 pub(crate) fn internal(err: impl std::fmt::Display) -> SubagentError {
@@ -46,19 +66,67 @@ pub(crate) fn internal(err: impl std::fmt::Display) -> SubagentError {
 
 impl Engine {
     /// Folds the whole log into fresh projections.
-    pub(crate) fn open(log: Arc<dyn EventLog>) -> Result<Engine, SubagentError> {
-        let mut state = Projections::new();
+    /// Opens from the newest usable checkpoint plus the log's tail (a
+    /// checkpoint that cannot be trusted is discarded and the log refolded),
+    /// and saves a new checkpoint every `checkpoint_every` committed events.
+    pub(crate) fn open(
+        log: Arc<dyn EventLog>,
+        checkpoint_every: u64,
+    ) -> Result<(Engine, OpenStats), SubagentError> {
+        let stored = log
+            .read_checkpoint(checkpoint::CHECKPOINT_NAME)
+            .map_err(internal)?;
+        let mut stats = OpenStats::default();
+        let mut state = match checkpoint::usable(stored.as_deref(), log.head()) {
+            Ok(stored) => {
+                stats.checkpoint_position = stored.as_ref().map(|state| state.position);
+                stored.unwrap_or_default()
+            }
+            Err(reason) => {
+                warn!(%reason, "discarding the projections checkpoint; refolding the log");
+                stats.discarded_checkpoint = Some(reason);
+                Projections::new()
+            }
+        };
         let mut versions = HashMap::new();
-        for record in log.read_all(1) {
+        for record in log.read_all(state.position + 1) {
             let record = record.map_err(internal)?;
             versions.insert(record.stream, record.version);
             state.apply(&record);
+            stats.tail_events += 1;
         }
-        Ok(Engine {
+        let engine = Engine {
             log,
-            pipeline: Mutex::new(Pipeline { state, versions }),
+            pipeline: Mutex::new(Pipeline {
+                state,
+                versions,
+                since_checkpoint: 0,
+            }),
             failed: AtomicBool::new(false),
-        })
+            checkpoint_every,
+        };
+        Ok((engine, stats))
+    }
+
+    /// Saves a checkpoint of the projections once everything it reflects is
+    /// durable.
+    ///
+    /// # Errors
+    /// `gateway/internal` on storage failure.
+    pub(crate) async fn checkpoint(&self) -> Result<(), SubagentError> {
+        let snapshot = {
+            let mut pipeline = self.pipeline();
+            pipeline.since_checkpoint = 0;
+            pipeline.state.clone()
+        };
+        let mut durable = self.log.watch_head();
+        durable
+            .wait_for(|head| *head >= snapshot.position)
+            .await
+            .map_err(|_| internal("the log closed"))?;
+        self.log
+            .write_checkpoint(checkpoint::CHECKPOINT_NAME, &checkpoint::encode(&snapshot))
+            .map_err(internal)
     }
 
     fn pipeline(&self) -> MutexGuard<'_, Pipeline> {
@@ -113,7 +181,7 @@ impl Engine {
         if self.failed.load(Ordering::Acquire) {
             return Err(internal("the log failed; reopen the runtime to recover"));
         }
-        let (ticket, records) = {
+        let (ticket, records, checkpoint_due) = {
             let mut pipeline = self.pipeline();
             let decision = decide(&pipeline.state, command)?;
             if decision.is_empty() {
@@ -124,7 +192,14 @@ impl Engine {
             let mut position = pipeline.state.position;
             for (stream, events) in decision {
                 let events: Vec<NewEvent> = events.into_iter().map(NewEvent::new).collect();
-                let version = pipeline.versions.entry(stream).or_insert(0);
+                // A stream untouched since opening has nothing in flight, so
+                // its durable version is the current one.
+                let version = match pipeline.versions.entry(stream) {
+                    Entry::Occupied(entry) => entry.into_mut(),
+                    Entry::Vacant(entry) => {
+                        entry.insert(self.log.stream_version(&stream).map_err(internal)?)
+                    }
+                };
                 for new in &events {
                     position += 1;
                     *version += 1;
@@ -140,7 +215,10 @@ impl Engine {
             for record in &records {
                 pipeline.state.apply(record);
             }
-            (ticket, records)
+            pipeline.since_checkpoint += records.len() as u64;
+            let due =
+                self.checkpoint_every > 0 && pipeline.since_checkpoint >= self.checkpoint_every;
+            (ticket, records, due)
         };
         let outcomes = match ticket.await {
             Ok(outcomes) => outcomes,
@@ -154,6 +232,12 @@ impl Engine {
             )));
         }
         debug!(events = records.len(), "committed");
+        if checkpoint_due {
+            // A failed checkpoint only costs a longer refold at the next open.
+            if let Err(err) = self.checkpoint().await {
+                warn!(error = %err, "saving the projections checkpoint failed");
+            }
+        }
         Ok(records)
     }
 

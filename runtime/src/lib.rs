@@ -13,6 +13,7 @@
 mod activation;
 mod capacity;
 mod engine;
+pub use engine::OpenStats;
 pub mod providers;
 mod runtime;
 pub mod scripted;

@@ -141,11 +141,13 @@ fn aggregate(failures: Vec<SubagentError>) -> Result<(), SubagentError> {
     }
 }
 
-/// What reopening the log had to settle.
+/// How opening went: the checkpoint used and what recovery had to settle.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RecoveryReport {
     /// Events the recovery appended (0 after a clean shutdown).
     pub events: usize,
+    /// Checkpoint use and tail length.
+    pub opened: crate::engine::OpenStats,
 }
 
 struct Inner {
@@ -160,6 +162,9 @@ struct Inner {
     drivers: Mutex<HashMap<SessionId, Arc<DriverHandle>>>,
     notices: broadcast::Sender<Notice>,
 }
+
+/// Committed events between projections checkpoints.
+pub const CHECKPOINT_EVERY: u64 = 10_000;
 
 /// The runtime. Cheap to clone.
 #[derive(Clone)]
@@ -196,7 +201,7 @@ impl SubagentRuntime {
         host: Arc<dyn AgentHost>,
         limits: CapacityLimits,
     ) -> Result<(SubagentRuntime, RecoveryReport), SubagentError> {
-        let engine = Engine::open(log)?;
+        let (engine, opened) = Engine::open(log, CHECKPOINT_EVERY)?;
         let recovered = engine.commit(Command::Recover).await?;
         let runtime = SubagentRuntime {
             inner: Arc::new(Inner {
@@ -214,8 +219,33 @@ impl SubagentRuntime {
             runtime,
             RecoveryReport {
                 events: recovered.len(),
+                opened,
             },
         ))
+    }
+
+    /// Clean shutdown: disposes every live activation child-first, ends the
+    /// provider registrations, then saves a projections checkpoint, so the
+    /// next open has nothing to recover and no tail to fold.
+    ///
+    /// # Errors
+    /// The disposals' aggregate error, or a storage failure.
+    pub async fn close(&self) -> Result<(), SubagentError> {
+        let live: Vec<Arc<DriverHandle>> = lock(&self.inner.drivers).values().cloned().collect();
+        let mut failures = Vec::new();
+        for driver in live {
+            if let Err(err) = self.dispose_driver(&driver).await {
+                failures.push(err);
+            }
+        }
+        // Registrations end with the host: record it now rather than at the next open.
+        for name in self.list() {
+            if let Err(err) = self.remove_provider(&name).await {
+                failures.push(err);
+            }
+        }
+        self.inner.engine.checkpoint().await?;
+        aggregate(failures)
     }
 
     /// The log.

@@ -999,3 +999,50 @@ async fn a_reserved_child_id_is_used_and_scoped_notices_reach_only_that_parent()
     activation.dispose().await.unwrap();
     foreign.dispose().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_clean_close_checkpoints_so_reopening_folds_no_tail_and_a_bad_checkpoint_is_refolded() {
+    let dir = tempfile::tempdir().unwrap();
+    let open = || {
+        subagent_store::RocksLog::open(dir.path(), subagent_store::RocksOptions::default()).unwrap()
+    };
+    let (root, listed) = {
+        let runtime = runtime_over(Arc::new(open())).await;
+        let root = runtime.open_root("host").await.unwrap();
+        let activation = runtime
+            .start_activation(
+                &root,
+                spec("spawn", "research", Delivery::Parent),
+                CancellationToken::new(),
+            )
+            .await
+            .unwrap();
+        activation.result().await.unwrap();
+        runtime.close().await.unwrap();
+        (
+            root.session(),
+            runtime.list_descendants(root.session()).await,
+        )
+    };
+    let log = open();
+    let head = log.head();
+    let (runtime, report) = SubagentRuntime::open(Arc::new(log.clone()), Arc::new(host()))
+        .await
+        .unwrap();
+    assert_eq!(report.opened.checkpoint_position, Some(head));
+    assert_eq!(report.opened.tail_events, 0);
+    assert_eq!(report.events, 0, "a clean close leaves nothing to recover");
+    assert_eq!(runtime.list_descendants(root).await, listed);
+    drop(runtime);
+    log.write_checkpoint(
+        subagent_projections::checkpoint::CHECKPOINT_NAME,
+        b"not a checkpoint",
+    )
+    .unwrap();
+    let (runtime, report) = SubagentRuntime::open(Arc::new(log.clone()), Arc::new(host()))
+        .await
+        .unwrap();
+    assert!(report.opened.discarded_checkpoint.is_some());
+    assert_eq!(report.opened.tail_events, head);
+    assert_eq!(runtime.list_descendants(root).await, listed);
+}
