@@ -37,6 +37,6 @@ unit: deps
 test: lint unit
 
 bench: deps
-	for part in append activations messages replay list startup; do \
+	for part in append activations messages replay list startup memory; do \
 		$(CARGO) run -q --release -p subagent-cli --bin subagents -- bench $$part $(BENCH_ARGS) || exit 1; \
 	done

@@ -5,6 +5,7 @@
 mod activations;
 mod append;
 mod list;
+mod memory;
 mod messages;
 mod replay;
 mod stats;
@@ -23,6 +24,8 @@ pub enum BenchPart {
     Activations(activations::ActivationArgs),
     /// Parent → child → parent message round trips with an echo agent.
     Messages(messages::MessageArgs),
+    /// Resident memory per inactive child vs its encoded log records.
+    Memory(memory::MemoryArgs),
     /// Replay: events/s folded into every projection vs raw iterate-and-decode.
     Replay(replay::ReplayArgs),
     /// Listing: list_descendants on a large tree, list_children vs log length.
@@ -40,6 +43,7 @@ pub fn run(part: BenchPart) -> CliResult {
         BenchPart::Append(args) => append::run(&args),
         BenchPart::Activations(args) => activations::run(&args),
         BenchPart::Messages(args) => messages::run(&args),
+        BenchPart::Memory(args) => memory::run(&args),
         BenchPart::Replay(args) => replay::replay(&args),
         BenchPart::List(args) => list::run(&args),
         BenchPart::Startup(args) => replay::startup(&args),
