@@ -43,7 +43,16 @@ pub struct AppendArgs {
 struct Config {
     durability: Durability,
     appenders: usize,
+    /// Appends (transactions) per run, over all appenders.
     appends: usize,
+    /// Events per append.
+    batch: usize,
+}
+
+impl Config {
+    fn events(&self) -> usize {
+        self.appends / self.appenders * self.appenders * self.batch
+    }
 }
 
 fn payload() -> Event {
@@ -83,6 +92,7 @@ fn engine_run(
         },
     )?;
     let per_task = config.appends / config.appenders;
+    let batch = config.batch;
     let started = Instant::now();
     runtime.block_on(async {
         let tasks: Vec<_> = (0..config.appenders)
@@ -91,8 +101,8 @@ fn engine_run(
                 tokio::spawn(async move {
                     let stream = StreamId::Session(SessionId::new());
                     for _ in 0..per_task {
-                        log.append(stream, ExpectedVersion::Any, vec![NewEvent::new(payload())])
-                            .await?;
+                        let events = (0..batch).map(|_| NewEvent::new(payload())).collect();
+                        log.append(stream, ExpectedVersion::Any, events).await?;
                     }
                     Ok::<_, subagent_store::StoreError>(())
                 })
@@ -103,7 +113,7 @@ fn engine_run(
         }
         Ok::<_, Box<dyn std::error::Error>>(())
     })?;
-    Ok((per_task * config.appenders) as f64 / started.elapsed().as_secs_f64())
+    Ok(config.events() as f64 / started.elapsed().as_secs_f64())
 }
 
 fn raw_run(config: &Config, bytes: &Arc<Vec<u8>>) -> Result<f64, Box<dyn std::error::Error>> {
@@ -115,6 +125,7 @@ fn raw_run(config: &Config, bytes: &Arc<Vec<u8>>) -> Result<f64, Box<dyn std::er
     let next = Arc::new(AtomicU64::new(1));
     let per_thread = config.appends / config.appenders;
     let sync = config.durability == Durability::Sync;
+    let batch_size = config.batch;
     let started = Instant::now();
     let threads: Vec<_> = (0..config.appenders)
         .map(|_| {
@@ -124,10 +135,12 @@ fn raw_run(config: &Config, bytes: &Arc<Vec<u8>>) -> Result<f64, Box<dyn std::er
                 write_options.set_sync(sync);
                 for _ in 0..per_thread {
                     let mut batch = WriteBatch::default();
-                    batch.put(
-                        next.fetch_add(1, Ordering::Relaxed).to_be_bytes(),
-                        bytes.as_slice(),
-                    );
+                    for _ in 0..batch_size {
+                        batch.put(
+                            next.fetch_add(1, Ordering::Relaxed).to_be_bytes(),
+                            bytes.as_slice(),
+                        );
+                    }
                     db.write_opt(batch, &write_options)?;
                 }
                 Ok(())
@@ -137,7 +150,7 @@ fn raw_run(config: &Config, bytes: &Arc<Vec<u8>>) -> Result<f64, Box<dyn std::er
     for thread in threads {
         thread.join().map_err(|_| "raw appender panicked")??;
     }
-    Ok((per_thread * config.appenders) as f64 / started.elapsed().as_secs_f64())
+    Ok(config.events() as f64 / started.elapsed().as_secs_f64())
 }
 
 fn sqlite_run(config: &Config, bytes: &Arc<Vec<u8>>) -> Result<f64, Box<dyn std::error::Error>> {
@@ -155,21 +168,26 @@ fn sqlite_run(config: &Config, bytes: &Arc<Vec<u8>>) -> Result<f64, Box<dyn std:
     ))?;
     let connection = Arc::new(Mutex::new(connection));
     let per_thread = config.appends / config.appenders;
+    let batch = config.batch;
     let started = Instant::now();
     let threads: Vec<_> = (0..config.appenders)
         .map(|_| {
             let (connection, bytes) = (Arc::clone(&connection), Arc::clone(bytes));
             std::thread::spawn(move || -> Result<(), String> {
                 let stream = format!("session-{}", SessionId::new());
-                for version in 1..=per_thread {
+                let mut version = 0i64;
+                for _ in 0..per_thread {
                     let mut guard = connection.lock().map_err(|_| "poisoned")?;
                     let transaction = guard.transaction().map_err(|e| e.to_string())?;
-                    transaction
-                        .execute(
-                            "INSERT INTO events (stream, version, payload) VALUES (?1, ?2, ?3)",
-                            rusqlite::params![stream, version as i64, bytes.as_slice()],
-                        )
-                        .map_err(|e| e.to_string())?;
+                    for _ in 0..batch {
+                        version += 1;
+                        transaction
+                            .execute(
+                                "INSERT INTO events (stream, version, payload) VALUES (?1, ?2, ?3)",
+                                rusqlite::params![stream, version, bytes.as_slice()],
+                            )
+                            .map_err(|e| e.to_string())?;
+                    }
                     transaction.commit().map_err(|e| e.to_string())?;
                 }
                 Ok(())
@@ -179,7 +197,7 @@ fn sqlite_run(config: &Config, bytes: &Arc<Vec<u8>>) -> Result<f64, Box<dyn std:
     for thread in threads {
         thread.join().map_err(|_| "sqlite appender panicked")??;
     }
-    Ok((per_thread * config.appenders) as f64 / started.elapsed().as_secs_f64())
+    Ok(config.events() as f64 / started.elapsed().as_secs_f64())
 }
 
 fn measure(
@@ -202,27 +220,19 @@ pub fn run(args: &AppendArgs) -> CliResult {
         .build()?;
     let bytes = Arc::new(encoded_payload()?);
     let scaled = |count: f64| ((count * args.scale).max(64.0)) as usize;
+    let config = |durability, appenders, appends: f64, batch| Config {
+        durability,
+        appenders,
+        appends: scaled(appends),
+        batch,
+    };
     let configs = [
-        Config {
-            durability: Durability::Sync,
-            appenders: 1,
-            appends: scaled(500.0),
-        },
-        Config {
-            durability: Durability::Sync,
-            appenders: 64,
-            appends: scaled(6400.0),
-        },
-        Config {
-            durability: Durability::Buffered,
-            appenders: 1,
-            appends: scaled(20_000.0),
-        },
-        Config {
-            durability: Durability::Buffered,
-            appenders: 64,
-            appends: scaled(64_000.0),
-        },
+        config(Durability::Sync, 1, 500.0, 1),
+        config(Durability::Sync, 64, 6400.0, 1),
+        config(Durability::Sync, 1, 200.0, 64),
+        config(Durability::Buffered, 1, 20_000.0, 1),
+        config(Durability::Buffered, 64, 64_000.0, 1),
+        config(Durability::Buffered, 1, 1000.0, 64),
     ];
     println!(
         "durable append, events/s: median (min–max) of {} runs; payload {} bytes/record",
@@ -230,8 +240,16 @@ pub fn run(args: &AppendArgs) -> CliResult {
         bytes.len()
     );
     println!(
-        "{:<9} {:>9} {:>7}  {:>27} {:>27} {:>10} {:>27} {:>13}",
-        "mode", "appenders", "events", "engine", "raw rocksdb", "eng/raw", "sqlite", "eng/sqlite"
+        "{:<9} {:>9} {:>5} {:>7}  {:>27} {:>27} {:>10} {:>27} {:>13}",
+        "mode",
+        "appenders",
+        "batch",
+        "events",
+        "engine",
+        "raw rocksdb",
+        "eng/raw",
+        "sqlite",
+        "eng/sqlite"
     );
     for config in &configs {
         eprintln!(
@@ -246,10 +264,11 @@ pub fn run(args: &AppendArgs) -> CliResult {
             Some(measure(args.runs, || sqlite_run(config, &bytes))?)
         };
         println!(
-            "{:<9} {:>9} {:>7}  {:>27} {:>27} {:>10.2} {:>27} {:>13}",
+            "{:<9} {:>9} {:>5} {:>7}  {:>27} {:>27} {:>10.2} {:>27} {:>13}",
             format!("{:?}", config.durability),
             config.appenders,
-            config.appends / config.appenders * config.appenders,
+            config.batch,
+            config.events(),
             engine.to_string(),
             raw.to_string(),
             engine.median / raw.median,
