@@ -9,10 +9,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use subagent_core::{
-    content::plain_text, ContentBlock, Delivery, StartOptions, SubagentActivationSpec,
-    SubagentStartRequest,
-};
+use subagent_core::{content::plain_text, ContentBlock, Delivery, SubagentActivationSpec};
 use subagent_projections::Projections;
 use subagent_runtime::providers::{ForkProvider, ProcessProvider, SpawnProvider};
 use subagent_runtime::scripted::Step;
@@ -23,17 +20,7 @@ use tokio_util::sync::CancellationToken;
 use crate::CliResult;
 
 fn spec(provider: &str, label: &str, prompt: &str, delivery: Delivery) -> SubagentActivationSpec {
-    SubagentActivationSpec {
-        provider: provider.into(),
-        label: label.into(),
-        child_id: None,
-        request: SubagentStartRequest {
-            label: None,
-            prompt: vec![ContentBlock::text(prompt)],
-            options: StartOptions::default(),
-        },
-        delivery,
-    }
+    SubagentActivationSpec::with_text_prompt(provider, label, prompt, delivery)
 }
 
 fn scripts(hold_ms: u64) -> ScriptedHost {

@@ -190,6 +190,25 @@ pub struct SubagentActivationSpec {
     pub delivery: Delivery,
 }
 
+impl SubagentActivationSpec {
+    /// A spec whose task is one text prompt, with no start options and no
+    /// reserved child id.
+    #[must_use]
+    pub fn with_text_prompt(provider: &str, label: &str, prompt: &str, delivery: Delivery) -> Self {
+        SubagentActivationSpec {
+            provider: provider.to_owned(),
+            label: label.to_owned(),
+            child_id: None,
+            request: SubagentStartRequest {
+                label: None,
+                prompt: vec![ContentBlock::text(prompt)],
+                options: StartOptions::default(),
+            },
+            delivery,
+        }
+    }
+}
+
 /// A provider's detached contribution to one continuable child's creation:
 /// data only, never a capability.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use subagent_core::{
-    content::plain_text, ContentBlock, Delivery, ErrorCode, Event, MessageSource, StartOptions,
-    StreamId, SubagentActivationSpec, SubagentError, SubagentStartRequest, SubagentStopReason,
+    content::plain_text, ContentBlock, Delivery, ErrorCode, Event, MessageSource, StreamId,
+    SubagentActivationSpec, SubagentError, SubagentStopReason,
 };
 use subagent_runtime::providers::{ForkProvider, ProcessProvider, SpawnProvider};
 use subagent_runtime::scripted::Step;
@@ -17,17 +17,7 @@ use subagent_store::{EventLog, EventLogExt, MemoryLog};
 use tokio_util::sync::CancellationToken;
 
 fn spec(provider: &str, label: &str, delivery: Delivery) -> SubagentActivationSpec {
-    SubagentActivationSpec {
-        provider: provider.into(),
-        label: label.into(),
-        child_id: None,
-        request: SubagentStartRequest {
-            label: None,
-            prompt: vec![ContentBlock::text("hello world")],
-            options: StartOptions::default(),
-        },
-        delivery,
-    }
+    SubagentActivationSpec::with_text_prompt(provider, label, "hello world", delivery)
 }
 
 fn host() -> ScriptedHost {

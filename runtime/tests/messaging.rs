@@ -2,12 +2,14 @@
 //! after the spec behaviour it checks. After each, the inbox invariants of
 //! DESIGN.md (4 and 5) are checked through the projections.
 
+mod common;
+
 use std::sync::Arc;
 use std::time::Duration;
 
 use subagent_core::{
-    ContentBlock, Delivery, ErrorCode, Event, MessageId, MessageSource, SessionId, StartOptions,
-    StreamId, SubagentActivationSpec, SubagentStartRequest, SubagentStopReason,
+    ContentBlock, Delivery, ErrorCode, Event, MessageId, MessageSource, SessionId, StreamId,
+    SubagentActivationSpec, SubagentStopReason,
 };
 use subagent_projections::Projections;
 use subagent_runtime::providers::{ProcessProvider, SpawnProvider};
@@ -19,17 +21,7 @@ use subagent_store::{EventLog, EventLogExt, MemoryLog};
 use tokio_util::sync::CancellationToken;
 
 fn spec(provider: &str, label: &str) -> SubagentActivationSpec {
-    SubagentActivationSpec {
-        provider: provider.into(),
-        label: label.into(),
-        child_id: None,
-        request: SubagentStartRequest {
-            label: None,
-            prompt: vec![ContentBlock::text("task")],
-            options: StartOptions::default(),
-        },
-        delivery: Delivery::Caller,
-    }
+    SubagentActivationSpec::with_text_prompt(provider, label, "task", Delivery::Caller)
 }
 
 async fn setup() -> (MemoryLog, SubagentRuntime) {
@@ -67,34 +59,6 @@ async fn setup() -> (MemoryLog, SubagentRuntime) {
 fn state(log: &MemoryLog) -> Projections {
     let records: Vec<_> = log.read_all(1).map(|r| r.unwrap()).collect();
     Projections::fold(&records)
-}
-
-/// Invariants 4 and 5: every accepted message is claimed once or pending,
-/// and no message is claimed twice.
-fn assert_inbox_invariants(log: &MemoryLog) {
-    let state = state(log);
-    for (session, inbox) in &state.inboxes {
-        let pending: Vec<MessageId> = inbox.pending_ids().collect();
-        for id in &pending {
-            assert!(
-                !inbox.claimed.contains_key(id),
-                "{session}: {id} both pending and claimed"
-            );
-        }
-        assert_eq!(
-            inbox.accepted as usize,
-            pending.len() + inbox.claimed.len() + inbox.dropped.len(),
-            "{session}: a message was lost or duplicated"
-        );
-    }
-    let mut claimed_once = std::collections::HashSet::new();
-    for record in log.read_all(1).map(|r| r.unwrap()) {
-        if let Event::MessagesClaimed { ids, .. } = record.event {
-            for id in ids {
-                assert!(claimed_once.insert(id), "{id} claimed twice");
-            }
-        }
-    }
 }
 
 async fn until(
@@ -171,7 +135,7 @@ async fn a_message_to_an_idle_child_starts_a_turn_with_relay_attribution() {
         "the activation settled once, on its first turn"
     );
     child.dispose().await.unwrap();
-    assert_inbox_invariants(&log);
+    common::assert_inbox_invariants(&log);
 }
 
 #[tokio::test]
@@ -221,7 +185,7 @@ async fn an_absent_child_is_cold_resumed_from_its_durable_history() {
         .map(|r| r.unwrap().event)
         .collect();
     assert_eq!(count(&events, "ActivationReleased"), 2);
-    assert_inbox_invariants(&log);
+    common::assert_inbox_invariants(&log);
 }
 
 #[tokio::test]
@@ -307,7 +271,7 @@ async fn a_child_messages_its_parent_and_non_adjacent_or_stale_senders_are_refus
     );
     child.dispose().await.unwrap();
     external.dispose().await.unwrap();
-    assert_inbox_invariants(&log);
+    common::assert_inbox_invariants(&log);
 }
 
 #[tokio::test]
@@ -407,7 +371,7 @@ async fn an_interrupt_keeps_pending_messages_parked_until_a_waking_send_resumes_
         .await
         .unwrap();
     child.dispose().await.unwrap();
-    assert_inbox_invariants(&log);
+    common::assert_inbox_invariants(&log);
 }
 
 #[tokio::test]
@@ -448,7 +412,7 @@ async fn drain_children_releases_only_the_selected_children_of_that_parent() {
     for activation in [&b, &foreign] {
         activation.dispose().await.unwrap();
     }
-    assert_inbox_invariants(&log);
+    common::assert_inbox_invariants(&log);
 }
 
 #[tokio::test]
@@ -510,7 +474,7 @@ async fn drain_descendants_closes_admission_releases_child_first_and_spares_othe
         !runtime.wait_for_children(&other_root).await.unwrap(),
         "no owned work left"
     );
-    assert_inbox_invariants(&log);
+    common::assert_inbox_invariants(&log);
 }
 
 async fn limited(limits: subagent_runtime::CapacityLimits) -> (MemoryLog, SubagentRuntime) {
@@ -624,7 +588,7 @@ async fn the_per_parent_limit_spares_other_parents_and_a_cold_resume_at_capacity
         .await
         .unwrap();
     elsewhere.dispose().await.unwrap();
-    assert_inbox_invariants(&log);
+    common::assert_inbox_invariants(&log);
 }
 
 #[tokio::test]
@@ -695,7 +659,7 @@ async fn a_running_target_takes_a_message_at_its_next_step_boundary() {
     );
     assert_eq!(count(&events, "TurnStarted"), 1, "no extra turn");
     child.dispose().await.unwrap();
-    assert_inbox_invariants(&log);
+    common::assert_inbox_invariants(&log);
 }
 
 #[tokio::test]

@@ -3,13 +3,13 @@
 //! send. Each runs many times; after each, the inbox invariants (DESIGN.md 4
 //! and 5) are checked through the projections rebuilt from the log.
 
+mod common;
+
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use subagent_core::{
-    ContentBlock, Delivery, Event, StartOptions, SubagentActivationSpec, SubagentStartRequest,
-};
+use subagent_core::{ContentBlock, Delivery, Event, SubagentActivationSpec};
 use subagent_projections::Projections;
 use subagent_runtime::providers::SpawnProvider;
 use subagent_runtime::scripted::Step;
@@ -20,17 +20,7 @@ use tokio_util::sync::CancellationToken;
 const ROUNDS: usize = 15;
 
 fn spec(label: &str) -> SubagentActivationSpec {
-    SubagentActivationSpec {
-        provider: "spawn".into(),
-        label: label.into(),
-        child_id: None,
-        request: SubagentStartRequest {
-            label: None,
-            prompt: vec![ContentBlock::text("go")],
-            options: StartOptions::default(),
-        },
-        delivery: Delivery::Caller,
-    }
+    SubagentActivationSpec::with_text_prompt("spawn", label, "go", Delivery::Caller)
 }
 
 async fn setup() -> (MemoryLog, SubagentRuntime) {
@@ -55,33 +45,6 @@ async fn setup() -> (MemoryLog, SubagentRuntime) {
 fn rebuilt(log: &MemoryLog) -> Projections {
     let records: Vec<_> = log.read_all(1).map(|r| r.unwrap()).collect();
     Projections::fold(&records)
-}
-
-/// Invariant 4: every accepted message is pending, claimed once, or dropped.
-/// Invariant 5: nothing claimed is claimed again.
-fn check_invariants(log: &MemoryLog) {
-    let state = rebuilt(log);
-    for (session, inbox) in &state.inboxes {
-        let pending: HashSet<_> = inbox.pending_ids().collect();
-        assert!(
-            pending.iter().all(|id| !inbox.claimed.contains_key(id)),
-            "{session}: pending and claimed"
-        );
-        assert_eq!(
-            inbox.accepted as usize,
-            pending.len() + inbox.claimed.len() + inbox.dropped.len(),
-            "{session}"
-        );
-    }
-    let mut seen = HashSet::new();
-    for record in log.read_all(1).map(|r| r.unwrap()) {
-        if let Event::MessagesClaimed { ids, .. } = record.event {
-            assert!(
-                ids.into_iter().all(|id| seen.insert(id)),
-                "a message was claimed twice"
-            );
-        }
-    }
 }
 
 async fn settle_inbox(log: &MemoryLog, child: subagent_core::SessionId) {
@@ -124,7 +87,7 @@ async fn a_message_arriving_as_a_turn_ends_is_claimed_exactly_once() {
         }
         settle_inbox(&log, child.child_id()).await;
         child.dispose().await.unwrap();
-        check_invariants(&log);
+        common::assert_inbox_invariants(&log);
     }
 }
 
@@ -163,7 +126,7 @@ async fn an_interrupt_during_a_claim_never_requeues_or_loses_messages() {
             .await
             .unwrap();
         sends.await.unwrap();
-        check_invariants(&log);
+        common::assert_inbox_invariants(&log);
         // A waking send resumes whatever is parked.
         runtime
             .send_message(
@@ -176,7 +139,7 @@ async fn an_interrupt_during_a_claim_never_requeues_or_loses_messages() {
             .unwrap();
         settle_inbox(&log, child.child_id()).await;
         child.dispose().await.unwrap();
-        check_invariants(&log);
+        common::assert_inbox_invariants(&log);
     }
 }
 
@@ -218,7 +181,7 @@ async fn a_drain_during_a_start_leaves_nothing_live_below_the_parent() {
             );
         }
         runtime.close_root(&root).await.unwrap();
-        check_invariants(&log);
+        common::assert_inbox_invariants(&log);
     }
 }
 
@@ -277,6 +240,6 @@ async fn a_cold_resume_racing_a_second_send_resumes_once_and_keeps_both_messages
             .drain_children(&root, &[child.child_id()])
             .await
             .unwrap();
-        check_invariants(&log);
+        common::assert_inbox_invariants(&log);
     }
 }

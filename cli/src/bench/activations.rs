@@ -12,16 +12,15 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use subagent_core::{
-    ContentBlock, Delivery, Diagnostic, Event, NewEvent, SessionId, StartOptions, StreamId,
+    ContentBlock, Delivery, Diagnostic, Event, NewEvent, SessionId, StreamId,
     SubagentActivationSpec, SubagentCapabilities, SubagentError, SubagentResult, SubagentRunId,
-    SubagentStartRequest,
 };
 use subagent_runtime::seam::{BoxFuture, ResolvedStartRequest};
 use subagent_runtime::{Script, ScriptedHost, SubagentProvider, SubagentRun, SubagentRuntime};
 use subagent_store::{Durability, EventLog, ExpectedVersion, RocksLog, RocksOptions};
 use tokio_util::sync::CancellationToken;
 
-use super::stats::Summary;
+use super::stats::{percentile_ms, Summary};
 use crate::CliResult;
 
 /// Arguments of `bench activations`.
@@ -66,17 +65,7 @@ impl SubagentProvider for Instant_ {
 }
 
 fn spec() -> SubagentActivationSpec {
-    SubagentActivationSpec {
-        provider: "instant".into(),
-        label: "task".into(),
-        child_id: None,
-        request: SubagentStartRequest {
-            label: None,
-            prompt: vec![ContentBlock::text("go")],
-            options: StartOptions::default(),
-        },
-        delivery: Delivery::Caller,
-    }
+    SubagentActivationSpec::with_text_prompt("instant", "task", "go", Delivery::Caller)
 }
 
 /// One run: (activations per second, latencies).
@@ -169,14 +158,6 @@ async fn floor_run(
     Ok((per_starter * starters) as f64 / started.elapsed().as_secs_f64())
 }
 
-fn percentile(sorted: &[Duration], fraction: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    let index = ((sorted.len() as f64 - 1.0) * fraction).round() as usize;
-    sorted[index].as_secs_f64() * 1000.0
-}
-
 /// Runs `bench activations`.
 ///
 /// # Errors
@@ -216,8 +197,8 @@ pub fn run(args: &ActivationArgs) -> CliResult {
             starters,
             total / starters * starters,
             rates.to_string(),
-            percentile(&latencies, 0.5),
-            percentile(&latencies, 0.99),
+            percentile_ms(&latencies, 0.5),
+            percentile_ms(&latencies, 0.99),
             floors.to_string(),
             rates.median / floors.median
         );

@@ -10,9 +10,7 @@
 use std::sync::Arc;
 
 use clap::Args;
-use subagent_core::{
-    ContentBlock, Delivery, StartOptions, SubagentActivationSpec, SubagentStartRequest,
-};
+use subagent_core::{Delivery, SubagentActivationSpec};
 use subagent_runtime::providers::SpawnProvider;
 use subagent_runtime::{Script, ScriptedHost, SubagentRuntime};
 use subagent_store::{Durability, EventLog, EventLogExt, RocksLog, RocksOptions};
@@ -57,17 +55,7 @@ async fn one_run(children: usize) -> Result<(f64, f64), Box<dyn std::error::Erro
     .await?;
     runtime.register_provider(Arc::new(SpawnProvider)).await?;
     let root = runtime.open_root("bench").await?;
-    let spec = || SubagentActivationSpec {
-        provider: "spawn".into(),
-        label: "task".into(),
-        child_id: None,
-        request: SubagentStartRequest {
-            label: None,
-            prompt: vec![ContentBlock::text("go")],
-            options: StartOptions::default(),
-        },
-        delivery: Delivery::Caller,
-    };
+    let spec = || SubagentActivationSpec::with_text_prompt("spawn", "task", "go", Delivery::Caller);
     // Warm up allocator and caches with a first batch that is not measured.
     for _ in 0..500 {
         let activation = runtime

@@ -13,8 +13,7 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use subagent_core::{
     ContentBlock, Delivery, Event, MessageDelivery, MessageId, MessageSource, NewEvent, SessionId,
-    StartOptions, StreamId, SubagentActivationSpec, SubagentError, SubagentStartRequest,
-    SubagentStopReason,
+    StreamId, SubagentActivationSpec, SubagentError, SubagentStopReason,
 };
 use subagent_runtime::providers::SpawnProvider;
 use subagent_runtime::seam::{
@@ -25,7 +24,7 @@ use subagent_store::{Durability, EventLog, ExpectedVersion, RocksLog, RocksOptio
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::stats::Summary;
+use super::stats::{percentile_ms, Summary};
 use crate::CliResult;
 
 /// Arguments of `bench messages`.
@@ -72,17 +71,7 @@ impl Agent for Echo {
 }
 
 fn spec() -> SubagentActivationSpec {
-    SubagentActivationSpec {
-        provider: "spawn".into(),
-        label: "echo".into(),
-        child_id: None,
-        request: SubagentStartRequest {
-            label: None,
-            prompt: vec![ContentBlock::text("ready")],
-            options: StartOptions::default(),
-        },
-        delivery: Delivery::Caller,
-    }
+    SubagentActivationSpec::with_text_prompt("spawn", "echo", "ready", Delivery::Caller)
 }
 
 async fn runtime_run(
@@ -251,12 +240,6 @@ async fn floor_run(
     Ok((pairs * trips) as f64 / started.elapsed().as_secs_f64())
 }
 
-fn percentile(sorted: &[Duration], fraction: f64) -> f64 {
-    sorted
-        .get(((sorted.len().max(1) - 1) as f64 * fraction).round() as usize)
-        .map_or(0.0, |d| d.as_secs_f64() * 1000.0)
-}
-
 /// Runs `bench messages`.
 ///
 /// # Errors
@@ -292,8 +275,8 @@ pub fn run(args: &MessageArgs) -> CliResult {
             format!("{durability:?}"),
             pairs,
             rates.to_string(),
-            percentile(&latencies, 0.5),
-            percentile(&latencies, 0.99),
+            percentile_ms(&latencies, 0.5),
+            percentile_ms(&latencies, 0.99),
             floors.to_string(),
             rates.median / floors.median
         );

@@ -41,6 +41,18 @@ impl fmt::Display for Summary {
     }
 }
 
+/// The `fraction` percentile (0.5 = p50) of sorted latencies, in milliseconds.
+#[must_use]
+pub fn percentile_ms(sorted: &[std::time::Duration], fraction: f64) -> f64 {
+    let Some(last) = sorted.len().checked_sub(1) else {
+        return 0.0;
+    };
+    let index = (last as f64 * fraction).round() as usize;
+    sorted
+        .get(index)
+        .map_or(0.0, |latency| latency.as_secs_f64() * 1000.0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -51,5 +63,13 @@ mod tests {
         assert_eq!((odd.median, odd.min, odd.max), (3.0, 1.0, 5.0));
         let even = Summary::of(&[4.0, 1.0, 2.0, 3.0]);
         assert_eq!(even.median, 2.5);
+    }
+
+    #[test]
+    fn percentiles_pick_the_nearest_rank() {
+        let latencies: Vec<_> = (1..=100).map(std::time::Duration::from_millis).collect();
+        assert_eq!(percentile_ms(&latencies, 0.5), 51.0);
+        assert_eq!(percentile_ms(&latencies, 0.99), 99.0);
+        assert_eq!(percentile_ms(&[], 0.5), 0.0);
     }
 }

@@ -1,0 +1,39 @@
+//! Helpers shared by the runtime's integration tests.
+
+use std::collections::HashSet;
+
+use subagent_core::Event;
+use subagent_projections::Projections;
+use subagent_store::{EventLogExt, MemoryLog};
+
+/// DESIGN.md invariants 4 and 5, on projections rebuilt from the log: every
+/// accepted message is pending, claimed by exactly one turn, or dropped; no
+/// message is both pending and claimed; nothing is claimed twice.
+pub fn assert_inbox_invariants(log: &MemoryLog) {
+    let records: Vec<_> = log
+        .read_all(1)
+        .map(|record| record.expect("log reads back"))
+        .collect();
+    let state = Projections::fold(&records);
+    for (session, inbox) in &state.inboxes {
+        let pending: HashSet<_> = inbox.pending_ids().collect();
+        assert!(
+            pending.iter().all(|id| !inbox.claimed.contains_key(id)),
+            "{session}: a message is pending and claimed"
+        );
+        assert_eq!(
+            inbox.accepted as usize,
+            pending.len() + inbox.claimed.len() + inbox.dropped.len(),
+            "{session}: a message was lost or duplicated"
+        );
+    }
+    let mut claimed = HashSet::new();
+    for record in &records {
+        if let Event::MessagesClaimed { ids, .. } = &record.event {
+            assert!(
+                ids.iter().all(|id| claimed.insert(*id)),
+                "a message was claimed twice"
+            );
+        }
+    }
+}
