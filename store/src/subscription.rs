@@ -25,8 +25,9 @@ use crate::log::{EventLog, READ_PAGE};
 pub enum SubscriptionItem {
     /// The next event, in position order.
     Event(RecordedEvent),
-    /// Every event up to `head` has been delivered; live events follow.
-    /// Sent exactly once.
+    /// Every event up to `head` has been delivered (at least everything that
+    /// was durable when the subscription started); live events follow. Sent
+    /// exactly once.
     CaughtUp {
         /// The head at the moment of catching up.
         head: u64,
@@ -87,7 +88,7 @@ pub fn spawn<L: EventLog + Clone>(
             if !caught_up {
                 caught_up = true;
                 if sender
-                    .send(Ok(SubscriptionItem::CaughtUp { head: target }))
+                    .send(Ok(SubscriptionItem::CaughtUp { head: next - 1 }))
                     .await
                     .is_err()
                 {
