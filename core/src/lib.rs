@@ -10,6 +10,7 @@ pub mod contracts;
 pub mod error;
 pub mod event;
 pub mod ids;
+pub mod persona;
 pub mod result;
 pub mod upcast;
 

@@ -198,6 +198,9 @@ pub struct StartChild {
     pub delivery: Delivery,
     /// The run id (external children).
     pub run_id: SubagentRunId,
+    /// The deployment's registered persona variables; a persona may name
+    /// only these.
+    pub persona_variables: std::collections::BTreeMap<String, String>,
 }
 
 /// The events of one decision, grouped by stream, to be appended atomically.
@@ -702,6 +705,9 @@ fn start_child(state: &Projections, start: StartChild) -> Result<Decision, Subag
     provider
         .capabilities
         .check(&provider.name, &start.options)?;
+    if let Some(persona) = &start.options.persona {
+        subagent_core::persona::validate(persona, &start.persona_variables)?;
+    }
     let depth = parent.depth + 1;
     if let Some(max_depth) = start.options.max_depth {
         if max_depth > MAX_SAFE_INTEGER {

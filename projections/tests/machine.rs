@@ -97,6 +97,9 @@ fn start(parent: SessionId, provider: &str, delivery: Delivery) -> StartChild {
         options: StartOptions::default(),
         delivery,
         run_id: SubagentRunId::new(),
+        persona_variables: [("user".to_owned(), "Ada".to_owned())]
+            .into_iter()
+            .collect(),
     }
 }
 
@@ -881,4 +884,41 @@ fn steering_claims_pending_messages_for_the_running_turn_only() {
     let recorded = world.run(Command::Steer { session: child });
     assert!(matches!(&recorded[0].1, Event::MessagesClaimed { ids, turn: 1 } if ids.len() == 1));
     assert!(world.state.pending_messages(child).is_empty());
+}
+
+#[test]
+fn a_persona_must_parse_and_name_only_registered_variables() {
+    let mut world = World::new();
+    world.run(Command::RegisterProvider {
+        registration: Event::ProviderRegistered {
+            name: "persona".into(),
+            capabilities: SubagentCapabilities::ALL,
+            inherits_parent_context: false,
+            route_defaults: None,
+            continuable: true,
+            one_shot: false,
+        },
+    });
+    let root = world.root();
+    let with = |persona: &str| {
+        let mut request = start(root, "persona", Delivery::Caller);
+        request.options.persona = Some(persona.into());
+        Command::StartChild(request)
+    };
+    assert_eq!(
+        world.reject(with("Hello {{stranger}}")),
+        ErrorCode::InvalidPersona
+    );
+    assert_eq!(
+        world.reject(with("Hello {{user")),
+        ErrorCode::InvalidPersona
+    );
+    let mut unsupported = start(root, "spawn", Delivery::Caller);
+    unsupported.options.persona = Some("Hello {{stranger}}".into());
+    assert_eq!(
+        world.reject(Command::StartChild(unsupported)),
+        ErrorCode::CapabilityUnsupported,
+        "the capability is checked first"
+    );
+    world.run(with("You assist {{ user }}."));
 }

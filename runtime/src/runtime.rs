@@ -152,6 +152,8 @@ pub struct RecoveryReport {
 
 struct Inner {
     engine: Engine,
+    /// The deployment's persona variables (`{{name}}` in a persona).
+    persona_variables: Mutex<std::collections::BTreeMap<String, String>>,
     capacity: Capacity,
     /// Starts and cold resumes between their admission and their driver's
     /// registration; a drain waits for them to land before releasing.
@@ -207,6 +209,7 @@ impl SubagentRuntime {
             inner: Arc::new(Inner {
                 engine,
                 capacity: Capacity::new(limits),
+                persona_variables: Mutex::new(std::collections::BTreeMap::new()),
                 materializing: tokio::sync::watch::channel(0).0,
                 host,
                 providers: Mutex::new(Vec::new()),
@@ -246,6 +249,12 @@ impl SubagentRuntime {
         }
         self.inner.engine.checkpoint().await?;
         aggregate(failures)
+    }
+
+    /// Registers the deployment's persona variables. A child's persona may
+    /// name only these; it is validated at start and rendered for the agent.
+    pub fn set_persona_variables(&self, variables: std::collections::BTreeMap<String, String>) {
+        *lock(&self.inner.persona_variables) = variables;
     }
 
     /// The log.
@@ -758,6 +767,7 @@ impl SubagentRuntime {
         let permits = self.inner.capacity.admit(parent.session, &signal).await?;
         self.authorize(parent)?;
         let materializing = Materializing::new(&self.inner.materializing);
+        let persona_variables = lock(&self.inner.persona_variables).clone();
         self.inner
             .engine
             .commit(Command::StartChild(StartChild {
@@ -768,6 +778,7 @@ impl SubagentRuntime {
                 options: spec.request.options.clone(),
                 delivery: spec.delivery,
                 run_id,
+                persona_variables,
             }))
             .await?;
         let handle = DriverHandle::new(child, parent.session);
@@ -1073,13 +1084,26 @@ impl LocalDriver {
                 .ok_or_else(|| internal("activation is not live"))?;
             (descriptor, live.epoch)
         };
-        // Output schemas reach the agent with the start options work (issue: start options).
+        // The persona was validated at start; render it with today's variables
+        // (a cold resume after they changed fails loudly rather than guess).
+        let persona = descriptor
+            .as_ref()
+            .and_then(|descriptor| descriptor.persona.as_deref())
+            .map(|template| {
+                subagent_core::persona::render(
+                    template,
+                    &lock(&self.runtime.inner.persona_variables),
+                )
+            })
+            .transpose()?;
+        // Output schemas reach the agent with the start-options work (an open issue).
         let spec = AgentSpec {
             session: child,
             label: self.label.clone(),
             descriptor,
             history: self.history().await?,
             output_schema: None,
+            persona,
         };
         let mut agent = self.runtime.inner.host.create(spec).await?;
         let run_id = SubagentRunId::from_uuid(*child.as_uuid());

@@ -113,6 +113,9 @@ pub struct AgentSpec {
     pub history: Vec<Value>,
     /// The output schema of this activation, if any.
     pub output_schema: Option<Value>,
+    /// The child's persona, rendered: it shadows the deployment persona for
+    /// this child alone.
+    pub persona: Option<String>,
 }
 
 /// One transcript entry an agent produces during a turn.

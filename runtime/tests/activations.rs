@@ -1036,3 +1036,68 @@ async fn a_clean_close_checkpoints_so_reopening_folds_no_tail_and_a_bad_checkpoi
     assert_eq!(report.opened.tail_events, head);
     assert_eq!(runtime.list_descendants(root).await, listed);
 }
+
+/// Records the persona each agent is built with.
+struct PersonaProbe(std::sync::Mutex<Vec<Option<String>>>, ScriptedHost);
+
+impl subagent_runtime::AgentHost for PersonaProbe {
+    fn create(
+        &self,
+        spec: subagent_runtime::AgentSpec,
+    ) -> BoxFuture<'static, Result<Box<dyn subagent_runtime::Agent>, SubagentError>> {
+        self.0.lock().unwrap().push(spec.persona.clone());
+        self.1.create(spec)
+    }
+}
+
+#[tokio::test]
+async fn a_persona_is_validated_at_start_and_rendered_for_the_child_alone() {
+    let log = MemoryLog::new();
+    let probe = Arc::new(PersonaProbe(std::sync::Mutex::new(Vec::new()), host()));
+    let (runtime, _) = SubagentRuntime::open(Arc::new(log.clone()), probe.clone())
+        .await
+        .unwrap();
+    runtime
+        .register_provider(Arc::new(SpawnProvider))
+        .await
+        .unwrap();
+    runtime.set_persona_variables(
+        [("user".to_owned(), "Ada".to_owned())]
+            .into_iter()
+            .collect(),
+    );
+    let root = runtime.open_root("host").await.unwrap();
+    let head = log.head();
+    let mut bad = spec("spawn", "x", Delivery::Caller);
+    bad.request.options.persona = Some("Serve {{nobody}}".into());
+    let err = runtime
+        .start_activation(&root, bad, CancellationToken::new())
+        .await
+        .err()
+        .unwrap();
+    assert_eq!(err.code(), ErrorCode::InvalidPersona);
+    assert_eq!(log.head(), head, "nothing recorded");
+    let mut good = spec("spawn", "x", Delivery::Caller);
+    good.request.options.persona = Some("You assist {{ user }}.".into());
+    let with_persona = runtime
+        .start_activation(&root, good, CancellationToken::new())
+        .await
+        .unwrap();
+    with_persona.result().await.unwrap();
+    let without = runtime
+        .start_activation(
+            &root,
+            spec("spawn", "y", Delivery::Caller),
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    without.result().await.unwrap();
+    assert_eq!(
+        *probe.0.lock().unwrap(),
+        vec![Some("You assist Ada.".to_owned()), None],
+        "the persona shadows only its own child"
+    );
+    with_persona.dispose().await.unwrap();
+    without.dispose().await.unwrap();
+}
