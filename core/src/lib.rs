@@ -12,6 +12,7 @@ pub mod event;
 pub mod ids;
 pub mod persona;
 pub mod result;
+pub mod schema;
 pub mod upcast;
 
 #[cfg(any(test, feature = "arbitrary"))]

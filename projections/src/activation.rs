@@ -27,12 +27,22 @@ pub struct LiveActivation {
     pub phase: ActivationPhase,
     /// Who receives the result.
     pub delivery: Delivery,
-    /// Whether this activation captures structured output (closes input).
-    pub captures_structured_output: bool,
+    /// The output schema of this activation: its structured capture closes
+    /// input, and a later cold resume does not inherit it.
+    #[serde(default)]
+    pub output_schema: Option<serde_json::Value>,
     /// Run id once published.
     pub run_id: Option<SubagentRunId>,
     /// Whether this epoch's result has settled (before release).
     pub settled: bool,
+}
+
+impl LiveActivation {
+    /// Whether this activation captures structured output (its input is closed).
+    #[must_use]
+    pub fn captures_structured_output(&self) -> bool {
+        self.output_schema.is_some()
+    }
 }
 
 /// Activity of a session, as `list_agents` reports it.

@@ -705,6 +705,9 @@ fn start_child(state: &Projections, start: StartChild) -> Result<Decision, Subag
     provider
         .capabilities
         .check(&provider.name, &start.options)?;
+    if let Some(schema) = &start.options.output_schema {
+        subagent_core::schema::assert_object_json_schema(schema)?;
+    }
     if let Some(persona) = &start.options.persona {
         subagent_core::persona::validate(persona, &start.persona_variables)?;
     }
@@ -828,7 +831,7 @@ fn send_message(
     }
     let activation = state.activations.get(&target);
     let live = activation.and_then(|a| a.live.as_ref());
-    if live.is_some_and(|live| live.captures_structured_output) {
+    if live.is_some_and(LiveActivation::captures_structured_output) {
         return Err(SubagentError::DeliveryUnavailable(format!(
             "{target} is capturing structured output; its input is closed"
         )));

@@ -174,7 +174,7 @@ impl Projections {
                         epoch: *epoch,
                         phase: ActivationPhase::Requested,
                         delivery: *delivery,
-                        captures_structured_output: output_schema.is_some(),
+                        output_schema: output_schema.clone(),
                         run_id: None,
                         settled: false,
                     });

@@ -922,3 +922,36 @@ fn a_persona_must_parse_and_name_only_registered_variables() {
     );
     world.run(with("You assist {{ user }}."));
 }
+
+#[test]
+fn an_output_schema_outside_the_subset_is_rejected_at_start() {
+    let mut world = World::new();
+    world.run(Command::RegisterProvider {
+        registration: Event::ProviderRegistered {
+            name: "schema".into(),
+            capabilities: SubagentCapabilities::ALL,
+            inherits_parent_context: false,
+            route_defaults: None,
+            continuable: true,
+            one_shot: false,
+        },
+    });
+    let root = world.root();
+    let with = |schema: serde_json::Value| {
+        let mut request = start(root, "schema", Delivery::Caller);
+        request.options.output_schema = Some(schema);
+        Command::StartChild(request)
+    };
+    assert_eq!(
+        world.reject(with(serde_json::json!({"type": "array"}))),
+        ErrorCode::InvalidOutputSchema
+    );
+    let recorded = world.run(with(serde_json::json!({"type": "object"})));
+    assert!(matches!(
+        recorded[2].1,
+        Event::ActivationRequested {
+            output_schema: Some(_),
+            ..
+        }
+    ));
+}

@@ -1071,7 +1071,7 @@ impl LocalDriver {
                 })
                 .await?;
         }
-        let (descriptor, epoch) = {
+        let (descriptor, epoch, output_schema) = {
             let state = engine.state();
             let descriptor: Option<SubagentDescriptor> = state
                 .sessions
@@ -1082,7 +1082,7 @@ impl LocalDriver {
                 .get(&child)
                 .and_then(|a| a.live.clone())
                 .ok_or_else(|| internal("activation is not live"))?;
-            (descriptor, live.epoch)
+            (descriptor, live.epoch, live.output_schema)
         };
         // The persona was validated at start; render it with today's variables
         // (a cold resume after they changed fails loudly rather than guess).
@@ -1096,13 +1096,12 @@ impl LocalDriver {
                 )
             })
             .transpose()?;
-        // Output schemas reach the agent with the start-options work (an open issue).
         let spec = AgentSpec {
             session: child,
             label: self.label.clone(),
             descriptor,
             history: self.history().await?,
-            output_schema: None,
+            output_schema: output_schema.clone(),
             persona,
         };
         let mut agent = self.runtime.inner.host.create(spec).await?;
@@ -1215,12 +1214,27 @@ impl LocalDriver {
                 .await?;
             if !settled {
                 settled = true;
-                let result = SubagentResult {
+                let mut result = SubagentResult {
                     output: select_output(assistant.iter().map(Vec::as_slice), ""),
-                    structured: end.structured.clone(),
+                    structured: None,
                     diagnostic: end.diagnostic.clone(),
                     stop_reason: end.stop_reason.clone(),
                 };
+                // A requested schema is satisfied only by a valid capture; a
+                // completed turn without one ends as `error`.
+                if let Some(schema) = &output_schema {
+                    match subagent_core::schema::validate_capture(schema, end.structured.as_ref()) {
+                        Ok(capture) => result.structured = Some(capture),
+                        Err(reason)
+                            if result.stop_reason
+                                == subagent_core::SubagentStopReason::Completed =>
+                        {
+                            result.stop_reason = subagent_core::SubagentStopReason::Error;
+                            result.diagnostic = Some(subagent_core::Diagnostic::new(reason));
+                        }
+                        Err(_) => {}
+                    }
+                }
                 engine
                     .commit(Command::Settle {
                         child,

@@ -1101,3 +1101,113 @@ async fn a_persona_is_validated_at_start_and_rendered_for_the_child_alone() {
     with_persona.dispose().await.unwrap();
     without.dispose().await.unwrap();
 }
+
+#[tokio::test]
+async fn an_output_schema_is_checked_at_start_and_the_capture_becomes_structured_or_an_error() {
+    let log = MemoryLog::new();
+    let host = ScriptedHost::new(Script::reply("no capture"))
+        .with(
+            "valid",
+            Script {
+                turns: vec![vec![
+                    Step::Structured(serde_json::json!({"answer": 42})),
+                    Step::Say("done".into()),
+                ]],
+            },
+        )
+        .with(
+            "invalid",
+            Script {
+                turns: vec![vec![
+                    Step::Structured(serde_json::json!({"answer": "many"})),
+                    Step::Say("done".into()),
+                ]],
+            },
+        );
+    let (runtime, _) = SubagentRuntime::open(Arc::new(log.clone()), Arc::new(host))
+        .await
+        .unwrap();
+    runtime
+        .register_provider(Arc::new(SpawnProvider))
+        .await
+        .unwrap();
+    let root = runtime.open_root("host").await.unwrap();
+    let schema = serde_json::json!({"type": "object", "properties": {"answer": {"type": "integer"}}, "required": ["answer"]});
+    let with_schema = |label: &str, schema: serde_json::Value| {
+        let mut request = spec("spawn", label, Delivery::Caller);
+        request.request.options.output_schema = Some(schema);
+        request
+    };
+    let head = log.head();
+    let err = runtime
+        .start_activation(
+            &root,
+            with_schema(
+                "valid",
+                serde_json::json!({"type": "object", "patternProperties": {}}),
+            ),
+            CancellationToken::new(),
+        )
+        .await
+        .err()
+        .unwrap();
+    assert_eq!(err.code(), ErrorCode::InvalidOutputSchema);
+    assert_eq!(log.head(), head, "a rejected schema records nothing");
+
+    let valid = runtime
+        .start_activation(
+            &root,
+            with_schema("valid", schema.clone()),
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    let result = valid.result().await.unwrap();
+    assert_eq!(result.stop_reason, SubagentStopReason::Completed);
+    assert_eq!(result.structured, Some(serde_json::json!({"answer": 42})));
+    let err = runtime
+        .send_message(
+            &root,
+            valid.child_id(),
+            vec![ContentBlock::text("more")],
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.code(),
+        ErrorCode::DeliveryUnavailable,
+        "structured capture closes input"
+    );
+
+    for label in ["invalid", "missing"] {
+        let activation = runtime
+            .start_activation(
+                &root,
+                with_schema(label, schema.clone()),
+                CancellationToken::new(),
+            )
+            .await
+            .unwrap();
+        let result = activation.result().await.unwrap();
+        assert_eq!(result.stop_reason, SubagentStopReason::Error, "{label}");
+        assert!(result.structured.is_none());
+        assert!(result.diagnostic.is_some(), "{label}");
+        activation.dispose().await.unwrap();
+    }
+    valid.dispose().await.unwrap();
+    // A later cold resume does not inherit the schema: its input is open again.
+    runtime
+        .send_message(
+            &root,
+            valid.child_id(),
+            vec![ContentBlock::text("again")],
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    runtime
+        .drain_children(&root, &[valid.child_id()])
+        .await
+        .unwrap();
+}
