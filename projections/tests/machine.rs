@@ -65,6 +65,20 @@ impl World {
         self.commit(decision)
     }
 
+    /// Registers a continuable provider with every start capability.
+    fn register_capable(&mut self, name: &str) {
+        self.run(Command::RegisterProvider {
+            registration: Event::ProviderRegistered {
+                name: name.into(),
+                capabilities: SubagentCapabilities::ALL,
+                inherits_parent_context: false,
+                route_defaults: None,
+                continuable: true,
+                one_shot: false,
+            },
+        });
+    }
+
     fn reject(&self, command: Command) -> ErrorCode {
         decide(&self.state, command)
             .expect_err("command rejected")
@@ -758,16 +772,7 @@ fn a_message_to_an_absent_child_cold_resumes_it_in_a_new_epoch() {
 fn structured_capture_closes_input_and_a_drain_blocks_cold_resume() {
     let mut world = World::new();
     let root = world.root();
-    world.run(Command::RegisterProvider {
-        registration: Event::ProviderRegistered {
-            name: "capture".into(),
-            capabilities: SubagentCapabilities::ALL,
-            inherits_parent_context: false,
-            route_defaults: None,
-            continuable: true,
-            one_shot: false,
-        },
-    });
+    world.register_capable("capture");
     let mut capturing = start(root, "capture", Delivery::Caller);
     capturing.options.output_schema = Some(serde_json::json!({"type": "object"}));
     let capturing_child = capturing.child;
@@ -889,16 +894,7 @@ fn steering_claims_pending_messages_for_the_running_turn_only() {
 #[test]
 fn a_persona_must_parse_and_name_only_registered_variables() {
     let mut world = World::new();
-    world.run(Command::RegisterProvider {
-        registration: Event::ProviderRegistered {
-            name: "persona".into(),
-            capabilities: SubagentCapabilities::ALL,
-            inherits_parent_context: false,
-            route_defaults: None,
-            continuable: true,
-            one_shot: false,
-        },
-    });
+    world.register_capable("persona");
     let root = world.root();
     let with = |persona: &str| {
         let mut request = start(root, "persona", Delivery::Caller);
@@ -926,16 +922,7 @@ fn a_persona_must_parse_and_name_only_registered_variables() {
 #[test]
 fn an_output_schema_outside_the_subset_is_rejected_at_start() {
     let mut world = World::new();
-    world.run(Command::RegisterProvider {
-        registration: Event::ProviderRegistered {
-            name: "schema".into(),
-            capabilities: SubagentCapabilities::ALL,
-            inherits_parent_context: false,
-            route_defaults: None,
-            continuable: true,
-            one_shot: false,
-        },
-    });
+    world.register_capable("schema");
     let root = world.root();
     let with = |schema: serde_json::Value| {
         let mut request = start(root, "schema", Delivery::Caller);
