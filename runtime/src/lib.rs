@@ -12,6 +12,7 @@
 
 mod activation;
 mod capacity;
+mod drivers;
 mod engine;
 pub use engine::OpenStats;
 pub mod providers;

@@ -7,24 +7,20 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde_json::Value;
 use subagent_core::{
-    content::ContentBlock, select_output, AbandonReason, Diagnostic, Event, MessageId, SessionId,
-    StreamId, SubagentActivationSpec, SubagentDescendantListEntry, SubagentDescriptor,
-    SubagentError, SubagentListEntry, SubagentResult, SubagentRunEndInfo, SubagentRunId,
-    SubagentRunInfo,
+    content::ContentBlock, AbandonReason, Diagnostic, Event, MessageId, SessionId, StreamId,
+    SubagentActivationSpec, SubagentDescendantListEntry, SubagentError, SubagentListEntry,
+    SubagentRunEndInfo, SubagentRunId, SubagentRunInfo,
 };
 use subagent_projections::{Command, StartChild};
 use subagent_store::{EventLog, EventLogExt};
 use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
-use tracing::warn;
 
 use crate::activation::{DriverHandle, SubagentActivation};
 use crate::capacity::{Capacity, CapacityLimits};
+use crate::drivers::{ExternalDriver, LocalDriver};
 use crate::engine::{internal, Engine};
-use crate::seam::{
-    AgentHost, AgentSpec, ContinuableCreateRequest, ResolvedStartRequest, SubagentProvider,
-    SubagentRun, TranscriptItem, TurnInput,
-};
+use crate::seam::{AgentHost, ContinuableCreateRequest, ResolvedStartRequest, SubagentProvider};
 
 /// An opaque live agent handle: the authority to delegate from a session.
 /// Issued for host roots by [`SubagentRuntime::open_root`] and for published
@@ -150,19 +146,19 @@ pub struct RecoveryReport {
     pub opened: crate::engine::OpenStats,
 }
 
-struct Inner {
-    engine: Engine,
+pub(crate) struct Inner {
+    pub(crate) engine: Engine,
     /// The deployment's persona variables (`{{name}}` in a persona).
-    persona_variables: Mutex<std::collections::BTreeMap<String, String>>,
-    capacity: Capacity,
+    pub(crate) persona_variables: Mutex<std::collections::BTreeMap<String, String>>,
+    pub(crate) capacity: Capacity,
     /// Starts and cold resumes between their admission and their driver's
     /// registration; a drain waits for them to land before releasing.
-    materializing: tokio::sync::watch::Sender<usize>,
-    host: Arc<dyn AgentHost>,
-    providers: Mutex<Vec<Arc<dyn SubagentProvider>>>,
-    roots: Mutex<HashSet<SessionId>>,
-    drivers: Mutex<HashMap<SessionId, Arc<DriverHandle>>>,
-    notices: broadcast::Sender<Notice>,
+    pub(crate) materializing: tokio::sync::watch::Sender<usize>,
+    pub(crate) host: Arc<dyn AgentHost>,
+    pub(crate) providers: Mutex<Vec<Arc<dyn SubagentProvider>>>,
+    pub(crate) roots: Mutex<HashSet<SessionId>>,
+    pub(crate) drivers: Mutex<HashMap<SessionId, Arc<DriverHandle>>>,
+    pub(crate) notices: broadcast::Sender<Notice>,
 }
 
 /// Committed events between projections checkpoints.
@@ -171,10 +167,10 @@ pub const CHECKPOINT_EVERY: u64 = 10_000;
 /// The runtime. Cheap to clone.
 #[derive(Clone)]
 pub struct SubagentRuntime {
-    inner: Arc<Inner>,
+    pub(crate) inner: Arc<Inner>,
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -299,7 +295,7 @@ impl SubagentRuntime {
         receiver
     }
 
-    fn notify(&self, notice: Notice) {
+    pub(crate) fn notify(&self, notice: Notice) {
         // No subscriber is not an error.
         let _ = self.inner.notices.send(notice);
     }
@@ -806,7 +802,10 @@ impl SubagentRuntime {
         }
     }
 
-    async fn session_history(&self, parent: SessionId) -> Result<Vec<Value>, SubagentError> {
+    pub(crate) async fn session_history(
+        &self,
+        parent: SessionId,
+    ) -> Result<Vec<Value>, SubagentError> {
         let mut history = Vec::new();
         for record in self.log().read_stream(StreamId::Session(parent), 1) {
             history.push(serde_json::to_value(&record.map_err(internal)?.event).map_err(internal)?);
@@ -1023,402 +1022,5 @@ impl SubagentRuntime {
             .await?;
         *disposed = true;
         aggregate(failures)
-    }
-}
-
-/// Drives one continuable activation: build the agent, publish, run turns
-/// while the inbox has work, settle on the first turn's end, then stay live
-/// (idle) until stopped.
-struct LocalDriver {
-    runtime: SubagentRuntime,
-    handle: Arc<DriverHandle>,
-    provider: String,
-    label: String,
-    /// The start signal: after publication it cancels remaining turn work.
-    signal: CancellationToken,
-    /// Whether this is a cold resume (a later epoch): it prepares itself.
-    resumed: bool,
-}
-
-impl LocalDriver {
-    async fn run(self) {
-        if let Err(err) = self.drive().await {
-            warn!(child = %self.handle.child, error = %err, "local driver failed");
-            self.handle.settle(Err(err));
-        }
-    }
-
-    async fn history(&self) -> Result<Vec<Value>, SubagentError> {
-        self.runtime.session_history(self.handle.child).await
-    }
-
-    async fn drive(&self) -> Result<(), SubagentError> {
-        let engine = &self.runtime.inner.engine;
-        let child = self.handle.child;
-        if self.resumed {
-            let epoch = engine
-                .state()
-                .activations
-                .get(&child)
-                .map_or(0, |a| a.epoch);
-            engine
-                .commit(Command::Prepared {
-                    child,
-                    epoch,
-                    prompt: None,
-                    seed: None,
-                    seed_source: None,
-                })
-                .await?;
-        }
-        let (descriptor, epoch, output_schema) = {
-            let state = engine.state();
-            let descriptor: Option<SubagentDescriptor> = state
-                .sessions
-                .get(&child)
-                .and_then(|record| record.descriptor.clone());
-            let live = state
-                .activations
-                .get(&child)
-                .and_then(|a| a.live.clone())
-                .ok_or_else(|| internal("activation is not live"))?;
-            (descriptor, live.epoch, live.output_schema)
-        };
-        // The persona was validated at start; render it with today's variables
-        // (a cold resume after they changed fails loudly rather than guess).
-        let persona = descriptor
-            .as_ref()
-            .and_then(|descriptor| descriptor.persona.as_deref())
-            .map(|template| {
-                subagent_core::persona::render(
-                    template,
-                    &lock(&self.runtime.inner.persona_variables),
-                )
-            })
-            .transpose()?;
-        let spec = AgentSpec {
-            session: child,
-            label: self.label.clone(),
-            descriptor,
-            history: self.history().await?,
-            output_schema: output_schema.clone(),
-            persona,
-        };
-        let mut agent = self.runtime.inner.host.create(spec).await?;
-        let run_id = SubagentRunId::from_uuid(*child.as_uuid());
-        engine
-            .commit(Command::Published {
-                child,
-                epoch,
-                run_id,
-            })
-            .await?;
-        self.runtime.notify(Notice::Start {
-            parent: self.handle.parent,
-            info: SubagentRunInfo {
-                run_id,
-                provider: self.provider.clone(),
-                id: child,
-                local: true,
-            },
-        });
-        let mut settled = false;
-        // After an interrupt the driver parks: pending messages wait for the
-        // next waking send, which resumes them in FIFO order.
-        let mut parked = false;
-        let mut wakes = self.handle.wake.subscribe();
-        loop {
-            if self.handle.stop.is_cancelled() {
-                return Ok(());
-            }
-            let has_work = !engine.state().pending_messages(child).is_empty();
-            if !has_work || parked {
-                tokio::select! {
-                    () = self.handle.stop.cancelled() => return Ok(()),
-                    changed = wakes.changed() => {
-                        if changed.is_err() {
-                            return Ok(());
-                        }
-                        parked = false;
-                        continue;
-                    }
-                }
-            }
-            let claimed = engine.commit(Command::BeginTurn { session: child }).await?;
-            let ids: Vec<MessageId> = claimed
-                .iter()
-                .find_map(|record| match &record.event {
-                    Event::MessagesClaimed { ids, .. } => Some(ids.clone()),
-                    _ => None,
-                })
-                .unwrap_or_default();
-            let turn = claimed
-                .iter()
-                .find_map(|record| match record.event {
-                    Event::TurnStarted { turn, .. } => Some(turn),
-                    _ => None,
-                })
-                .unwrap_or(0);
-            let messages = self.message_contents(&ids).await?;
-            let (transcript, mut items) = mpsc::channel(64);
-            // A turn stops on dispose (the driver's token) or on the caller's
-            // start signal.
-            let cancel = self.handle.stop.child_token();
-            *lock(&self.handle.turn) = Some(cancel.clone());
-            let (signal, turn_cancel) = (self.signal.clone(), cancel.clone());
-            tokio::spawn(async move {
-                tokio::select! {
-                    () = signal.cancelled() => turn_cancel.cancel(),
-                    () = turn_cancel.cancelled() => {}
-                }
-            });
-            let (steering, mut steer_requests) = mpsc::channel(4);
-            let input = TurnInput {
-                messages,
-                cancel: cancel.clone(),
-                transcript,
-                steering: crate::seam::SteeringPort(steering),
-            };
-            let mut assistant: Vec<Vec<ContentBlock>> = Vec::new();
-            let mut turn_future = agent.run_turn(input);
-            let end = loop {
-                tokio::select! {
-                    end = &mut turn_future => break end,
-                    Some(item) = items.recv() => self.record(turn, item, &mut assistant).await?,
-                    Some(reply) = steer_requests.recv() => {
-                        // Transcript entries the agent sent before asking come first.
-                        while let Ok(item) = items.try_recv() {
-                            self.record(turn, item, &mut assistant).await?;
-                        }
-                        let _ = reply.send(self.steer().await?);
-                    }
-                }
-            };
-            drop(turn_future);
-            lock(&self.handle.turn).take();
-            let interrupted_at = lock(&self.handle.interrupted_at).take();
-            parked = false;
-            if let Some(at) = interrupted_at.filter(|_| !self.handle.stop.is_cancelled()) {
-                // Sends accepted before the interrupt do not wake it; one
-                // accepted after it already did.
-                parked = *wakes.borrow_and_update() <= at;
-            }
-            while let Some(item) = items.recv().await {
-                self.record(turn, item, &mut assistant).await?;
-            }
-            engine
-                .commit(Command::EndTurn {
-                    session: child,
-                    stop_reason: end.stop_reason.clone(),
-                })
-                .await?;
-            if !settled {
-                settled = true;
-                let mut result = SubagentResult {
-                    output: select_output(assistant.iter().map(Vec::as_slice), ""),
-                    structured: None,
-                    diagnostic: end.diagnostic.clone(),
-                    stop_reason: end.stop_reason.clone(),
-                };
-                // A requested schema is satisfied only by a valid capture; a
-                // completed turn without one ends as `error`.
-                if let Some(schema) = &output_schema {
-                    match subagent_core::schema::validate_capture(schema, end.structured.as_ref()) {
-                        Ok(capture) => result.structured = Some(capture),
-                        Err(reason)
-                            if result.stop_reason
-                                == subagent_core::SubagentStopReason::Completed =>
-                        {
-                            result.stop_reason = subagent_core::SubagentStopReason::Error;
-                            result.diagnostic = Some(subagent_core::Diagnostic::new(reason));
-                        }
-                        Err(_) => {}
-                    }
-                }
-                engine
-                    .commit(Command::Settle {
-                        child,
-                        epoch,
-                        result: result.clone(),
-                    })
-                    .await?;
-                self.runtime.notify(Notice::End {
-                    parent: self.handle.parent,
-                    info: SubagentRunEndInfo {
-                        run_id,
-                        provider: self.provider.clone(),
-                        id: child,
-                        local: true,
-                        stop_reason: result.stop_reason.clone(),
-                        last_assistant_message: (!result.output.is_empty())
-                            .then(|| result.output.clone()),
-                    },
-                });
-                self.handle.settle(Ok(result));
-            }
-        }
-    }
-
-    /// The agent is at a step boundary: claim every pending message for the
-    /// running turn, durably, and return their contents in FIFO order.
-    async fn steer(&self) -> Result<Vec<Vec<ContentBlock>>, SubagentError> {
-        let records = self
-            .runtime
-            .inner
-            .engine
-            .commit(Command::Steer {
-                session: self.handle.child,
-            })
-            .await?;
-        let ids: Vec<MessageId> = records
-            .iter()
-            .flat_map(|record| match &record.event {
-                Event::MessagesClaimed { ids, .. } => ids.clone(),
-                _ => Vec::new(),
-            })
-            .collect();
-        self.message_contents(&ids).await
-    }
-
-    async fn message_contents(
-        &self,
-        ids: &[MessageId],
-    ) -> Result<Vec<Vec<ContentBlock>>, SubagentError> {
-        let mut by_id = HashMap::new();
-        for record in self
-            .runtime
-            .log()
-            .read_stream(StreamId::Session(self.handle.child), 1)
-        {
-            if let Event::MessageAccepted {
-                message_id,
-                content,
-                ..
-            } = record.map_err(internal)?.event
-            {
-                by_id.insert(message_id, content);
-            }
-        }
-        Ok(ids.iter().filter_map(|id| by_id.remove(id)).collect())
-    }
-
-    async fn record(
-        &self,
-        turn: u64,
-        item: TranscriptItem,
-        assistant: &mut Vec<Vec<ContentBlock>>,
-    ) -> Result<(), SubagentError> {
-        let entry = match item {
-            TranscriptItem::Assistant(content) => {
-                assistant.push(content.clone());
-                Event::AssistantMessage {
-                    turn,
-                    content,
-                    usage: None,
-                }
-            }
-            TranscriptItem::ToolCall {
-                call_id,
-                name,
-                input,
-            } => Event::ToolCalled {
-                turn,
-                call_id,
-                name,
-                input,
-            },
-            TranscriptItem::ToolResult {
-                call_id,
-                output,
-                is_error,
-            } => Event::ToolReturned {
-                turn,
-                call_id,
-                output,
-                is_error,
-            },
-        };
-        self.runtime
-            .inner
-            .engine
-            .commit(Command::Transcript {
-                session: self.handle.child,
-                entry,
-            })
-            .await?;
-        Ok(())
-    }
-}
-
-/// Drives one external run: await its result (or a stop), record it, then
-/// dispose the handle when stopped and record that.
-struct ExternalDriver {
-    runtime: SubagentRuntime,
-    handle: Arc<DriverHandle>,
-    run: Box<dyn SubagentRun>,
-    run_id: SubagentRunId,
-    provider: String,
-    signal: CancellationToken,
-}
-
-impl ExternalDriver {
-    async fn run(mut self) {
-        if let Err(err) = self.drive().await {
-            warn!(child = %self.handle.child, error = %err, "external driver failed");
-            self.handle.settle(Err(err));
-        }
-    }
-
-    async fn drive(&mut self) -> Result<(), SubagentError> {
-        let engine = &self.runtime.inner.engine;
-        let child = self.handle.child;
-        let stop = self.handle.stop.clone();
-        let signal = self.signal.clone();
-        let outcome = tokio::select! {
-            result = self.run.result() => Some(result),
-            () = stop.cancelled() => None,
-            () = signal.cancelled() => None,
-        };
-        if let Some(result) = outcome {
-            let result = result.unwrap_or_else(|err| {
-                SubagentResult::failed(
-                    subagent_core::SubagentStopReason::Error,
-                    Vec::new(),
-                    err.to_string(),
-                )
-            });
-            engine
-                .commit(Command::RunSettled {
-                    child,
-                    result: result.clone(),
-                })
-                .await?;
-            self.runtime.notify(Notice::End {
-                parent: self.handle.parent,
-                info: SubagentRunEndInfo {
-                    run_id: self.run_id,
-                    provider: self.provider.clone(),
-                    id: child,
-                    local: false,
-                    stop_reason: result.stop_reason.clone(),
-                    last_assistant_message: (!result.output.is_empty())
-                        .then(|| result.output.clone()),
-                },
-            });
-            self.handle.settle(Ok(result));
-            stop.cancelled().await;
-        }
-        let cleanup_error = self.run.dispose().await.err();
-        engine
-            .commit(Command::RunDisposed {
-                child,
-                cleanup_error,
-            })
-            .await?;
-        let state = engine.state();
-        if let Some(result) = state.runs.get(&child).and_then(|run| run.result.clone()) {
-            self.handle.settle(Ok(result));
-        }
-        Ok(())
     }
 }

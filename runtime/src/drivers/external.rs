@@ -1,0 +1,87 @@
+//! The external (one-shot) driver: awaits the run's result or a stop,
+//! records it, then disposes the backend handle when stopped and records that
+//! (a cleanup failure beside the result, never over it).
+
+use std::sync::Arc;
+
+use subagent_core::{SubagentError, SubagentResult, SubagentRunEndInfo, SubagentRunId};
+use subagent_projections::Command;
+use tokio_util::sync::CancellationToken;
+use tracing::warn;
+
+use crate::activation::DriverHandle;
+use crate::runtime::{Notice, SubagentRuntime};
+use crate::seam::SubagentRun;
+
+/// Drives one external run: await its result (or a stop), record it, then
+/// dispose the handle when stopped and record that.
+pub(crate) struct ExternalDriver {
+    pub(crate) runtime: SubagentRuntime,
+    pub(crate) handle: Arc<DriverHandle>,
+    pub(crate) run: Box<dyn SubagentRun>,
+    pub(crate) run_id: SubagentRunId,
+    pub(crate) provider: String,
+    pub(crate) signal: CancellationToken,
+}
+
+impl ExternalDriver {
+    pub(crate) async fn run(mut self) {
+        if let Err(err) = self.drive().await {
+            warn!(child = %self.handle.child, error = %err, "external driver failed");
+            self.handle.settle(Err(err));
+        }
+    }
+
+    async fn drive(&mut self) -> Result<(), SubagentError> {
+        let engine = &self.runtime.inner.engine;
+        let child = self.handle.child;
+        let stop = self.handle.stop.clone();
+        let signal = self.signal.clone();
+        let outcome = tokio::select! {
+            result = self.run.result() => Some(result),
+            () = stop.cancelled() => None,
+            () = signal.cancelled() => None,
+        };
+        if let Some(result) = outcome {
+            let result = result.unwrap_or_else(|err| {
+                SubagentResult::failed(
+                    subagent_core::SubagentStopReason::Error,
+                    Vec::new(),
+                    err.to_string(),
+                )
+            });
+            engine
+                .commit(Command::RunSettled {
+                    child,
+                    result: result.clone(),
+                })
+                .await?;
+            self.runtime.notify(Notice::End {
+                parent: self.handle.parent,
+                info: SubagentRunEndInfo {
+                    run_id: self.run_id,
+                    provider: self.provider.clone(),
+                    id: child,
+                    local: false,
+                    stop_reason: result.stop_reason.clone(),
+                    last_assistant_message: (!result.output.is_empty())
+                        .then(|| result.output.clone()),
+                },
+            });
+            self.handle.settle(Ok(result));
+            stop.cancelled().await;
+        }
+        let cleanup_error = self.run.dispose().await.err();
+        engine
+            .commit(Command::RunDisposed {
+                child,
+                cleanup_error,
+            })
+            .await?;
+        let state = engine.state();
+        if let Some(result) = state.runs.get(&child).and_then(|run| run.result.clone()) {
+            self.handle.settle(Ok(result));
+        }
+        Ok(())
+    }
+}

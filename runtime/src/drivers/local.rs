@@ -1,0 +1,347 @@
+//! The local (continuable) driver: builds the child's agent from its durable
+//! history, publishes it, runs turns while its inbox has work (taking
+//! steering at step boundaries and parking after an interrupt), settles the
+//! epoch on its first turn, then stays live until stopped.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use serde_json::Value;
+use subagent_core::{
+    content::ContentBlock, select_output, Event, MessageId, StreamId, SubagentDescriptor,
+    SubagentError, SubagentResult, SubagentRunEndInfo, SubagentRunId, SubagentRunInfo,
+};
+use subagent_projections::Command;
+use subagent_store::EventLogExt;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tracing::warn;
+
+use crate::activation::DriverHandle;
+use crate::engine::internal;
+use crate::runtime::{lock, Notice, SubagentRuntime};
+use crate::seam::{AgentSpec, TranscriptItem, TurnInput};
+
+/// Drives one continuable activation: build the agent, publish, run turns
+/// while the inbox has work, settle on the first turn's end, then stay live
+/// (idle) until stopped.
+pub(crate) struct LocalDriver {
+    pub(crate) runtime: SubagentRuntime,
+    pub(crate) handle: Arc<DriverHandle>,
+    pub(crate) provider: String,
+    pub(crate) label: String,
+    /// The start signal: after publication it cancels remaining turn work.
+    pub(crate) signal: CancellationToken,
+    /// Whether this is a cold resume (a later epoch): it prepares itself.
+    pub(crate) resumed: bool,
+}
+
+impl LocalDriver {
+    pub(crate) async fn run(self) {
+        if let Err(err) = self.drive().await {
+            warn!(child = %self.handle.child, error = %err, "local driver failed");
+            self.handle.settle(Err(err));
+        }
+    }
+
+    async fn history(&self) -> Result<Vec<Value>, SubagentError> {
+        self.runtime.session_history(self.handle.child).await
+    }
+
+    async fn drive(&self) -> Result<(), SubagentError> {
+        let engine = &self.runtime.inner.engine;
+        let child = self.handle.child;
+        if self.resumed {
+            let epoch = engine
+                .state()
+                .activations
+                .get(&child)
+                .map_or(0, |a| a.epoch);
+            engine
+                .commit(Command::Prepared {
+                    child,
+                    epoch,
+                    prompt: None,
+                    seed: None,
+                    seed_source: None,
+                })
+                .await?;
+        }
+        let (descriptor, epoch, output_schema) = {
+            let state = engine.state();
+            let descriptor: Option<SubagentDescriptor> = state
+                .sessions
+                .get(&child)
+                .and_then(|record| record.descriptor.clone());
+            let live = state
+                .activations
+                .get(&child)
+                .and_then(|a| a.live.clone())
+                .ok_or_else(|| internal("activation is not live"))?;
+            (descriptor, live.epoch, live.output_schema)
+        };
+        // The persona was validated at start; render it with today's variables
+        // (a cold resume after they changed fails loudly rather than guess).
+        let persona = descriptor
+            .as_ref()
+            .and_then(|descriptor| descriptor.persona.as_deref())
+            .map(|template| {
+                subagent_core::persona::render(
+                    template,
+                    &lock(&self.runtime.inner.persona_variables),
+                )
+            })
+            .transpose()?;
+        let spec = AgentSpec {
+            session: child,
+            label: self.label.clone(),
+            descriptor,
+            history: self.history().await?,
+            output_schema: output_schema.clone(),
+            persona,
+        };
+        let mut agent = self.runtime.inner.host.create(spec).await?;
+        let run_id = SubagentRunId::from_uuid(*child.as_uuid());
+        engine
+            .commit(Command::Published {
+                child,
+                epoch,
+                run_id,
+            })
+            .await?;
+        self.runtime.notify(Notice::Start {
+            parent: self.handle.parent,
+            info: SubagentRunInfo {
+                run_id,
+                provider: self.provider.clone(),
+                id: child,
+                local: true,
+            },
+        });
+        let mut settled = false;
+        // After an interrupt the driver parks: pending messages wait for the
+        // next waking send, which resumes them in FIFO order.
+        let mut parked = false;
+        let mut wakes = self.handle.wake.subscribe();
+        loop {
+            if self.handle.stop.is_cancelled() {
+                return Ok(());
+            }
+            let has_work = !engine.state().pending_messages(child).is_empty();
+            if !has_work || parked {
+                tokio::select! {
+                    () = self.handle.stop.cancelled() => return Ok(()),
+                    changed = wakes.changed() => {
+                        if changed.is_err() {
+                            return Ok(());
+                        }
+                        parked = false;
+                        continue;
+                    }
+                }
+            }
+            let claimed = engine.commit(Command::BeginTurn { session: child }).await?;
+            let ids: Vec<MessageId> = claimed
+                .iter()
+                .find_map(|record| match &record.event {
+                    Event::MessagesClaimed { ids, .. } => Some(ids.clone()),
+                    _ => None,
+                })
+                .unwrap_or_default();
+            let turn = claimed
+                .iter()
+                .find_map(|record| match record.event {
+                    Event::TurnStarted { turn, .. } => Some(turn),
+                    _ => None,
+                })
+                .unwrap_or(0);
+            let messages = self.message_contents(&ids).await?;
+            let (transcript, mut items) = mpsc::channel(64);
+            // A turn stops on dispose (the driver's token) or on the caller's
+            // start signal.
+            let cancel = self.handle.stop.child_token();
+            *lock(&self.handle.turn) = Some(cancel.clone());
+            let (signal, turn_cancel) = (self.signal.clone(), cancel.clone());
+            tokio::spawn(async move {
+                tokio::select! {
+                    () = signal.cancelled() => turn_cancel.cancel(),
+                    () = turn_cancel.cancelled() => {}
+                }
+            });
+            let (steering, mut steer_requests) = mpsc::channel(4);
+            let input = TurnInput {
+                messages,
+                cancel: cancel.clone(),
+                transcript,
+                steering: crate::seam::SteeringPort(steering),
+            };
+            let mut assistant: Vec<Vec<ContentBlock>> = Vec::new();
+            let mut turn_future = agent.run_turn(input);
+            let end = loop {
+                tokio::select! {
+                    end = &mut turn_future => break end,
+                    Some(item) = items.recv() => self.record(turn, item, &mut assistant).await?,
+                    Some(reply) = steer_requests.recv() => {
+                        // Transcript entries the agent sent before asking come first.
+                        while let Ok(item) = items.try_recv() {
+                            self.record(turn, item, &mut assistant).await?;
+                        }
+                        let _ = reply.send(self.steer().await?);
+                    }
+                }
+            };
+            drop(turn_future);
+            lock(&self.handle.turn).take();
+            let interrupted_at = lock(&self.handle.interrupted_at).take();
+            parked = false;
+            if let Some(at) = interrupted_at.filter(|_| !self.handle.stop.is_cancelled()) {
+                // Sends accepted before the interrupt do not wake it; one
+                // accepted after it already did.
+                parked = *wakes.borrow_and_update() <= at;
+            }
+            while let Some(item) = items.recv().await {
+                self.record(turn, item, &mut assistant).await?;
+            }
+            engine
+                .commit(Command::EndTurn {
+                    session: child,
+                    stop_reason: end.stop_reason.clone(),
+                })
+                .await?;
+            if !settled {
+                settled = true;
+                let mut result = SubagentResult {
+                    output: select_output(assistant.iter().map(Vec::as_slice), ""),
+                    structured: None,
+                    diagnostic: end.diagnostic.clone(),
+                    stop_reason: end.stop_reason.clone(),
+                };
+                // A requested schema is satisfied only by a valid capture; a
+                // completed turn without one ends as `error`.
+                if let Some(schema) = &output_schema {
+                    match subagent_core::schema::validate_capture(schema, end.structured.as_ref()) {
+                        Ok(capture) => result.structured = Some(capture),
+                        Err(reason)
+                            if result.stop_reason
+                                == subagent_core::SubagentStopReason::Completed =>
+                        {
+                            result.stop_reason = subagent_core::SubagentStopReason::Error;
+                            result.diagnostic = Some(subagent_core::Diagnostic::new(reason));
+                        }
+                        Err(_) => {}
+                    }
+                }
+                engine
+                    .commit(Command::Settle {
+                        child,
+                        epoch,
+                        result: result.clone(),
+                    })
+                    .await?;
+                self.runtime.notify(Notice::End {
+                    parent: self.handle.parent,
+                    info: SubagentRunEndInfo {
+                        run_id,
+                        provider: self.provider.clone(),
+                        id: child,
+                        local: true,
+                        stop_reason: result.stop_reason.clone(),
+                        last_assistant_message: (!result.output.is_empty())
+                            .then(|| result.output.clone()),
+                    },
+                });
+                self.handle.settle(Ok(result));
+            }
+        }
+    }
+
+    /// The agent is at a step boundary: claim every pending message for the
+    /// running turn, durably, and return their contents in FIFO order.
+    async fn steer(&self) -> Result<Vec<Vec<ContentBlock>>, SubagentError> {
+        let records = self
+            .runtime
+            .inner
+            .engine
+            .commit(Command::Steer {
+                session: self.handle.child,
+            })
+            .await?;
+        let ids: Vec<MessageId> = records
+            .iter()
+            .flat_map(|record| match &record.event {
+                Event::MessagesClaimed { ids, .. } => ids.clone(),
+                _ => Vec::new(),
+            })
+            .collect();
+        self.message_contents(&ids).await
+    }
+
+    async fn message_contents(
+        &self,
+        ids: &[MessageId],
+    ) -> Result<Vec<Vec<ContentBlock>>, SubagentError> {
+        let mut by_id = HashMap::new();
+        for record in self
+            .runtime
+            .log()
+            .read_stream(StreamId::Session(self.handle.child), 1)
+        {
+            if let Event::MessageAccepted {
+                message_id,
+                content,
+                ..
+            } = record.map_err(internal)?.event
+            {
+                by_id.insert(message_id, content);
+            }
+        }
+        Ok(ids.iter().filter_map(|id| by_id.remove(id)).collect())
+    }
+
+    async fn record(
+        &self,
+        turn: u64,
+        item: TranscriptItem,
+        assistant: &mut Vec<Vec<ContentBlock>>,
+    ) -> Result<(), SubagentError> {
+        let entry = match item {
+            TranscriptItem::Assistant(content) => {
+                assistant.push(content.clone());
+                Event::AssistantMessage {
+                    turn,
+                    content,
+                    usage: None,
+                }
+            }
+            TranscriptItem::ToolCall {
+                call_id,
+                name,
+                input,
+            } => Event::ToolCalled {
+                turn,
+                call_id,
+                name,
+                input,
+            },
+            TranscriptItem::ToolResult {
+                call_id,
+                output,
+                is_error,
+            } => Event::ToolReturned {
+                turn,
+                call_id,
+                output,
+                is_error,
+            },
+        };
+        self.runtime
+            .inner
+            .engine
+            .commit(Command::Transcript {
+                session: self.handle.child,
+                entry,
+            })
+            .await?;
+        Ok(())
+    }
+}
