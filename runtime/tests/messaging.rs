@@ -12,7 +12,7 @@ use subagent_core::{
     SubagentActivationSpec, SubagentStopReason,
 };
 use subagent_projections::Projections;
-use subagent_runtime::providers::{ProcessProvider, SpawnProvider};
+use subagent_runtime::providers::ProcessProvider;
 use subagent_runtime::scripted::Step;
 use subagent_runtime::{
     InterruptAuthority, Script, ScriptedHost, SubagentActivation, SubagentRuntime,
@@ -25,7 +25,6 @@ fn spec(provider: &str, label: &str) -> SubagentActivationSpec {
 }
 
 async fn setup() -> (MemoryLog, SubagentRuntime) {
-    let log = MemoryLog::new();
     let host = ScriptedHost::new(Script {
         turns: vec![
             vec![Step::Say("first".into())],
@@ -42,13 +41,8 @@ async fn setup() -> (MemoryLog, SubagentRuntime) {
             ],
         },
     );
-    let (runtime, _) = SubagentRuntime::open(Arc::new(log.clone()), Arc::new(host))
-        .await
-        .unwrap();
-    runtime
-        .register_provider(Arc::new(SpawnProvider))
-        .await
-        .unwrap();
+    let (log, runtime) =
+        common::spawn_runtime(host, subagent_runtime::CapacityLimits::default()).await;
     runtime
         .register_provider(Arc::new(ProcessProvider::new("process", "cat", &[])))
         .await
@@ -478,20 +472,13 @@ async fn drain_descendants_closes_admission_releases_child_first_and_spares_othe
 }
 
 async fn limited(limits: subagent_runtime::CapacityLimits) -> (MemoryLog, SubagentRuntime) {
-    let log = MemoryLog::new();
     let host = ScriptedHost::new(Script::reply("done")).with(
         "slow",
         Script {
             turns: vec![vec![Step::Say("working".into()), Step::SleepMs(60_000)]],
         },
     );
-    let (runtime, _) = SubagentRuntime::open_with(Arc::new(log.clone()), Arc::new(host), limits)
-        .await
-        .unwrap();
-    runtime
-        .register_provider(Arc::new(SpawnProvider))
-        .await
-        .unwrap();
+    let (log, runtime) = common::spawn_runtime(host, limits).await;
     (log, runtime)
 }
 
@@ -593,7 +580,6 @@ async fn the_per_parent_limit_spares_other_parents_and_a_cold_resume_at_capacity
 
 #[tokio::test]
 async fn a_running_target_takes_a_message_at_its_next_step_boundary() {
-    let log = MemoryLog::new();
     let host = ScriptedHost::new(Script {
         turns: vec![vec![
             Step::Say("start".into()),
@@ -601,13 +587,8 @@ async fn a_running_target_takes_a_message_at_its_next_step_boundary() {
             Step::Say("end".into()),
         ]],
     });
-    let (runtime, _) = SubagentRuntime::open(Arc::new(log.clone()), Arc::new(host))
-        .await
-        .unwrap();
-    runtime
-        .register_provider(Arc::new(SpawnProvider))
-        .await
-        .unwrap();
+    let (log, runtime) =
+        common::spawn_runtime(host, subagent_runtime::CapacityLimits::default()).await;
     let root = runtime.open_root("host").await.unwrap();
     let child = started(&runtime, &root, "steered").await;
     let stream = StreamId::Session(child.child_id());

@@ -6,12 +6,10 @@
 mod common;
 
 use std::collections::HashSet;
-use std::sync::Arc;
 use std::time::Duration;
 
 use subagent_core::{ContentBlock, Delivery, Event, SubagentActivationSpec};
 use subagent_projections::Projections;
-use subagent_runtime::providers::SpawnProvider;
 use subagent_runtime::scripted::Step;
 use subagent_runtime::{InterruptAuthority, Script, ScriptedHost, SubagentRuntime};
 use subagent_store::{EventLogExt, MemoryLog};
@@ -24,7 +22,6 @@ fn spec(label: &str) -> SubagentActivationSpec {
 }
 
 async fn setup() -> (MemoryLog, SubagentRuntime) {
-    let log = MemoryLog::new();
     let host = ScriptedHost::new(Script {
         turns: vec![vec![
             Step::Say("a".into()),
@@ -32,13 +29,8 @@ async fn setup() -> (MemoryLog, SubagentRuntime) {
             Step::Say("b".into()),
         ]],
     });
-    let (runtime, _) = SubagentRuntime::open(Arc::new(log.clone()), Arc::new(host))
-        .await
-        .unwrap();
-    runtime
-        .register_provider(Arc::new(SpawnProvider))
-        .await
-        .unwrap();
+    let (log, runtime) =
+        common::spawn_runtime(host, subagent_runtime::CapacityLimits::default()).await;
     (log, runtime)
 }
 

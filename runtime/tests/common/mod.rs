@@ -2,9 +2,30 @@
 
 use std::collections::HashSet;
 
+use std::sync::Arc;
+
 use subagent_core::Event;
 use subagent_projections::Projections;
+use subagent_runtime::providers::SpawnProvider;
+use subagent_runtime::{CapacityLimits, ScriptedHost, SubagentRuntime};
 use subagent_store::{EventLogExt, MemoryLog};
+
+/// A runtime over a fresh in-memory log, with `host`'s agents, the given
+/// capacity limits and the `spawn` provider registered.
+pub async fn spawn_runtime(
+    host: ScriptedHost,
+    limits: CapacityLimits,
+) -> (MemoryLog, SubagentRuntime) {
+    let log = MemoryLog::new();
+    let (runtime, _) = SubagentRuntime::open_with(Arc::new(log.clone()), Arc::new(host), limits)
+        .await
+        .expect("runtime opens");
+    runtime
+        .register_provider(Arc::new(SpawnProvider))
+        .await
+        .expect("spawn registers");
+    (log, runtime)
+}
 
 /// DESIGN.md invariants 4 and 5, on projections rebuilt from the log: every
 /// accepted message is pending, claimed by exactly one turn, or dropped; no
