@@ -368,13 +368,14 @@ fn inbox_event() -> impl Strategy<Value = Event> {
                 input,
             }
         }),
-        (any::<u64>(), text(), content(), any::<bool>()).prop_map(
-            |(turn, call_id, output, is_error)| {
+        (any::<u64>(), text(), content(), any::<bool>(), any::<bool>()).prop_map(
+            |(turn, call_id, output, is_error, refused)| {
                 Event::ToolReturned {
                     turn,
                     call_id,
                     output,
                     is_error,
+                    refused,
                 }
             }
         ),

@@ -47,6 +47,36 @@ impl AgentOptions {
             max_output_tokens: self.max_output_tokens.or(base.max_output_tokens),
         }
     }
+
+    /// Checks the values a caller set: names are non-empty and free of
+    /// whitespace, and the token ceiling is a positive safe integer.
+    ///
+    /// # Errors
+    /// `gateway/bad-request` naming the offending field.
+    pub fn validate(&self) -> Result<(), SubagentError> {
+        for (field, value) in [
+            ("provider", &self.provider),
+            ("model", &self.model),
+            ("reasoningEffort", &self.reasoning_effort),
+        ] {
+            if let Some(value) = value {
+                if value.is_empty() || value.chars().any(char::is_whitespace) {
+                    return Err(SubagentError::BadRequest(format!(
+                        "agentOptions.{field} must be a non-empty name without spaces"
+                    )));
+                }
+            }
+        }
+        match self.max_output_tokens {
+            Some(0) => Err(SubagentError::BadRequest(
+                "agentOptions.maxOutputTokens must be positive".into(),
+            )),
+            Some(tokens) if tokens > MAX_SAFE_INTEGER => Err(SubagentError::BadRequest(
+                "agentOptions.maxOutputTokens is above 2^53 - 1".into(),
+            )),
+            _ => Ok(()),
+        }
+    }
 }
 
 /// A static provider/model route (`agentRouteDefaults`).
@@ -124,6 +154,10 @@ impl SubagentCapabilities {
 }
 
 /// Child tool scoping: an allow list or a deny list of tool names.
+///
+/// A restriction applies to the child it was given to and, through the
+/// lineage, to every descendant: a child can never see a tool its parent
+/// cannot (see [`ToolRestriction::permits_in`]).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum ToolRestriction {
@@ -131,6 +165,52 @@ pub enum ToolRestriction {
     Allow(Vec<String>),
     /// These tools vanish and refuse to execute.
     Deny(Vec<String>),
+}
+
+impl ToolRestriction {
+    /// The names the restriction lists.
+    #[must_use]
+    pub fn names(&self) -> &[String] {
+        match self {
+            ToolRestriction::Allow(names) | ToolRestriction::Deny(names) => names,
+        }
+    }
+
+    /// Checks every listed name against the host's tools, loudly.
+    ///
+    /// # Errors
+    /// `subagent/unknown-tool` naming the first name the host does not
+    /// provide (an empty name included).
+    pub fn check_names(
+        &self,
+        known: &std::collections::BTreeSet<String>,
+    ) -> Result<(), SubagentError> {
+        match self.names().iter().find(|name| !known.contains(*name)) {
+            Some(unknown) => Err(SubagentError::UnknownTool(unknown.clone())),
+            None => Ok(()),
+        }
+    }
+
+    /// Whether this restriction alone leaves `tool` visible and executable.
+    #[must_use]
+    pub fn permits(&self, tool: &str) -> bool {
+        match self {
+            ToolRestriction::Allow(names) => names.iter().any(|name| name == tool),
+            ToolRestriction::Deny(names) => !names.iter().any(|name| name == tool),
+        }
+    }
+
+    /// Whether `tool` survives every restriction of a lineage (the child's
+    /// own and each ancestor's): restrictions only ever narrow.
+    #[must_use]
+    pub fn permits_in<'a>(
+        lineage: impl IntoIterator<Item = &'a ToolRestriction>,
+        tool: &str,
+    ) -> bool {
+        lineage
+            .into_iter()
+            .all(|restriction| restriction.permits(tool))
+    }
 }
 
 /// The optional, capability-gated start options of `SubagentStartRequest`.

@@ -191,7 +191,7 @@ pub enum SubagentError {
     #[error("persona rejected: {0}")]
     InvalidPersona(String),
     /// See [`ErrorCode::RouteNotAllowed`].
-    #[error("route {0} is not allowed by the model selection")]
+    #[error("model route rejected: {0}")]
     RouteNotAllowed(String),
     /// See [`ErrorCode::AdmissionClosed`].
     #[error("admission below {0} is closed")]
@@ -211,6 +211,46 @@ pub enum SubagentError {
 }
 
 impl SubagentError {
+    /// The same error with every free-text message passed through `clean`
+    /// (codes, ids and numbers kept): how a provider's error is made safe
+    /// before it reaches a caller or the log.
+    #[must_use]
+    pub fn map_messages(self, clean: &impl Fn(&str) -> String) -> SubagentError {
+        match self {
+            SubagentError::Unauthorized(m) => SubagentError::Unauthorized(clean(&m)),
+            SubagentError::NotResumable(m) => SubagentError::NotResumable(clean(&m)),
+            SubagentError::DeliveryUnavailable(m) => SubagentError::DeliveryUnavailable(clean(&m)),
+            SubagentError::ParentUnavailable(m) => SubagentError::ParentUnavailable(clean(&m)),
+            SubagentError::AttachmentInvalid(m) => SubagentError::AttachmentInvalid(clean(&m)),
+            SubagentError::InvalidTimeZone(m) => SubagentError::InvalidTimeZone(clean(&m)),
+            SubagentError::UnknownProvider(m) => SubagentError::UnknownProvider(clean(&m)),
+            SubagentError::DuplicateProvider(m) => SubagentError::DuplicateProvider(clean(&m)),
+            SubagentError::InvalidOutputSchema(m) => SubagentError::InvalidOutputSchema(clean(&m)),
+            SubagentError::InvalidDepth(m) => SubagentError::InvalidDepth(clean(&m)),
+            SubagentError::UnknownTool(m) => SubagentError::UnknownTool(clean(&m)),
+            SubagentError::InvalidPersona(m) => SubagentError::InvalidPersona(clean(&m)),
+            SubagentError::RouteNotAllowed(m) => SubagentError::RouteNotAllowed(clean(&m)),
+            SubagentError::AdmissionClosed(m) => SubagentError::AdmissionClosed(clean(&m)),
+            SubagentError::BadRequest(m) => SubagentError::BadRequest(clean(&m)),
+            SubagentError::Internal(m) => SubagentError::Internal(clean(&m)),
+            SubagentError::Aggregate(errors) => SubagentError::Aggregate(
+                errors
+                    .into_iter()
+                    .map(|error| error.map_messages(clean))
+                    .collect(),
+            ),
+            SubagentError::CapabilityUnsupported { provider, capability } => {
+                SubagentError::CapabilityUnsupported {
+                    provider: clean(&provider),
+                    capability,
+                }
+            }
+            unchanged @ (SubagentError::DepthExceeded { .. } | SubagentError::Cancelled) => {
+                unchanged
+            }
+        }
+    }
+
     /// The stable code of this error.
     #[must_use]
     pub fn code(&self) -> ErrorCode {

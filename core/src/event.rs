@@ -376,6 +376,10 @@ pub enum Event {
         output: Vec<ContentBlock>,
         /// Whether it failed.
         is_error: bool,
+        /// Whether the runtime refused to execute it: the tool is
+        /// restricted for this session (the call never reached the tool).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        refused: bool,
     },
     /// A turn ended.
     #[serde(rename_all = "camelCase")]
@@ -490,6 +494,18 @@ impl Event {
     /// continuable (a root has an inbox), no descriptor.
     #[must_use]
     pub fn root_created(session: SessionId, label: impl Into<String>) -> Event {
+        Event::root_created_with(session, label, None)
+    }
+
+    /// A host root's `SessionCreated` carrying the root agent's options,
+    /// which local children inherit. Its descriptor is `{"agentOptions": …}`,
+    /// or `null` without options.
+    #[must_use]
+    pub fn root_created_with(
+        session: SessionId,
+        label: impl Into<String>,
+        agent_options: Option<&crate::contracts::AgentOptions>,
+    ) -> Event {
         Event::SessionCreated {
             session,
             parent: None,
@@ -498,7 +514,9 @@ impl Event {
             provider: None,
             mode: SessionMode::Continuable,
             external: false,
-            descriptor: Value::Null,
+            descriptor: agent_options.map_or(Value::Null, |options| {
+                serde_json::json!({ "agentOptions": options })
+            }),
         }
     }
 

@@ -11,8 +11,10 @@ pub mod error;
 pub mod event;
 pub mod ids;
 pub mod persona;
+pub mod redact;
 pub mod result;
 pub mod schema;
+pub mod settings;
 pub mod upcast;
 
 #[cfg(any(test, feature = "arbitrary"))]
@@ -27,3 +29,6 @@ pub use event::{
 };
 pub use ids::{EventId, MessageId, SessionId, SubagentRunId};
 pub use result::{select_output, Diagnostic, SubagentResult, SubagentStopReason};
+pub use settings::{
+    effective_agent_options, resolve_max_depth, DepthPolicy, ModelSelectionSettings, StartSettings,
+};

@@ -91,11 +91,12 @@ pub const MAX_DIAGNOSTIC_BYTES: usize = 4096;
 pub struct Diagnostic(String);
 
 impl Diagnostic {
-    /// Builds a diagnostic, keeping at most the first 4096 bytes of `text`
-    /// without splitting a character.
+    /// Builds a diagnostic: shaped credentials are removed
+    /// ([`scrub_credentials`](crate::redact::scrub_credentials)), then at most
+    /// the first 4096 bytes are kept without splitting a character.
     #[must_use]
     pub fn new(text: impl Into<String>) -> Self {
-        let mut text = text.into();
+        let mut text = crate::redact::scrub_credentials(&text.into());
         if text.len() > MAX_DIAGNOSTIC_BYTES {
             let mut cut = MAX_DIAGNOSTIC_BYTES;
             while !text.is_char_boundary(cut) {

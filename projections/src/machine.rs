@@ -9,9 +9,10 @@
 
 use serde_json::{json, Value};
 use subagent_core::{
-    AbandonReason, ContentBlock, Delivery, Diagnostic, Event, MessageDelivery, MessageId,
+    effective_agent_options, AbandonReason, AgentOptions, ContentBlock, Delivery, Diagnostic, Event, MessageDelivery, MessageId,
     MessageSource, SessionId, SessionMode, StartOptions, StreamId, SubagentDescriptor,
-    SubagentError, SubagentResult, SubagentRunId, SubagentStopReason, MAX_SAFE_INTEGER,
+    StartSettings, SubagentError, SubagentResult, SubagentRunId, SubagentStopReason,
+    MAX_SAFE_INTEGER,
 };
 
 use crate::activation::{ActivationPhase, LiveActivation, RunPhase};
@@ -26,6 +27,8 @@ pub enum Command {
         session: SessionId,
         /// Its label.
         label: String,
+        /// The root agent's options, which its local children inherit.
+        agent_options: Option<AgentOptions>,
     },
     /// Register a provider.
     RegisterProvider {
@@ -198,9 +201,9 @@ pub struct StartChild {
     pub delivery: Delivery,
     /// The run id (external children).
     pub run_id: SubagentRunId,
-    /// The deployment's registered persona variables; a persona may name
-    /// only these.
-    pub persona_variables: std::collections::BTreeMap<String, String>,
+    /// The deployment settings the start is checked against: persona
+    /// variables, the host's tool names and model selection.
+    pub settings: std::sync::Arc<StartSettings>,
 }
 
 /// The events of one decision, grouped by stream, to be appended atomically.
@@ -217,25 +220,55 @@ fn single(stream: StreamId, events: Vec<Event>) -> Decision {
 /// nothing.
 pub fn decide(state: &Projections, command: Command) -> Result<Decision, SubagentError> {
     match command {
-        Command::OpenRoot { session, label } => {
+        Command::OpenRoot {
+            session,
+            label,
+            agent_options,
+        } => {
             if state.sessions.contains_key(&session) {
                 return Err(SubagentError::BadRequest(format!(
                     "session {session} already exists"
                 )));
             }
+            if let Some(options) = &agent_options {
+                options.validate()?;
+            }
             Ok(single(
                 StreamId::Session(session),
-                vec![Event::root_created(session, label)],
+                vec![Event::root_created_with(
+                    session,
+                    label,
+                    agent_options.as_ref(),
+                )],
             ))
         }
         Command::RegisterProvider { registration } => {
-            let Event::ProviderRegistered { name, .. } = &registration else {
+            let Event::ProviderRegistered {
+                name,
+                capabilities,
+                route_defaults,
+                ..
+            } = &registration
+            else {
                 return Err(SubagentError::BadRequest(
                     "not a provider registration".into(),
                 ));
             };
             if name.is_empty() {
                 return Err(SubagentError::BadRequest("provider name is empty".into()));
+            }
+            if let Some(route) = route_defaults {
+                if !capabilities.agent_options {
+                    return Err(SubagentError::BadRequest(format!(
+                        "provider {name} has agentRouteDefaults but no agentOptions capability"
+                    )));
+                }
+                AgentOptions {
+                    provider: Some(route.provider.clone()),
+                    model: Some(route.model.clone()),
+                    ..AgentOptions::default()
+                }
+                .validate()?;
             }
             if state
                 .providers
@@ -709,7 +742,29 @@ fn start_child(state: &Projections, start: StartChild) -> Result<Decision, Subag
         subagent_core::schema::assert_object_json_schema(schema)?;
     }
     if let Some(persona) = &start.options.persona {
-        subagent_core::persona::validate(persona, &start.persona_variables)?;
+        subagent_core::persona::validate(persona, &start.settings.persona_variables)?;
+    }
+    if let Some(filter) = &start.options.tool_filter {
+        filter.check_names(&start.settings.tools)?;
+    }
+    if let Some(requested) = &start.options.agent_options {
+        requested.validate()?;
+    }
+    // Local children inherit the parent's options; an external provider
+    // owns its runtime defaults. Route defaults sit between.
+    let agent_options = effective_agent_options(
+        start.options.agent_options.as_ref(),
+        provider.route_defaults.as_ref(),
+        provider
+            .continuable
+            .then_some(parent.agent_options.as_ref())
+            .flatten(),
+    );
+    if let Some(requested) = &start.options.agent_options {
+        start
+            .settings
+            .model_selection
+            .check(requested, &agent_options)?;
     }
     let depth = parent.depth + 1;
     if let Some(max_depth) = start.options.max_depth {
@@ -740,7 +795,7 @@ fn start_child(state: &Projections, start: StartChild) -> Result<Decision, Subag
         provider: provider.name.clone(),
         mode,
         inherits_parent_context: provider.inherits_parent_context,
-        agent_options: start.options.agent_options.clone(),
+        agent_options: (agent_options != AgentOptions::default()).then_some(agent_options),
         tool_filter: start.options.tool_filter.clone(),
         persona: start.options.persona.clone(),
         max_depth: start.options.max_depth,

@@ -2,7 +2,7 @@
 //! interpreted descriptor.
 
 use serde::{Deserialize, Serialize};
-use subagent_core::{SessionId, SessionMode, SubagentDescriptor};
+use subagent_core::{AgentOptions, SessionId, SessionMode, SubagentDescriptor};
 
 /// What the log says about one session at its creation.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -22,8 +22,12 @@ pub struct SessionRecord {
     pub mode: SessionMode,
     /// External one-shot execution.
     pub external: bool,
-    /// The descriptor, when this version can interpret it.
+    /// The descriptor, when this version can interpret it (children only).
     pub descriptor: Option<SubagentDescriptor>,
+    /// The agent options this session runs with: a child's effective
+    /// options from its descriptor, a root's from its creation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_options: Option<AgentOptions>,
     /// Log position of the `SessionCreated`.
     pub created_at: u64,
 }

@@ -10,7 +10,7 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 
 use serde::{Deserialize, Serialize};
 use subagent_core::{
-    CatalogMode, Event, RecordedEvent, SessionId, SubagentCapabilities, SubagentCatalogEntry,
+    AgentRoute, CatalogMode, Event, ToolRestriction, RecordedEvent, SessionId, SubagentCapabilities, SubagentCatalogEntry,
     SubagentDescendantListEntry, SubagentDescriptor, SubagentListEntry,
 };
 
@@ -35,6 +35,9 @@ pub struct ProviderRecord {
     pub continuable: bool,
     /// Starts external runs.
     pub one_shot: bool,
+    /// The provider's static model route, merged under a child's options.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub route_defaults: Option<AgentRoute>,
 }
 
 /// Every projection of the log at one position.
@@ -93,7 +96,7 @@ impl Projections {
                 inherits_parent_context,
                 continuable,
                 one_shot,
-                ..
+                route_defaults,
             } => {
                 self.providers.retain(|provider| provider.name != *name);
                 self.providers.push(ProviderRecord {
@@ -102,6 +105,7 @@ impl Projections {
                     inherits_parent_context: *inherits_parent_context,
                     continuable: *continuable,
                     one_shot: *one_shot,
+                    route_defaults: route_defaults.clone(),
                 });
             }
             Event::ProviderRemoved { name } => {
@@ -127,6 +131,17 @@ impl Projections {
                 if parent.is_none() {
                     self.roots.push(*id);
                 }
+                let interpreted = parent
+                    .is_some()
+                    .then(|| SubagentDescriptor::interpret(descriptor))
+                    .flatten();
+                let agent_options = match &interpreted {
+                    Some(descriptor) => descriptor.agent_options.clone(),
+                    None if parent.is_none() => descriptor
+                        .get("agentOptions")
+                        .and_then(|options| serde_json::from_value(options.clone()).ok()),
+                    None => None,
+                };
                 self.sessions.insert(
                     *id,
                     SessionRecord {
@@ -137,7 +152,8 @@ impl Projections {
                         provider: provider.clone(),
                         mode: *mode,
                         external: *external,
-                        descriptor: SubagentDescriptor::interpret(descriptor),
+                        descriptor: interpreted,
+                        agent_options,
                         created_at: record.position,
                     },
                 );
@@ -419,6 +435,26 @@ impl Projections {
             })
             .filter(|(_, activity)| matches!(activity, Activity::Running | Activity::Inactive))
             .collect()
+    }
+
+    /// The tool restrictions that apply to `session`: its own, then each
+    /// ancestor's. A tool is visible and executable only when every one of
+    /// them permits it ([`ToolRestriction::permits_in`]).
+    #[must_use]
+    pub fn tool_lineage(&self, session: SessionId) -> Vec<&ToolRestriction> {
+        let mut lineage = Vec::new();
+        let mut current = self.sessions.get(&session);
+        while let Some(record) = current {
+            if let Some(filter) = record
+                .descriptor
+                .as_ref()
+                .and_then(|descriptor| descriptor.tool_filter.as_ref())
+            {
+                lineage.push(filter);
+            }
+            current = record.parent.and_then(|parent| self.sessions.get(&parent));
+        }
+        lineage
     }
 
     /// Every live activation, ordered by session id.

@@ -12,6 +12,7 @@
 
 mod activation;
 mod capacity;
+mod deployment;
 mod drivers;
 mod engine;
 pub use engine::OpenStats;
@@ -19,6 +20,7 @@ pub mod providers;
 mod runtime;
 pub mod scripted;
 pub mod seam;
+mod tools;
 
 pub use activation::SubagentActivation;
 pub use capacity::CapacityLimits;
@@ -27,4 +29,7 @@ pub use runtime::{
     SubagentRuntime,
 };
 pub use scripted::{Script, ScriptedHost};
-pub use seam::{Agent, AgentHost, AgentSpec, SubagentProvider, SubagentRun};
+pub use seam::{
+    Agent, AgentHost, AgentSpec, SubagentProvider, SubagentRun, ToolCall, ToolDefinition,
+    ToolOutput, ToolPort,
+};

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde_json::Value;
 use subagent_core::{
-    content::ContentBlock, AbandonReason, Diagnostic, Event, MessageId, SessionId, StreamId,
+    content::ContentBlock, AbandonReason, AgentOptions, Diagnostic, Event, MessageId, SessionId, StreamId,
     SubagentActivationSpec, SubagentDescendantListEntry, SubagentError, SubagentListEntry,
     SubagentRunEndInfo, SubagentRunId, SubagentRunInfo,
 };
@@ -18,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::activation::{DriverHandle, SubagentActivation};
 use crate::capacity::{Capacity, CapacityLimits};
+use crate::deployment::Deployment;
 use crate::drivers::{ExternalDriver, LocalDriver};
 use crate::engine::{internal, Engine};
 use crate::seam::{AgentHost, ContinuableCreateRequest, ResolvedStartRequest, SubagentProvider};
@@ -148,8 +149,8 @@ pub struct RecoveryReport {
 
 pub(crate) struct Inner {
     pub(crate) engine: Engine,
-    /// The deployment's persona variables (`{{name}}` in a persona).
-    pub(crate) persona_variables: Mutex<std::collections::BTreeMap<String, String>>,
+    /// Persona variables, model selection, depth setting, tools, redaction.
+    pub(crate) deployment: Deployment,
     pub(crate) capacity: Capacity,
     /// Starts and cold resumes between their admission and their driver's
     /// registration; a drain waits for them to land before releasing.
@@ -205,7 +206,7 @@ impl SubagentRuntime {
             inner: Arc::new(Inner {
                 engine,
                 capacity: Capacity::new(limits),
-                persona_variables: Mutex::new(std::collections::BTreeMap::new()),
+                deployment: Deployment::new(host.tools()),
                 materializing: tokio::sync::watch::channel(0).0,
                 host,
                 providers: Mutex::new(Vec::new()),
@@ -245,12 +246,6 @@ impl SubagentRuntime {
         }
         self.inner.engine.checkpoint().await?;
         aggregate(failures)
-    }
-
-    /// Registers the deployment's persona variables. A child's persona may
-    /// name only these; it is validated at start and rendered for the agent.
-    pub fn set_persona_variables(&self, variables: std::collections::BTreeMap<String, String>) {
-        *lock(&self.inner.persona_variables) = variables;
     }
 
     /// The log.
@@ -305,12 +300,28 @@ impl SubagentRuntime {
     /// # Errors
     /// `gateway/internal` on storage failure.
     pub async fn open_root(&self, label: &str) -> Result<LiveAgent, SubagentError> {
+        self.open_root_with(label, None).await
+    }
+
+    /// [`open_root`](Self::open_root) for a root agent running with
+    /// `agent_options`, which its local children inherit (a start's own
+    /// options and a provider's route defaults merge over them).
+    ///
+    /// # Errors
+    /// `gateway/bad-request` for malformed options; `gateway/internal` on
+    /// storage failure.
+    pub async fn open_root_with(
+        &self,
+        label: &str,
+        agent_options: Option<AgentOptions>,
+    ) -> Result<LiveAgent, SubagentError> {
         let session = SessionId::new();
         self.inner
             .engine
             .commit(Command::OpenRoot {
                 session,
                 label: label.to_owned(),
+                agent_options,
             })
             .await?;
         lock(&self.inner.roots).insert(session);
@@ -763,7 +774,7 @@ impl SubagentRuntime {
         let permits = self.inner.capacity.admit(parent.session, &signal).await?;
         self.authorize(parent)?;
         let materializing = Materializing::new(&self.inner.materializing);
-        let persona_variables = lock(&self.inner.persona_variables).clone();
+        let settings = self.inner.deployment.snapshot();
         self.inner
             .engine
             .commit(Command::StartChild(StartChild {
@@ -774,7 +785,7 @@ impl SubagentRuntime {
                 options: spec.request.options.clone(),
                 delivery: spec.delivery,
                 run_id,
-                persona_variables,
+                settings,
             }))
             .await?;
         let handle = DriverHandle::new(child, parent.session);
@@ -844,12 +855,15 @@ impl SubagentRuntime {
                     Err(SubagentError::Cancelled) | Ok(_) => {
                         (AbandonReason::Cancelled, SubagentError::Cancelled)
                     }
-                    Err(err) => (
-                        AbandonReason::PreparationFailed {
-                            diagnostic: Diagnostic::new(err.to_string()),
-                        },
-                        err,
-                    ),
+                    Err(err) => {
+                        let err = self.clean_error(child, err);
+                        (
+                            AbandonReason::PreparationFailed {
+                                diagnostic: Diagnostic::new(err.to_string()),
+                            },
+                            err,
+                        )
+                    }
                 };
                 self.inner
                     .engine
@@ -926,7 +940,7 @@ impl SubagentRuntime {
                         let _ = err;
                         SubagentError::Cancelled
                     }
-                    Err(err) => err,
+                    Err(err) => self.clean_error(child, err),
                 };
                 self.inner
                     .engine

@@ -14,20 +14,29 @@
 //! ]]}
 //! ```
 //!
-//! Steps: `say` (an assistant message), `tool` (a call and its result),
+//! Steps: `say` (an assistant message), `tool` (a call through the turn's
+//! tool port; the host's scripted tool of that name returns `output`),
 //! `sleepMs` (a pause that cancellation cuts short, ending the turn
 //! `aborted`), `structured` (the turn's structured capture), `fail` (ends the
 //! turn `error` with that diagnostic), `refuse` (says it, ends `refusal`),
 //! `maxTokens` (says the partial text, ends `max-tokens`).
+//!
+//! The host's tools are the tools its scripts call, plus any added with
+//! [`ScriptedHost::with_tool`]. A call the session's filter restricts is
+//! refused by the runtime and the script goes on with its next step.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use subagent_core::{ContentBlock, Diagnostic, SubagentError, SubagentStopReason};
+use subagent_core::{ContentBlock, Diagnostic, SessionId, SubagentError, SubagentStopReason};
+use tokio_util::sync::CancellationToken;
 
-use crate::seam::{Agent, AgentHost, AgentSpec, BoxFuture, TranscriptItem, TurnEnd, TurnInput};
+use crate::seam::{
+    Agent, AgentHost, AgentSpec, BoxFuture, ToolCall, ToolDefinition, ToolOutput, TranscriptItem,
+    TurnEnd, TurnInput,
+};
 
 /// One scripted step.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -84,32 +93,98 @@ impl Script {
     }
 }
 
-/// Scripts by session label, with a default.
+/// Scripts by session label, with a default, and the scripted tools they call.
 #[derive(Clone, Debug, Default)]
 pub struct ScriptedHost {
     by_label: HashMap<String, Script>,
     default: Script,
+    /// Tool name to its canned results, by input (the first is the fallback).
+    tools: BTreeMap<String, Vec<(Value, String)>>,
 }
 
 impl ScriptedHost {
     /// A host whose agents all play `default`.
     #[must_use]
     pub fn new(default: Script) -> Self {
-        ScriptedHost {
+        let mut host = ScriptedHost {
             by_label: HashMap::new(),
-            default,
-        }
+            default: Script::default(),
+            tools: BTreeMap::new(),
+        };
+        host.learn_tools(&default);
+        host.default = default;
+        host
     }
 
     /// Agents of sessions labelled `label` play `script`.
     #[must_use]
     pub fn with(mut self, label: &str, script: Script) -> Self {
+        self.learn_tools(&script);
         self.by_label.insert(label.to_owned(), script);
         self
+    }
+
+    /// Adds a tool no script calls (so a filter may name it); it returns
+    /// `output` whatever its input.
+    #[must_use]
+    pub fn with_tool(mut self, name: &str, output: &str) -> Self {
+        self.tools
+            .entry(name.to_owned())
+            .or_default()
+            .push((Value::Null, output.to_owned()));
+        self
+    }
+
+    fn learn_tools(&mut self, script: &Script) {
+        for step in script.turns.iter().flatten() {
+            if let Step::Tool {
+                name,
+                input,
+                output,
+            } = step
+            {
+                self.tools
+                    .entry(name.clone())
+                    .or_default()
+                    .push((input.clone(), output.clone()));
+            }
+        }
     }
 }
 
 impl AgentHost for ScriptedHost {
+    fn tools(&self) -> Vec<ToolDefinition> {
+        self.tools
+            .keys()
+            .map(|name| ToolDefinition::new(name, "a scripted tool"))
+            .collect()
+    }
+
+    fn execute_tool(
+        &self,
+        _session: SessionId,
+        call: ToolCall,
+        _cancel: CancellationToken,
+    ) -> BoxFuture<'static, ToolOutput> {
+        let output = self.tools.get(&call.name).and_then(|results| {
+            results
+                .iter()
+                .find(|(input, _)| *input == call.input)
+                .or_else(|| results.first())
+                .map(|(_, output)| output.clone())
+        });
+        Box::pin(async move {
+            match output {
+                Some(text) => ToolOutput {
+                    output: vec![ContentBlock::text(text)],
+                    is_error: false,
+                    refused: false,
+                },
+                None => ToolOutput::error(format!("no scripted tool {}", call.name)),
+            }
+        })
+    }
+
     fn create(&self, spec: AgentSpec) -> BoxFuture<'static, Result<Box<dyn Agent>, SubagentError>> {
         let script = self
             .by_label
@@ -180,30 +255,19 @@ impl Agent for ScriptedAgent {
                     Step::Tool {
                         name,
                         input: arguments,
-                        output,
+                        ..
                     } => {
-                        let call_id = format!("call-{index}");
-                        let called = input
-                            .transcript
-                            .send(TranscriptItem::ToolCall {
-                                call_id: call_id.clone(),
+                        // A refusal or failure is recorded by the runtime;
+                        // the script goes on either way.
+                        input
+                            .tools
+                            .call(ToolCall {
+                                call_id: format!("call-{index}"),
                                 name,
                                 input: arguments,
                             })
                             .await;
-                        if called.is_err() {
-                            called
-                        } else {
-                            let output = vec![ContentBlock::text(output)];
-                            input
-                                .transcript
-                                .send(TranscriptItem::ToolResult {
-                                    call_id,
-                                    output,
-                                    is_error: false,
-                                })
-                                .await
-                        }
+                        Ok(())
                     }
                     Step::SleepMs(millis) => {
                         tokio::select! {

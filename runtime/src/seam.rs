@@ -13,6 +13,8 @@ use subagent_core::{
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+pub use crate::tools::{ToolCall, ToolDefinition, ToolOutput, ToolPort};
+
 /// A boxed, sendable future.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
@@ -116,31 +118,18 @@ pub struct AgentSpec {
     /// The child's persona, rendered: it shadows the deployment persona for
     /// this child alone.
     pub persona: Option<String>,
+    /// The host's tools this session may see: restricted ones (by its own
+    /// filter or an ancestor's) are absent, and its [`ToolPort`] refuses them.
+    pub tools: Vec<ToolDefinition>,
 }
 
-/// One transcript entry an agent produces during a turn.
+/// One transcript entry an agent produces during a turn. Tool calls and
+/// results are not entries: they go through the turn's [`ToolPort`], which
+/// records both.
 #[derive(Clone, Debug, PartialEq)]
 pub enum TranscriptItem {
     /// An assistant message.
     Assistant(Vec<ContentBlock>),
-    /// A tool call.
-    ToolCall {
-        /// Call id.
-        call_id: String,
-        /// Tool name.
-        name: String,
-        /// Input.
-        input: Value,
-    },
-    /// A tool result.
-    ToolResult {
-        /// Call id.
-        call_id: String,
-        /// Output.
-        output: Vec<ContentBlock>,
-        /// Whether it failed.
-        is_error: bool,
-    },
 }
 
 /// The input of one turn.
@@ -153,6 +142,8 @@ pub struct TurnInput {
     pub transcript: mpsc::Sender<TranscriptItem>,
     /// Steering input, taken at the agent's step boundaries.
     pub steering: SteeringPort,
+    /// The only way to run a tool: calls are recorded, restricted ones refused.
+    pub tools: ToolPort,
 }
 
 /// Where an agent takes steering input at a step boundary. Each call claims,
@@ -198,8 +189,28 @@ pub trait Agent: Send {
     fn run_turn(&mut self, input: TurnInput) -> BoxFuture<'_, TurnEnd>;
 }
 
-/// Builds live agents from durable history.
+/// Builds live agents from durable history, and provides their tools.
 pub trait AgentHost: Send + Sync + 'static {
     /// Builds the agent of a session.
     fn create(&self, spec: AgentSpec) -> BoxFuture<'static, Result<Box<dyn Agent>, SubagentError>>;
+
+    /// Every tool the host provides. Read once when the runtime opens; a
+    /// tool filter may name only these.
+    fn tools(&self) -> Vec<ToolDefinition> {
+        Vec::new()
+    }
+
+    /// Executes one permitted call for `session`. The runtime has already
+    /// recorded the call and checked the session's tool scope; `cancel`
+    /// fires when the turn is interrupted or disposed.
+    fn execute_tool(
+        &self,
+        session: SessionId,
+        call: ToolCall,
+        cancel: CancellationToken,
+    ) -> BoxFuture<'static, ToolOutput> {
+        let _ = (session, cancel);
+        let name = call.name;
+        Box::pin(async move { ToolOutput::error(format!("the host cannot execute {name}")) })
+    }
 }

@@ -46,7 +46,7 @@ fn child_events(session: SessionId, parent: SessionId, depth: u64) -> Vec<NewEve
         Event::MessagesClaimed { ids: vec![message], turn: 1 },
         Event::TurnStarted { turn: 1, epoch: 1 },
         Event::ToolCalled { turn: 1, call_id: "c1".into(), name: "read_file".into(), input: json!({"path": "src/lib.rs"}) },
-        Event::ToolReturned { turn: 1, call_id: "c1".into(), output: vec![ContentBlock::text("//! docs")], is_error: false },
+        Event::ToolReturned { turn: 1, call_id: "c1".into(), output: vec![ContentBlock::text("//! docs")], is_error: false, refused: false },
         Event::AssistantMessage { turn: 1, content: text, usage: Some(Usage { input_tokens: 900, output_tokens: 60 }) },
         Event::TurnEnded { turn: 1, stop_reason: result.stop_reason.clone() },
         Event::ActivationSettled { epoch: 1, result },

@@ -43,13 +43,17 @@ impl ExternalDriver {
             () = signal.cancelled() => None,
         };
         if let Some(result) = outcome {
-            let result = result.unwrap_or_else(|err| {
+            // Provider text is cleaned before it is recorded.
+            let mut result = result.unwrap_or_else(|err| {
                 SubagentResult::failed(
                     subagent_core::SubagentStopReason::Error,
                     Vec::new(),
                     err.to_string(),
                 )
             });
+            if let Some(diagnostic) = &result.diagnostic {
+                result.diagnostic = Some(self.runtime.clean_diagnostic(child, diagnostic.as_str()));
+            }
             engine
                 .commit(Command::RunSettled {
                     child,
@@ -71,7 +75,12 @@ impl ExternalDriver {
             self.handle.settle(Ok(result));
             stop.cancelled().await;
         }
-        let cleanup_error = self.run.dispose().await.err();
+        let cleanup_error = self
+            .run
+            .dispose()
+            .await
+            .err()
+            .map(|error| self.runtime.clean_diagnostic(child, error.as_str()));
         engine
             .commit(Command::RunDisposed {
                 child,

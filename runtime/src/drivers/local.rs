@@ -9,7 +9,7 @@ use std::sync::Arc;
 use serde_json::Value;
 use subagent_core::{
     content::ContentBlock, select_output, Event, MessageId, StreamId, SubagentDescriptor,
-    SubagentError, SubagentResult, SubagentRunEndInfo, SubagentRunId, SubagentRunInfo,
+    SubagentError, SubagentResult, ToolRestriction, SubagentRunEndInfo, SubagentRunId, SubagentRunInfo,
 };
 use subagent_projections::Command;
 use subagent_store::EventLogExt;
@@ -20,7 +20,8 @@ use tracing::warn;
 use crate::activation::DriverHandle;
 use crate::engine::internal;
 use crate::runtime::{lock, Notice, SubagentRuntime};
-use crate::seam::{AgentSpec, TranscriptItem, TurnInput};
+use crate::seam::{AgentSpec, ToolCall, ToolOutput, ToolPort, TranscriptItem, TurnInput};
+use crate::tools::visible_tools;
 
 /// Drives one continuable activation: build the agent, publish, run turns
 /// while the inbox has work, settle on the first turn's end, then stay live
@@ -82,16 +83,16 @@ impl LocalDriver {
         };
         // The persona was validated at start; render it with today's variables
         // (a cold resume after they changed fails loudly rather than guess).
+        let settings = self.runtime.inner.deployment.snapshot();
         let persona = descriptor
             .as_ref()
             .and_then(|descriptor| descriptor.persona.as_deref())
-            .map(|template| {
-                subagent_core::persona::render(
-                    template,
-                    &lock(&self.runtime.inner.persona_variables),
-                )
-            })
+            .map(|template| subagent_core::persona::render(template, &settings.persona_variables))
             .transpose()?;
+        let tools = visible_tools(
+            &self.runtime.inner.deployment.tools,
+            &engine.state().tool_lineage(child),
+        );
         let spec = AgentSpec {
             session: child,
             label: self.label.clone(),
@@ -99,6 +100,7 @@ impl LocalDriver {
             history: self.history().await?,
             output_schema: output_schema.clone(),
             persona,
+            tools,
         };
         let mut agent = self.runtime.inner.host.create(spec).await?;
         let run_id = SubagentRunId::from_uuid(*child.as_uuid());
@@ -169,11 +171,13 @@ impl LocalDriver {
                 }
             });
             let (steering, mut steer_requests) = mpsc::channel(4);
+            let (tools, mut tool_requests) = mpsc::channel(4);
             let input = TurnInput {
                 messages,
                 cancel: cancel.clone(),
                 transcript,
                 steering: crate::seam::SteeringPort(steering),
+                tools: ToolPort(tools),
             };
             let mut assistant: Vec<Vec<ContentBlock>> = Vec::new();
             let mut turn_future = agent.run_turn(input);
@@ -187,6 +191,12 @@ impl LocalDriver {
                             self.record(turn, item, &mut assistant).await?;
                         }
                         let _ = reply.send(self.steer().await?);
+                    }
+                    Some((call, reply)) = tool_requests.recv() => {
+                        while let Ok(item) = items.try_recv() {
+                            self.record(turn, item, &mut assistant).await?;
+                        }
+                        let _ = reply.send(self.call_tool(turn, call, &cancel).await?);
                     }
                 }
             };
@@ -213,7 +223,11 @@ impl LocalDriver {
                 let mut result = SubagentResult {
                     output: select_output(assistant.iter().map(Vec::as_slice), ""),
                     structured: None,
-                    diagnostic: end.diagnostic.clone(),
+                    // Agent text is cleaned before it is recorded.
+                    diagnostic: end
+                        .diagnostic
+                        .as_ref()
+                        .map(|text| self.runtime.clean_diagnostic(child, text.as_str())),
                     stop_reason: end.stop_reason.clone(),
                 };
                 // A requested schema is satisfied only by a valid capture; a
@@ -304,36 +318,17 @@ impl LocalDriver {
         item: TranscriptItem,
         assistant: &mut Vec<Vec<ContentBlock>>,
     ) -> Result<(), SubagentError> {
-        let entry = match item {
-            TranscriptItem::Assistant(content) => {
-                assistant.push(content.clone());
-                Event::AssistantMessage {
-                    turn,
-                    content,
-                    usage: None,
-                }
-            }
-            TranscriptItem::ToolCall {
-                call_id,
-                name,
-                input,
-            } => Event::ToolCalled {
-                turn,
-                call_id,
-                name,
-                input,
-            },
-            TranscriptItem::ToolResult {
-                call_id,
-                output,
-                is_error,
-            } => Event::ToolReturned {
-                turn,
-                call_id,
-                output,
-                is_error,
-            },
-        };
+        let TranscriptItem::Assistant(content) = item;
+        assistant.push(content.clone());
+        self.transcribe(Event::AssistantMessage {
+            turn,
+            content,
+            usage: None,
+        })
+        .await
+    }
+
+    async fn transcribe(&self, entry: Event) -> Result<(), SubagentError> {
         self.runtime
             .inner
             .engine
@@ -343,5 +338,67 @@ impl LocalDriver {
             })
             .await?;
         Ok(())
+    }
+
+    /// Serves one tool call: record it, then refuse it when the session's
+    /// lineage restricts the tool, or execute it through the host (cut short
+    /// by the turn's cancellation); record the result either way.
+    async fn call_tool(
+        &self,
+        turn: u64,
+        call: ToolCall,
+        cancel: &CancellationToken,
+    ) -> Result<ToolOutput, SubagentError> {
+        let child = self.handle.child;
+        self.transcribe(Event::ToolCalled {
+            turn,
+            call_id: call.call_id.clone(),
+            name: call.name.clone(),
+            input: call.input.clone(),
+        })
+        .await?;
+        let permitted = ToolRestriction::permits_in(
+            self.runtime.inner.engine.state().tool_lineage(child),
+            &call.name,
+        );
+        let known = self
+            .runtime
+            .inner
+            .deployment
+            .tools
+            .iter()
+            .any(|tool| tool.name == call.name);
+        let call_id = call.call_id.clone();
+        let output = if !permitted {
+            ToolOutput {
+                output: vec![ContentBlock::text(format!(
+                    "tool {} is not available to this agent",
+                    call.name
+                ))],
+                is_error: true,
+                refused: true,
+            }
+        } else if !known {
+            ToolOutput::error(format!("unknown tool {}", call.name))
+        } else {
+            let execution =
+                self.runtime
+                    .inner
+                    .host
+                    .execute_tool(child, call, cancel.child_token());
+            tokio::select! {
+                output = execution => ToolOutput { refused: false, ..output },
+                () = cancel.cancelled() => ToolOutput::error("interrupted"),
+            }
+        };
+        self.transcribe(Event::ToolReturned {
+            turn,
+            call_id,
+            output: output.output.clone(),
+            is_error: output.is_error,
+            refused: output.refused,
+        })
+        .await?;
+        Ok(output)
     }
 }
