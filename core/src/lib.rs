@@ -11,6 +11,7 @@ pub mod error;
 pub mod event;
 pub mod ids;
 pub mod persona;
+pub mod record;
 pub mod redact;
 pub mod result;
 pub mod schema;

@@ -148,6 +148,10 @@ pub fn assert_object_json_schema(schema: &Value) -> Result<(), SubagentError> {
     Ok(())
 }
 
+/// What [`validate_capture`] answers for a schema that does not compile,
+/// which an accepted schema never is.
+pub const SCHEMA_DOES_NOT_COMPILE: &str = "the output schema does not compile";
+
 /// Validates a structured capture against its schema. The error names only
 /// where and which keyword failed, never the captured values.
 ///
@@ -157,7 +161,7 @@ pub fn validate_capture(schema: &Value, capture: Option<&Value>) -> Result<Value
     let capture =
         capture.ok_or_else(|| "the child finished without a structured capture".to_owned())?;
     let validator = jsonschema::validator_for(schema)
-        .map_err(|_| "the output schema does not compile".to_owned())?;
+        .map_err(|_| SCHEMA_DOES_NOT_COMPILE.to_owned())?;
     let first_error = validator.iter_errors(capture).next().map(|error| {
         format!(
             "the structured capture does not match the output schema at {:?} (rule {})",

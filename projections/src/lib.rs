@@ -14,6 +14,9 @@ pub mod inbox;
 pub mod machine;
 pub mod sessions;
 pub mod state;
+/// Fuzz target bodies (feature `testing`); see `fuzz/`.
+#[cfg(feature = "testing")]
+pub mod fuzzing;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 

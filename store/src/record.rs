@@ -1,211 +1,46 @@
-//! The on-disk record codec: one [`RecordedEvent`] as bytes.
-//!
-//! Layout: `[format: u8 = 1][crc32c(body): u32 LE][body]`, where `body` is the
-//! JSON envelope `{position, stream, version, eventId, recordedAt,
-//! schemaVersion, correlationId?, causationId?, event: {type, data}}`.
-//! The checksum covers the whole body, so a flipped bit anywhere is caught
-//! before JSON parsing; decoding never panics on any input (fuzzed).
+//! The on-disk record codec, as the store reports it: the codec itself is
+//! pure and lives in [`subagent_core::record`]; this module maps its errors
+//! into [`StoreError`]s.
 
-use serde::Deserialize;
-use serde_json::value::RawValue;
-use subagent_core::upcast::{decode_event, UpcastError};
-use subagent_core::{EventId, RecordedEvent, StreamId};
-use uuid::Uuid;
+use subagent_core::record::{self as codec, RecordError};
+use subagent_core::RecordedEvent;
 
 use crate::error::StoreError;
 
-/// The record format this build writes and reads.
-pub const RECORD_FORMAT: u8 = 1;
-const HEADER_LEN: usize = 5;
+pub use subagent_core::record::RECORD_FORMAT;
 
-/// Encodes a record.
+impl From<RecordError> for StoreError {
+    fn from(err: RecordError) -> Self {
+        match err {
+            RecordError::Corrupt { position, reason } => StoreError::Corrupt { position, reason },
+            RecordError::UnsupportedSchema { position, reason } => {
+                StoreError::UnsupportedSchema { position, reason }
+            }
+            RecordError::Encode(reason) => StoreError::Io(format!("encoding record: {reason}")),
+        }
+    }
+}
+
+/// Encodes a record ([`codec::encode`]).
 ///
 /// # Errors
-/// Only if the event cannot be serialized, which the schema's types rule out;
-/// reported as [`StoreError::Io`] rather than a panic all the same.
+/// As [`codec::encode`], as a [`StoreError`].
 pub fn encode(record: &RecordedEvent) -> Result<Vec<u8>, StoreError> {
-    let mut bytes = vec![0u8; HEADER_LEN];
-    serde_json::to_writer(&mut bytes, record)
-        .map_err(|err| StoreError::Io(format!("encoding record: {err}")))?;
-    let crc = crc32c::crc32c(&bytes[HEADER_LEN..]);
-    bytes[0] = RECORD_FORMAT;
-    bytes[1..HEADER_LEN].copy_from_slice(&crc.to_le_bytes());
-    Ok(bytes)
+    Ok(codec::encode(record)?)
 }
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct RecordWire<'a> {
-    position: u64,
-    stream: StreamId,
-    version: u64,
-    event_id: EventId,
-    recorded_at: u64,
-    schema_version: u32,
-    #[serde(default)]
-    correlation_id: Option<Uuid>,
-    #[serde(default)]
-    causation_id: Option<EventId>,
-    #[serde(borrow)]
-    event: &'a RawValue,
-}
-
-/// Decodes the record stored at `position`.
+/// Decodes the record stored at `position` ([`codec::decode`]).
 ///
 /// # Errors
-/// [`StoreError::Corrupt`] for a short record, an unknown format byte, a
-/// checksum mismatch, malformed JSON or a record that names another position;
-/// [`StoreError::UnsupportedSchema`] for an event from a newer schema.
+/// As [`codec::decode`], as a [`StoreError`].
 pub fn decode(position: u64, bytes: &[u8]) -> Result<RecordedEvent, StoreError> {
-    let corrupt = |reason: String| StoreError::Corrupt { position, reason };
-    if bytes.len() < HEADER_LEN {
-        return Err(corrupt(format!(
-            "record of {} bytes is truncated",
-            bytes.len()
-        )));
-    }
-    if bytes[0] != RECORD_FORMAT {
-        return Err(corrupt(format!("unknown record format {}", bytes[0])));
-    }
-    let mut stored = [0u8; 4];
-    stored.copy_from_slice(&bytes[1..HEADER_LEN]);
-    let stored = u32::from_le_bytes(stored);
-    let body = &bytes[HEADER_LEN..];
-    let computed = crc32c::crc32c(body);
-    if stored != computed {
-        return Err(corrupt(format!(
-            "checksum mismatch (stored {stored:08x}, computed {computed:08x})"
-        )));
-    }
-    let record = decode_body(body).map_err(|err| match err {
-        StoreError::Corrupt { reason, .. } => corrupt(reason),
-        StoreError::UnsupportedSchema { reason, .. } => {
-            StoreError::UnsupportedSchema { position, reason }
-        }
-        other => other,
-    })?;
-    if record.position != position {
-        return Err(corrupt(format!(
-            "record names position {}",
-            record.position
-        )));
-    }
-    Ok(record)
+    Ok(codec::decode(position, bytes)?)
 }
 
-/// Decodes a record body: the JSON envelope without the binary header, as
-/// `subagents log --json` and export print it. Upcasts old schema versions.
+/// Decodes a record body ([`codec::decode_body`]).
 ///
 /// # Errors
-/// [`StoreError::Corrupt`] for malformed JSON or events (position 0 when the
-/// envelope does not even name one); [`StoreError::UnsupportedSchema`] for
-/// events of a newer schema.
+/// As [`codec::decode_body`], as a [`StoreError`].
 pub fn decode_body(body: &[u8]) -> Result<RecordedEvent, StoreError> {
-    let wire: RecordWire<'_> = serde_json::from_slice(body).map_err(|err| StoreError::Corrupt {
-        position: 0,
-        reason: format!("malformed envelope: {err}"),
-    })?;
-    let position = wire.position;
-    let event = decode_event(wire.schema_version, wire.event.get()).map_err(|err| match err {
-        UpcastError::UnsupportedSchema { .. } => StoreError::UnsupportedSchema {
-            position,
-            reason: err.to_string(),
-        },
-        other => StoreError::Corrupt {
-            position,
-            reason: other.to_string(),
-        },
-    })?;
-    Ok(RecordedEvent {
-        position,
-        stream: wire.stream,
-        version: wire.version,
-        event_id: wire.event_id,
-        recorded_at: wire.recorded_at,
-        schema_version: wire.schema_version,
-        correlation_id: wire.correlation_id,
-        causation_id: wire.causation_id,
-        event,
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use proptest::prelude::*;
-    use subagent_core::{arbitrary, SessionId, CURRENT_SCHEMA_VERSION};
-
-    fn record(event: subagent_core::Event, position: u64) -> RecordedEvent {
-        RecordedEvent {
-            position,
-            stream: StreamId::Session(SessionId::new()),
-            version: 3,
-            event_id: EventId::new(),
-            recorded_at: 1_700_000_000_000,
-            schema_version: CURRENT_SCHEMA_VERSION,
-            correlation_id: Some(Uuid::now_v7()),
-            causation_id: None,
-            event,
-        }
-    }
-
-    proptest! {
-        #[test]
-        fn records_round_trip(event in arbitrary::event(), position in 1u64..u64::MAX) {
-            let original = record(event, position);
-            let bytes = encode(&original).unwrap();
-            prop_assert_eq!(decode(position, &bytes).unwrap(), original);
-        }
-
-        #[test]
-        fn any_flipped_bit_is_reported_as_corrupt(
-            event in arbitrary::event(),
-            index in any::<prop::sample::Index>(),
-            bit in 0u8..8,
-        ) {
-            let mut bytes = encode(&record(event, 9)).unwrap();
-            let at = index.index(bytes.len());
-            bytes[at] ^= 1 << bit;
-            let err = decode(9, &bytes).unwrap_err();
-            prop_assert!(matches!(err, StoreError::Corrupt { position: 9, .. }), "{err:?}");
-        }
-
-        #[test]
-        fn arbitrary_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..64)) {
-            let _ = decode(1, &bytes);
-        }
-    }
-
-    #[test]
-    fn truncated_and_misplaced_records_are_corrupt() {
-        let bytes = encode(&record(
-            subagent_core::Event::ProviderRemoved { name: "x".into() },
-            4,
-        ))
-        .unwrap();
-        assert!(matches!(
-            decode(4, &bytes[..3]),
-            Err(StoreError::Corrupt { position: 4, .. })
-        ));
-        assert!(matches!(
-            decode(4, &bytes[..bytes.len() - 1]),
-            Err(StoreError::Corrupt { .. })
-        ));
-        let err = decode(5, &bytes).unwrap_err();
-        assert!(err.to_string().contains("names position 4"), "{err}");
-    }
-
-    #[test]
-    fn newer_schema_versions_are_refused_not_misread() {
-        let mut newer = record(
-            subagent_core::Event::ProviderRemoved { name: "x".into() },
-            2,
-        );
-        newer.schema_version = CURRENT_SCHEMA_VERSION + 1;
-        let bytes = encode(&newer).unwrap();
-        assert!(matches!(
-            decode(2, &bytes),
-            Err(StoreError::UnsupportedSchema { position: 2, .. })
-        ));
-    }
+    Ok(codec::decode_body(body)?)
 }
