@@ -368,8 +368,14 @@ fn inbox_event() -> impl Strategy<Value = Event> {
                 input,
             }
         }),
-        (any::<u64>(), text(), content(), any::<bool>(), any::<bool>()).prop_map(
-            |(turn, call_id, output, is_error, refused)| {
+        (
+            any::<u64>(),
+            text(),
+            content(),
+            any::<bool>(),
+            any::<bool>()
+        )
+            .prop_map(|(turn, call_id, output, is_error, refused)| {
                 Event::ToolReturned {
                     turn,
                     call_id,
@@ -377,8 +383,7 @@ fn inbox_event() -> impl Strategy<Value = Event> {
                     is_error,
                     refused,
                 }
-            }
-        ),
+            }),
         (any::<u64>(), stop_reason())
             .prop_map(|(turn, stop_reason)| Event::TurnEnded { turn, stop_reason }),
         (session_id(), authority())

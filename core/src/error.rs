@@ -239,12 +239,13 @@ impl SubagentError {
                     .map(|error| error.map_messages(clean))
                     .collect(),
             ),
-            SubagentError::CapabilityUnsupported { provider, capability } => {
-                SubagentError::CapabilityUnsupported {
-                    provider: clean(&provider),
-                    capability,
-                }
-            }
+            SubagentError::CapabilityUnsupported {
+                provider,
+                capability,
+            } => SubagentError::CapabilityUnsupported {
+                provider: clean(&provider),
+                capability,
+            },
             unchanged @ (SubagentError::DepthExceeded { .. } | SubagentError::Cancelled) => {
                 unchanged
             }

@@ -514,9 +514,10 @@ impl Event {
             provider: None,
             mode: SessionMode::Continuable,
             external: false,
-            descriptor: agent_options.map_or(Value::Null, |options| {
-                serde_json::json!({ "agentOptions": options })
-            }),
+            descriptor: agent_options.map_or(
+                Value::Null,
+                |options| serde_json::json!({ "agentOptions": options }),
+            ),
         }
     }
 

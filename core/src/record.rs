@@ -51,7 +51,8 @@ const HEADER_LEN: usize = 5;
 /// reported as [`RecordError::Encode`] rather than a panic all the same.
 pub fn encode(record: &RecordedEvent) -> Result<Vec<u8>, RecordError> {
     let mut bytes = vec![0u8; HEADER_LEN];
-    serde_json::to_writer(&mut bytes, record).map_err(|err| RecordError::Encode(err.to_string()))?;
+    serde_json::to_writer(&mut bytes, record)
+        .map_err(|err| RecordError::Encode(err.to_string()))?;
     let crc = crc32c::crc32c(&bytes[HEADER_LEN..]);
     bytes[0] = RECORD_FORMAT;
     bytes[1..HEADER_LEN].copy_from_slice(&crc.to_le_bytes());
@@ -126,10 +127,11 @@ pub fn decode(position: u64, bytes: &[u8]) -> Result<RecordedEvent, RecordError>
 /// envelope does not even name one); [`RecordError::UnsupportedSchema`] for
 /// events of a newer schema.
 pub fn decode_body(body: &[u8]) -> Result<RecordedEvent, RecordError> {
-    let wire: RecordWire<'_> = serde_json::from_slice(body).map_err(|err| RecordError::Corrupt {
-        position: 0,
-        reason: format!("malformed envelope: {err}"),
-    })?;
+    let wire: RecordWire<'_> =
+        serde_json::from_slice(body).map_err(|err| RecordError::Corrupt {
+            position: 0,
+            reason: format!("malformed envelope: {err}"),
+        })?;
     let position = wire.position;
     let event = decode_event(wire.schema_version, wire.event.get()).map_err(|err| match err {
         UpcastError::UnsupportedSchema { .. } => RecordError::UnsupportedSchema {
@@ -157,8 +159,8 @@ pub fn decode_body(body: &[u8]) -> Result<RecordedEvent, RecordError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use proptest::prelude::*;
     use crate::{arbitrary, SessionId, CURRENT_SCHEMA_VERSION};
+    use proptest::prelude::*;
 
     fn record(event: crate::Event, position: u64) -> RecordedEvent {
         RecordedEvent {
@@ -222,10 +224,7 @@ mod tests {
 
     #[test]
     fn newer_schema_versions_are_refused_not_misread() {
-        let mut newer = record(
-            crate::Event::ProviderRemoved { name: "x".into() },
-            2,
-        );
+        let mut newer = record(crate::Event::ProviderRemoved { name: "x".into() }, 2);
         newer.schema_version = CURRENT_SCHEMA_VERSION + 1;
         let bytes = encode(&newer).unwrap();
         assert!(matches!(

@@ -37,7 +37,15 @@ const SECRET_KEYS: [&str; 11] = [
 
 /// Prefixes of well-known API key formats.
 const KEY_PREFIXES: [&str; 10] = [
-    "sk-", "sk_live_", "rk_live_", "ghp_", "gho_", "github_pat_", "xoxb-", "xoxp-", "glpat-",
+    "sk-",
+    "sk_live_",
+    "rk_live_",
+    "ghp_",
+    "gho_",
+    "github_pat_",
+    "xoxb-",
+    "xoxp-",
+    "glpat-",
     "AKIA",
 ];
 
@@ -250,11 +258,17 @@ mod tests {
             ("login failed: password=hunter2 for bob", "hunter2"),
             ("DB_PASSWORD: 's3cr3t!' rejected", "s3cr3t!"),
             (r#"{"api_key": "abc123xyz"}"#, "abc123xyz"),
-            ("header Authorization: Bearer eyJhbGciOi.payload.sig", "eyJhbGciOi"),
+            (
+                "header Authorization: Bearer eyJhbGciOi.payload.sig",
+                "eyJhbGciOi",
+            ),
             ("using key sk-proj-ABCDEFGHIJKLMNOP now", "ABCDEFGHIJKLMNOP"),
             ("aws AKIAIOSFODNN7EXAMPLE denied", "IOSFODNN7EXAMPLE"),
             ("client_secret=zzz&grant=1", "zzz"),
-            ("gh ghp_0123456789abcdefghij rate limited", "0123456789abcdef"),
+            (
+                "gh ghp_0123456789abcdefghij rate limited",
+                "0123456789abcdef",
+            ),
         ];
         for (text, secret) in cases {
             let cleaned = scrub_credentials(text);
@@ -294,7 +308,12 @@ mod tests {
         redactor.add("ab"); // too short to matter
         let text = "tool read /etc/shadow with --force-all: launch_missiles(); env q9-w8-e7-r6; ab";
         let cleaned = redactor.clean(text);
-        for secret in ["/etc/shadow", "--force-all", "launch_missiles();", "q9-w8-e7-r6"] {
+        for secret in [
+            "/etc/shadow",
+            "--force-all",
+            "launch_missiles();",
+            "q9-w8-e7-r6",
+        ] {
             assert!(!cleaned.as_str().contains(secret), "{cleaned}");
         }
         assert!(cleaned.as_str().ends_with("; ab"), "{cleaned}");

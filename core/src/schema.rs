@@ -160,8 +160,8 @@ pub const SCHEMA_DOES_NOT_COMPILE: &str = "the output schema does not compile";
 pub fn validate_capture(schema: &Value, capture: Option<&Value>) -> Result<Value, String> {
     let capture =
         capture.ok_or_else(|| "the child finished without a structured capture".to_owned())?;
-    let validator = jsonschema::validator_for(schema)
-        .map_err(|_| SCHEMA_DOES_NOT_COMPILE.to_owned())?;
+    let validator =
+        jsonschema::validator_for(schema).map_err(|_| SCHEMA_DOES_NOT_COMPILE.to_owned())?;
     let first_error = validator.iter_errors(capture).next().map(|error| {
         format!(
             "the structured capture does not match the output schema at {:?} (rule {})",

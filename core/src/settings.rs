@@ -238,10 +238,7 @@ mod tests {
             DepthPolicy::from_json(&json!("provider-managed")),
             Ok(DepthPolicy::ProviderManaged)
         );
-        assert_eq!(
-            DepthPolicy::from_json(&json!(3)),
-            Ok(DepthPolicy::Limit(3))
-        );
+        assert_eq!(DepthPolicy::from_json(&json!(3)), Ok(DepthPolicy::Limit(3)));
         for bad in [
             json!(-1),
             json!(1.5),
@@ -253,7 +250,10 @@ mod tests {
             let err = DepthPolicy::from_json(&bad).unwrap_err();
             assert_eq!(err.code().as_str(), "subagent/invalid-depth", "{bad}");
         }
-        assert_eq!(parse_max_depth(&json!(MAX_SAFE_INTEGER)), Ok(MAX_SAFE_INTEGER));
+        assert_eq!(
+            parse_max_depth(&json!(MAX_SAFE_INTEGER)),
+            Ok(MAX_SAFE_INTEGER)
+        );
     }
 
     #[test]

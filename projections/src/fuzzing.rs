@@ -19,8 +19,7 @@ use serde_json::Value;
 use subagent_core::{
     persona, record, schema, AbandonReason, AgentOptions, ContentBlock, Delivery, Diagnostic,
     Event, InterruptAuthority, MessageDelivery, MessageId, SessionId, StartOptions, StartSettings,
-    SubagentCapabilities, SubagentResult, SubagentRunId, SubagentStopReason,
-    ToolRestriction,
+    SubagentCapabilities, SubagentResult, SubagentRunId, SubagentStopReason, ToolRestriction,
 };
 
 use crate::checkpoint;
@@ -206,7 +205,7 @@ impl FuzzWorld {
             0 => {
                 let session = SessionId::from_uuid(self.fresh());
                 self.sessions.push(session);
-                let agent_options = (arg() % 2 == 0).then(|| AgentOptions {
+                let agent_options = (arg() & 1 == 0).then(|| AgentOptions {
                     model: Some("m".into()),
                     ..AgentOptions::default()
                 });
@@ -289,7 +288,7 @@ impl FuzzWorld {
                 Command::Release {
                     child,
                     epoch: self.epoch(child, arg()),
-                    cleanup_error: (arg() % 2 == 0).then(|| Diagnostic::new("cleanup")),
+                    cleanup_error: (arg() & 1 == 0).then(|| Diagnostic::new("cleanup")),
                 }
             }
             12 => {
@@ -331,7 +330,7 @@ impl FuzzWorld {
                     target,
                     message_id: MessageId::from_uuid(self.fresh()),
                     content: vec![ContentBlock::text("note")],
-                    delivery: if arg() % 2 == 0 {
+                    delivery: if arg() & 1 == 0 {
                         MessageDelivery::Queue
                     } else {
                         MessageDelivery::Steer
@@ -341,7 +340,7 @@ impl FuzzWorld {
             18 => {
                 let target = self.session(arg());
                 let holder = self.session(arg());
-                let authority = if arg() % 2 == 0 {
+                let authority = if arg() & 1 == 0 {
                     InterruptAuthority::User {
                         parent_session_id: holder,
                     }

@@ -10,13 +10,13 @@
 pub mod activation;
 pub mod catalog;
 pub mod checkpoint;
+/// Fuzz target bodies (feature `testing`); see `fuzz/`.
+#[cfg(feature = "testing")]
+pub mod fuzzing;
 pub mod inbox;
 pub mod machine;
 pub mod sessions;
 pub mod state;
-/// Fuzz target bodies (feature `testing`); see `fuzz/`.
-#[cfg(feature = "testing")]
-pub mod fuzzing;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 

@@ -9,10 +9,10 @@
 
 use serde_json::{json, Value};
 use subagent_core::{
-    effective_agent_options, AbandonReason, AgentOptions, ContentBlock, Delivery, Diagnostic, Event, MessageDelivery, MessageId,
-    MessageSource, SessionId, SessionMode, StartOptions, StreamId, SubagentDescriptor,
-    StartSettings, SubagentError, SubagentResult, SubagentRunId, SubagentStopReason,
-    MAX_SAFE_INTEGER,
+    effective_agent_options, AbandonReason, AgentOptions, ContentBlock, Delivery, Diagnostic,
+    Event, MessageDelivery, MessageId, MessageSource, SessionId, SessionMode, StartOptions,
+    StartSettings, StreamId, SubagentDescriptor, SubagentError, SubagentResult, SubagentRunId,
+    SubagentStopReason, MAX_SAFE_INTEGER,
 };
 
 use crate::activation::{ActivationPhase, LiveActivation, RunPhase};

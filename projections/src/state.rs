@@ -10,8 +10,9 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 
 use serde::{Deserialize, Serialize};
 use subagent_core::{
-    AgentRoute, CatalogMode, Event, ToolRestriction, RecordedEvent, SessionId, SubagentCapabilities, SubagentCatalogEntry,
-    SubagentDescendantListEntry, SubagentDescriptor, SubagentListEntry,
+    AgentRoute, CatalogMode, Event, RecordedEvent, SessionId, SubagentCapabilities,
+    SubagentCatalogEntry, SubagentDescendantListEntry, SubagentDescriptor, SubagentListEntry,
+    ToolRestriction,
 };
 
 use crate::activation::{

@@ -65,17 +65,21 @@ fn the_decide_seeds_drive_a_child_through_its_whole_lifecycle() {
         "ActivationSettled",
         "ActivationReleased",
     ] {
-        assert!(recorded.contains(&expected), "{expected} missing from {recorded:?}");
+        assert!(
+            recorded.contains(&expected),
+            "{expected} missing from {recorded:?}"
+        );
     }
 }
 
 #[test]
 #[ignore = "rewrites the seed corpora; run by hand"]
 fn regenerate_seed_corpora() {
-    use subagent_projections::{checkpoint, Projections};
     use subagent_core::record::{decode_body, encode};
+    use subagent_projections::{checkpoint, Projections};
 
-    let fixture = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/schema-v1.jsonl");
+    let fixture =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/schema-v1.jsonl");
     let lines: Vec<String> = std::fs::read_to_string(fixture)
         .expect("fixture")
         .lines()
@@ -93,12 +97,20 @@ fn regenerate_seed_corpora() {
     for (index, record) in records.iter().enumerate().take(12) {
         let mut at_one = record.clone();
         at_one.position = 1;
-        write("record_decode", format!("{index:02}"), &encode(&at_one).unwrap());
+        write(
+            "record_decode",
+            format!("{index:02}"),
+            &encode(&at_one).unwrap(),
+        );
         let event = serde_json::to_vec(&record.event).unwrap();
         write("event_json", format!("{index:02}"), &event);
     }
     let state = Projections::fold(&records);
-    write("checkpoint_decode", "fixture".into(), &checkpoint::encode(&state));
+    write(
+        "checkpoint_decode",
+        "fixture".into(),
+        &checkpoint::encode(&state),
+    );
     write(
         "checkpoint_decode",
         "empty".into(),
@@ -123,14 +135,24 @@ fn regenerate_seed_corpora() {
         "}} stray close",
     ];
     for (index, persona) in personas.iter().enumerate() {
-        write("persona_template", format!("{index:02}"), persona.as_bytes());
+        write(
+            "persona_template",
+            format!("{index:02}"),
+            persona.as_bytes(),
+        );
     }
     // Open a root, register both providers, start a local child, prepare,
     // publish, run a turn, settle, message it, release; then an external run.
     let sequences: [&[u8]; 3] = [
-        &[0, 0, 1, 0, 1, 1, 3, 0, 0, 0, 4, 1, 2, 5, 1, 2, 6, 1, 8, 1, 9, 1, 0, 10, 1, 2, 0, 17, 0, 1, 0, 6, 1, 11, 1, 2, 0],
+        &[
+            0, 0, 1, 0, 1, 1, 3, 0, 0, 0, 4, 1, 2, 5, 1, 2, 6, 1, 8, 1, 9, 1, 0, 10, 1, 2, 0, 17,
+            0, 1, 0, 6, 1, 11, 1, 2, 0,
+        ],
         &[0, 1, 1, 1, 3, 0, 0, 1, 13, 1, 14, 1, 0, 15, 1, 21],
-        &[0, 0, 1, 0, 3, 0, 1, 3, 0, 4, 1, 2, 19, 0, 3, 0, 0, 0, 18, 1, 0, 1, 12, 1, 2, 3, 20, 0, 21],
+        &[
+            0, 0, 1, 0, 3, 0, 1, 3, 0, 4, 1, 2, 19, 0, 3, 0, 0, 0, 18, 1, 0, 1, 12, 1, 2, 3, 20, 0,
+            21,
+        ],
     ];
     for (index, sequence) in sequences.iter().enumerate() {
         write("decide_sequence", format!("{index:02}"), sequence);

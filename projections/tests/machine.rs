@@ -2,9 +2,9 @@
 //! each rejection with its stable code.
 
 use subagent_core::{
-    AbandonReason, AgentOptions, AgentRoute, ContentBlock, ModelSelectionSettings, StartSettings, Delivery, Diagnostic, ErrorCode, Event, MessageId, MessageSource,
-    SessionId, StartOptions, SubagentCapabilities, SubagentResult, SubagentRunId,
-    SubagentStopReason, ToolRestriction,
+    AbandonReason, AgentOptions, AgentRoute, ContentBlock, Delivery, Diagnostic, ErrorCode, Event,
+    MessageId, MessageSource, ModelSelectionSettings, SessionId, StartOptions, StartSettings,
+    SubagentCapabilities, SubagentResult, SubagentRunId, SubagentStopReason, ToolRestriction,
 };
 use subagent_projections::machine::{decide, settlement_summary, Command, Decision, StartChild};
 use subagent_projections::testing::HistoryBuilder;
@@ -988,11 +988,18 @@ fn tool_filters_name_only_host_tools_and_narrow_down_the_lineage() {
         ToolRestriction::Deny(vec!["".into()]),
     ] {
         assert_eq!(
-            world.reject(Command::StartChild(with_options(root, "spawn", filter(unknown)))),
+            world.reject(Command::StartChild(with_options(
+                root,
+                "spawn",
+                filter(unknown)
+            ))),
             ErrorCode::UnknownTool
         );
     }
-    assert!(world.state.sessions.len() == 1, "a rejection records nothing");
+    assert!(
+        world.state.sessions.len() == 1,
+        "a rejection records nothing"
+    );
     let child = with_options(
         root,
         "spawn",
@@ -1003,16 +1010,28 @@ fn tool_filters_name_only_host_tools_and_narrow_down_the_lineage() {
     let grandchild = with_options(
         child_id,
         "spawn",
-        filter(ToolRestriction::Allow(vec!["shell".into(), "read_file".into()])),
+        filter(ToolRestriction::Allow(vec![
+            "shell".into(),
+            "read_file".into(),
+        ])),
     );
     let grandchild_id = grandchild.child;
     world.run(Command::StartChild(grandchild));
     let lineage = world.state.tool_lineage(grandchild_id);
     assert_eq!(lineage.len(), 2);
-    assert!(ToolRestriction::permits_in(lineage.iter().copied(), "read_file"));
+    assert!(ToolRestriction::permits_in(
+        lineage.iter().copied(),
+        "read_file"
+    ));
     // Allowed by the grandchild's own filter, denied above it.
-    assert!(!ToolRestriction::permits_in(lineage.iter().copied(), "shell"));
-    assert!(!ToolRestriction::permits_in(lineage.iter().copied(), "write_file"));
+    assert!(!ToolRestriction::permits_in(
+        lineage.iter().copied(),
+        "shell"
+    ));
+    assert!(!ToolRestriction::permits_in(
+        lineage.iter().copied(),
+        "write_file"
+    ));
     assert!(world.state.tool_lineage(root).is_empty());
 }
 
@@ -1187,7 +1206,11 @@ fn route_defaults_need_the_agent_options_capability() {
         world.reject(registration(SubagentCapabilities::ALL, "")),
         ErrorCode::BadRequest
     );
-    assert!(decide(&world.state, registration(SubagentCapabilities::ALL, "gpt-5")).is_ok());
+    assert!(decide(
+        &world.state,
+        registration(SubagentCapabilities::ALL, "gpt-5")
+    )
+    .is_ok());
 }
 
 #[test]

@@ -32,9 +32,11 @@ impl Deployment {
     /// Reads the host's tools and the process environment.
     pub(crate) fn new(tools: Vec<ToolDefinition>) -> Self {
         let mut environment = Redactor::new();
-        environment.add_environment(std::env::vars_os().filter_map(|(key, value)| {
-            Some((key.into_string().ok()?, value.into_string().ok()?))
-        }));
+        environment.add_environment(
+            std::env::vars_os().filter_map(|(key, value)| {
+                Some((key.into_string().ok()?, value.into_string().ok()?))
+            }),
+        );
         let settings = StartSettings {
             tools: tools.iter().map(|tool| tool.name.clone()).collect(),
             ..StartSettings::default()

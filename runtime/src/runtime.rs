@@ -7,9 +7,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde_json::Value;
 use subagent_core::{
-    content::ContentBlock, AbandonReason, AgentOptions, Diagnostic, Event, MessageId, SessionId, StreamId,
-    SubagentActivationSpec, SubagentDescendantListEntry, SubagentError, SubagentListEntry,
-    SubagentRunEndInfo, SubagentRunId, SubagentRunInfo,
+    content::ContentBlock, AbandonReason, AgentOptions, Diagnostic, Event, MessageId, SessionId,
+    StreamId, SubagentActivationSpec, SubagentDescendantListEntry, SubagentError,
+    SubagentListEntry, SubagentRunEndInfo, SubagentRunId, SubagentRunInfo,
 };
 use subagent_projections::{Command, StartChild};
 use subagent_store::{EventLog, EventLogExt};
@@ -248,6 +248,13 @@ impl SubagentRuntime {
         aggregate(failures)
     }
 
+    /// A snapshot of every projection as of the last acknowledged command,
+    /// for audits and tests: it must equal a fold of the log from the start.
+    #[must_use]
+    pub fn projections(&self) -> subagent_projections::Projections {
+        self.inner.engine.state().clone()
+    }
+
     /// The log.
     #[must_use]
     pub fn log(&self) -> &Arc<dyn EventLog> {
@@ -401,10 +408,18 @@ impl SubagentRuntime {
             .any(|record| matches!(record.event, Event::ActivationRequested { .. }));
         if resumed {
             self.cold_resume(target, permits);
-        } else if let Some(driver) = lock(&self.inner.drivers).get(&target) {
-            driver.wake.send_modify(|wakes| *wakes += 1);
+        } else {
+            self.wake(target);
         }
         Ok(message_id)
+    }
+
+    /// Tells `session`'s live driver, if any, that its inbox gained a
+    /// message: an idle agent starts a turn, a parked one resumes its queue.
+    pub(crate) fn wake(&self, session: SessionId) {
+        if let Some(driver) = lock(&self.inner.drivers).get(&session) {
+            driver.wake.send_modify(|wakes| *wakes += 1);
+        }
     }
 
     fn cold_resume(&self, child: SessionId, permits: Option<crate::capacity::Permits>) {

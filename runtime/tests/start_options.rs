@@ -230,7 +230,10 @@ async fn a_tool_filter_hides_restricted_tools_and_refuses_their_calls_down_the_l
         .err()
         .unwrap();
     assert_eq!(err.code(), ErrorCode::UnknownTool);
-    assert_eq!(err.to_string(), "tool filter names unknown tool \"read_flie\"");
+    assert_eq!(
+        err.to_string(),
+        "tool filter names unknown tool \"read_flie\""
+    );
     assert_eq!(log.head(), head, "the rejection recorded nothing");
     for activation in [grandchild, child, sibling] {
         activation.dispose().await.unwrap();

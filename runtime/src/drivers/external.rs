@@ -60,6 +60,8 @@ impl ExternalDriver {
                     result: result.clone(),
                 })
                 .await?;
+            // A parent-delivered report is a message to the parent.
+            self.runtime.wake(self.handle.parent);
             self.runtime.notify(Notice::End {
                 parent: self.handle.parent,
                 info: SubagentRunEndInfo {

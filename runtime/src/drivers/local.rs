@@ -9,7 +9,8 @@ use std::sync::Arc;
 use serde_json::Value;
 use subagent_core::{
     content::ContentBlock, select_output, Event, MessageId, StreamId, SubagentDescriptor,
-    SubagentError, SubagentResult, ToolRestriction, SubagentRunEndInfo, SubagentRunId, SubagentRunInfo,
+    SubagentError, SubagentResult, SubagentRunEndInfo, SubagentRunId, SubagentRunInfo,
+    ToolRestriction,
 };
 use subagent_projections::Command;
 use subagent_store::EventLogExt;
@@ -252,6 +253,8 @@ impl LocalDriver {
                         result: result.clone(),
                     })
                     .await?;
+                // A parent-delivered settlement notice is a message to the parent.
+                self.runtime.wake(self.handle.parent);
                 self.runtime.notify(Notice::End {
                     parent: self.handle.parent,
                     info: SubagentRunEndInfo {
@@ -381,11 +384,11 @@ impl LocalDriver {
         } else if !known {
             ToolOutput::error(format!("unknown tool {}", call.name))
         } else {
-            let execution =
-                self.runtime
-                    .inner
-                    .host
-                    .execute_tool(child, call, cancel.child_token());
+            let execution = self
+                .runtime
+                .inner
+                .host
+                .execute_tool(child, call, cancel.child_token());
             tokio::select! {
                 output = execution => ToolOutput { refused: false, ..output },
                 () = cancel.cancelled() => ToolOutput::error("interrupted"),

@@ -1,0 +1,971 @@
+//! Model-based tests of the whole runtime (`proptest-state-machine`).
+//!
+//! [`Model`] is a reference model written from `../shared/spec/` in plain
+//! Rust: a list of sessions with their parent, kind and liveness, the
+//! registered providers and the parents whose admission a drain closed. It
+//! does not use `decide` or the projections. Each generated transition is
+//! applied to the model and to a real [`SubagentRuntime`] driven by the
+//! scripted agent, over the in-memory log and over RocksDB; the runtime's
+//! answer (success, the error code, `wait_for_children`'s flag) must equal
+//! the model's. After every step, once the runtime is quiescent:
+//! - the set of live activations and runs equals the model's;
+//! - every parent's catalog lists the model's children in start order;
+//! - the runtime's incremental projections equal a fold of the whole log;
+//! - every accepted message is pending, claimed or dropped exactly once;
+//! - no child is deeper than the depth cap it was started with.
+//!
+//! Failures proptest shrinks are kept in `tests/model.proptest-regressions`.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use proptest::prelude::*;
+use proptest_state_machine::{prop_state_machine, ReferenceStateMachine, StateMachineTest};
+use subagent_core::{
+    ContentBlock, Delivery, ErrorCode, Event, SessionId, SubagentActivationSpec,
+    SubagentCapabilities, SubagentError, SubagentResult, SubagentStopReason, ToolRestriction,
+};
+use subagent_projections::Projections;
+use subagent_runtime::providers::SpawnProvider;
+use subagent_runtime::scripted::Step;
+use subagent_runtime::seam::{BoxFuture, ResolvedStartRequest};
+use subagent_runtime::{
+    InterruptAuthority, LiveAgent, Script, ScriptedHost, SubagentActivation, SubagentProvider,
+    SubagentRun, SubagentRuntime,
+};
+use subagent_store::{EventLog, EventLogExt, MemoryLog, RocksLog, RocksOptions};
+use tokio_util::sync::CancellationToken;
+
+// ---- the reference model ------------------------------------------------------
+
+/// The providers a transition may name. `Missing` is never registered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+enum Provider {
+    /// `spawn`: local, continuable, every start option.
+    Spawn,
+    /// `instant`: external one-shot, no start option.
+    Instant,
+    /// A name nobody registers.
+    Missing,
+}
+
+impl Provider {
+    fn name(self) -> &'static str {
+        match self {
+            Provider::Spawn => "spawn",
+            Provider::Instant => "instant",
+            Provider::Missing => "missing",
+        }
+    }
+}
+
+/// The start option a transition asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum StartOption {
+    None,
+    Persona,
+    ToolFilter,
+    OutputSchema,
+    MaxDepth(u64),
+}
+
+/// What the host registers each time it opens the runtime.
+const HOST_PROVIDERS: [Provider; 2] = [Provider::Spawn, Provider::Instant];
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Root,
+    Local,
+    External,
+}
+
+#[derive(Clone, Debug)]
+struct ModelSession {
+    parent: Option<usize>,
+    depth: u64,
+    kind: Kind,
+    /// A root that is open, a local child with a live activation, or an
+    /// external run not yet disposed.
+    live: bool,
+    /// The live activation captures structured output (input closed).
+    captures: bool,
+    /// Bumped by every activation; an activation handle is current only
+    /// while its generation is.
+    generation: u32,
+}
+
+/// What a transition answers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Outcome {
+    Ok,
+    Observed(bool),
+    Err(ErrorCode),
+}
+
+#[derive(Clone, Debug)]
+struct Model {
+    sessions: Vec<ModelSession>,
+    providers: BTreeSet<Provider>,
+    /// Parents below which a drain closed admission.
+    closed: BTreeSet<usize>,
+    /// Runtime generation: bumped by every restart.
+    restarts: u32,
+    /// The answer the last transition must get.
+    expected: Outcome,
+}
+
+#[derive(Clone, Debug)]
+enum Transition {
+    Start {
+        parent: usize,
+        provider: Provider,
+        option: StartOption,
+    },
+    Send {
+        sender: usize,
+        target: usize,
+    },
+    Interrupt {
+        target: usize,
+        /// `true`: `Ancestor(holder)`; `false`: `User { parent: holder }`.
+        as_ancestor: bool,
+        holder: usize,
+    },
+    Dispose {
+        child: usize,
+    },
+    DrainChildren {
+        parent: usize,
+        children: Vec<usize>,
+    },
+    DrainDescendants {
+        parent: usize,
+    },
+    Wait {
+        parent: usize,
+    },
+    Register(Provider),
+    Remove(Provider),
+    Restart,
+}
+
+impl Model {
+    fn new() -> Self {
+        Model {
+            sessions: vec![ModelSession {
+                parent: None,
+                depth: 0,
+                kind: Kind::Root,
+                live: true,
+                captures: false,
+                generation: 1,
+            }],
+            providers: HOST_PROVIDERS.into_iter().collect(),
+            closed: BTreeSet::new(),
+            restarts: 0,
+            expected: Outcome::Ok,
+        }
+    }
+
+    fn lineage(&self, session: usize) -> Vec<usize> {
+        let mut lineage = vec![session];
+        let mut current = self.sessions[session].parent;
+        while let Some(parent) = current {
+            lineage.push(parent);
+            current = self.sessions[parent].parent;
+        }
+        lineage
+    }
+
+    fn admission_closed(&self, session: usize) -> bool {
+        self.lineage(session)
+            .iter()
+            .any(|id| self.closed.contains(id))
+    }
+
+    /// Releases `session` and, first, every live session below it; a
+    /// released session leaves the registry, which ends a drain's cutoff.
+    fn release(&mut self, session: usize) {
+        let children: Vec<usize> = (0..self.sessions.len())
+            .filter(|id| self.sessions[*id].parent == Some(session) && self.sessions[*id].live)
+            .collect();
+        for child in children {
+            self.release(child);
+        }
+        self.sessions[session].live = false;
+        self.sessions[session].captures = false;
+        self.closed.remove(&session);
+    }
+
+    fn live_children(&self, parent: usize) -> Vec<usize> {
+        (0..self.sessions.len())
+            .filter(|id| self.sessions[*id].parent == Some(parent) && self.sessions[*id].live)
+            .collect()
+    }
+
+    fn delegating(&self, session: usize) -> bool {
+        session < self.sessions.len() && self.sessions[session].kind != Kind::External
+    }
+
+    fn step(&mut self, transition: &Transition) -> Outcome {
+        use Outcome::{Err, Observed, Ok};
+        match transition {
+            Transition::Start {
+                parent,
+                provider,
+                option,
+            } => {
+                let parent = *parent;
+                if !self.sessions[parent].live {
+                    return Err(ErrorCode::Unauthorized);
+                }
+                if !self.providers.contains(provider) {
+                    return Err(ErrorCode::UnknownProvider);
+                }
+                if self.admission_closed(parent) {
+                    return Err(ErrorCode::AdmissionClosed);
+                }
+                if *provider == Provider::Instant && *option != StartOption::None {
+                    return Err(ErrorCode::CapabilityUnsupported);
+                }
+                let depth = self.sessions[parent].depth + 1;
+                if let StartOption::MaxDepth(cap) = option {
+                    if depth > *cap {
+                        return Err(ErrorCode::DepthExceeded);
+                    }
+                }
+                let kind = if *provider == Provider::Spawn {
+                    Kind::Local
+                } else {
+                    Kind::External
+                };
+                self.sessions.push(ModelSession {
+                    parent: Some(parent),
+                    depth,
+                    kind,
+                    live: true,
+                    captures: *option == StartOption::OutputSchema,
+                    generation: 1,
+                });
+                Ok
+            }
+            Transition::Send { sender, target } => {
+                let (sender, target) = (*sender, *target);
+                if !self.sessions[sender].live {
+                    return Err(ErrorCode::Unauthorized);
+                }
+                let to_child = self.sessions[target].parent == Some(sender);
+                let to_parent = self.sessions[sender].parent == Some(target);
+                if !to_child && !to_parent {
+                    return Err(ErrorCode::Unauthorized);
+                }
+                let record = &self.sessions[target];
+                if record.kind == Kind::External {
+                    return Err(ErrorCode::NotResumable);
+                }
+                if record.live && record.captures {
+                    return Err(ErrorCode::DeliveryUnavailable);
+                }
+                if to_child && !record.live {
+                    if self.admission_closed(sender) {
+                        return Err(ErrorCode::AdmissionClosed);
+                    }
+                    let record = &mut self.sessions[target];
+                    record.live = true;
+                    record.captures = false;
+                    record.generation += 1;
+                }
+                Ok
+            }
+            Transition::Interrupt {
+                target,
+                as_ancestor,
+                holder,
+            } => {
+                let owns = if *as_ancestor {
+                    if !self.sessions[*holder].live {
+                        return Err(ErrorCode::Unauthorized);
+                    }
+                    self.lineage(*target)[1..].contains(holder)
+                } else {
+                    self.sessions[*target].parent == Some(*holder)
+                };
+                // Every target is idle here: an authorized interrupt is a no-op.
+                if owns {
+                    Ok
+                } else {
+                    Err(ErrorCode::Unauthorized)
+                }
+            }
+            Transition::Dispose { child } => {
+                // The handle from the start is current only in the same
+                // runtime generation and before any cold resume.
+                let record = &self.sessions[*child];
+                if record.live && record.generation == 1 {
+                    self.release(*child);
+                }
+                Ok
+            }
+            Transition::DrainChildren { parent, children } => {
+                if !self.sessions[*parent].live {
+                    return Err(ErrorCode::Unauthorized);
+                }
+                let foreign = children.iter().any(|child| {
+                    self.sessions[*child].live
+                        && self.sessions[*child].kind != Kind::Root
+                        && self.sessions[*child].parent != Some(*parent)
+                });
+                if foreign {
+                    return Err(ErrorCode::Unauthorized);
+                }
+                for child in children {
+                    if self.sessions[*child].live && self.sessions[*child].kind != Kind::Root {
+                        self.release(*child);
+                    }
+                }
+                Ok
+            }
+            Transition::DrainDescendants { parent } => {
+                if !self.sessions[*parent].live {
+                    return Err(ErrorCode::Unauthorized);
+                }
+                self.closed.insert(*parent);
+                for child in self.live_children(*parent) {
+                    self.release(child);
+                }
+                Ok
+            }
+            Transition::Wait { parent } => {
+                if !self.sessions[*parent].live {
+                    return Err(ErrorCode::Unauthorized);
+                }
+                Observed(!self.live_children(*parent).is_empty())
+            }
+            Transition::Register(provider) => {
+                if self.providers.insert(*provider) {
+                    Ok
+                } else {
+                    Err(ErrorCode::DuplicateProvider)
+                }
+            }
+            Transition::Remove(provider) => {
+                if self.providers.remove(provider) {
+                    Ok
+                } else {
+                    Err(ErrorCode::UnknownProvider)
+                }
+            }
+            Transition::Restart => {
+                // A clean close releases every live child; the registry and
+                // the root handles end with the host; the new host opens a
+                // new root and registers its providers.
+                let roots: Vec<usize> = (0..self.sessions.len())
+                    .filter(|id| self.sessions[*id].kind == Kind::Root)
+                    .collect();
+                for root in roots {
+                    for child in self.live_children(root) {
+                        self.release(child);
+                    }
+                    self.sessions[root].live = false;
+                }
+                // The new host registers its providers again.
+                self.providers = HOST_PROVIDERS.into_iter().collect();
+                self.restarts += 1;
+                self.sessions.iter_mut().for_each(|s| s.generation = 0);
+                self.sessions.push(ModelSession {
+                    parent: None,
+                    depth: 0,
+                    kind: Kind::Root,
+                    live: true,
+                    captures: false,
+                    generation: 1,
+                });
+                Ok
+            }
+        }
+    }
+}
+
+fn provider() -> impl Strategy<Value = Provider> {
+    prop_oneof![
+        4 => Just(Provider::Spawn),
+        2 => Just(Provider::Instant),
+        1 => Just(Provider::Missing),
+    ]
+}
+
+fn start_option() -> impl Strategy<Value = StartOption> {
+    prop_oneof![
+        6 => Just(StartOption::None),
+        1 => Just(StartOption::Persona),
+        1 => Just(StartOption::ToolFilter),
+        1 => Just(StartOption::OutputSchema),
+        2 => (0u64..4).prop_map(StartOption::MaxDepth),
+    ]
+}
+
+struct ModelMachine;
+
+impl ReferenceStateMachine for ModelMachine {
+    type State = Model;
+    type Transition = Transition;
+
+    fn init_state() -> BoxedStrategy<Model> {
+        Just(Model::new()).boxed()
+    }
+
+    fn transitions(state: &Model) -> BoxedStrategy<Transition> {
+        let sessions = state.sessions.len();
+        let delegating: Vec<usize> = (0..sessions).filter(|id| state.delegating(*id)).collect();
+        // Mostly live delegators and adjacent pairs, so most steps get past
+        // authorization; the rest probe the refusals.
+        let live_delegating: Vec<usize> = delegating
+            .iter()
+            .copied()
+            .filter(|id| state.sessions[*id].live)
+            .collect();
+        let live_delegator = if live_delegating.is_empty() {
+            proptest::sample::select(delegating.clone()).boxed()
+        } else {
+            proptest::sample::select(live_delegating).boxed()
+        };
+        let adjacent: Vec<(usize, usize)> = delegating
+            .iter()
+            .flat_map(|sender| {
+                (0..sessions)
+                    .filter(|target| {
+                        state.sessions[*target].parent == Some(*sender)
+                            || state.sessions[*sender].parent == Some(*target)
+                    })
+                    .map(|target| (*sender, target))
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        let pair = if adjacent.is_empty() {
+            (proptest::sample::select(delegating.clone()), 0..sessions).boxed()
+        } else {
+            proptest::sample::select(adjacent).boxed()
+        };
+        let children: Vec<usize> = (0..sessions)
+            .filter(|id| state.sessions[*id].kind != Kind::Root)
+            .collect();
+        let session = 0..sessions;
+        let delegator = proptest::sample::select(delegating);
+        let child = if children.is_empty() {
+            Just(0usize).boxed()
+        } else {
+            proptest::sample::select(children).boxed()
+        };
+        prop_oneof![
+            8 => (live_delegator.clone(), provider(), start_option()).prop_map(|(parent, provider, option)| {
+                Transition::Start { parent, provider, option }
+            }),
+            1 => (delegator.clone(), provider(), start_option()).prop_map(|(parent, provider, option)| {
+                Transition::Start { parent, provider, option }
+            }),
+            5 => pair.prop_map(|(sender, target)| Transition::Send { sender, target }),
+            1 => (delegator.clone(), session.clone()).prop_map(|(sender, target)| Transition::Send { sender, target }),
+            2 => (session.clone(), any::<bool>(), delegator.clone()).prop_map(|(target, as_ancestor, holder)| {
+                Transition::Interrupt { target, as_ancestor, holder }
+            }),
+            2 => child.prop_map(|child| Transition::Dispose { child }),
+            1 => (delegator.clone(), proptest::collection::vec(session.clone(), 0..3))
+                .prop_map(|(parent, children)| Transition::DrainChildren { parent, children }),
+            1 => live_delegator.prop_map(|parent| Transition::DrainDescendants { parent }),
+            1 => delegator.prop_map(|parent| Transition::Wait { parent }),
+            1 => prop_oneof![Just(Provider::Spawn), Just(Provider::Instant)].prop_map(Transition::Register),
+            1 => provider().prop_map(Transition::Remove),
+            1 => Just(Transition::Restart),
+        ]
+        .boxed()
+    }
+
+    fn preconditions(state: &Model, transition: &Transition) -> bool {
+        let exists = |id: &usize| *id < state.sessions.len();
+        match transition {
+            Transition::Start { parent, .. } | Transition::Wait { parent } => {
+                state.delegating(*parent)
+            }
+            Transition::DrainDescendants { parent } => state.delegating(*parent),
+            Transition::Send { sender, target } => state.delegating(*sender) && exists(target),
+            Transition::Interrupt { target, holder, .. } => {
+                exists(target) && state.delegating(*holder)
+            }
+            Transition::Dispose { child } => {
+                exists(child) && state.sessions[*child].kind != Kind::Root
+            }
+            Transition::DrainChildren { parent, children } => {
+                state.delegating(*parent) && children.iter().all(exists)
+            }
+            Transition::Register(_) | Transition::Remove(_) | Transition::Restart => true,
+        }
+    }
+
+    fn apply(mut state: Model, transition: &Transition) -> Model {
+        state.expected = state.step(transition);
+        state
+    }
+}
+
+// ---- the system under test ------------------------------------------------------
+
+/// An external provider whose runs complete at once.
+struct InstantProvider;
+
+struct InstantRun;
+
+impl SubagentRun for InstantRun {
+    fn result(&mut self) -> BoxFuture<'_, Result<SubagentResult, SubagentError>> {
+        Box::pin(async {
+            Ok(SubagentResult {
+                output: vec![ContentBlock::text("instant")],
+                structured: None,
+                diagnostic: None,
+                stop_reason: SubagentStopReason::Completed,
+            })
+        })
+    }
+    fn dispose(&mut self) -> BoxFuture<'_, Result<(), subagent_core::Diagnostic>> {
+        Box::pin(async { Ok(()) })
+    }
+}
+
+impl SubagentProvider for InstantProvider {
+    fn name(&self) -> &str {
+        "instant"
+    }
+    fn capabilities(&self) -> SubagentCapabilities {
+        SubagentCapabilities::default()
+    }
+    fn inherits_parent_context(&self) -> bool {
+        false
+    }
+    fn start(
+        &self,
+        _request: ResolvedStartRequest,
+    ) -> BoxFuture<'static, Result<Box<dyn SubagentRun>, SubagentError>> {
+        Box::pin(async { Ok(Box::new(InstantRun) as Box<dyn SubagentRun>) })
+    }
+}
+
+fn provider_object(provider: Provider) -> Arc<dyn SubagentProvider> {
+    match provider {
+        Provider::Spawn => Arc::new(SpawnProvider),
+        Provider::Instant => Arc::new(InstantProvider),
+        Provider::Missing => unreachable!("never registered"),
+    }
+}
+
+fn scripted_host() -> ScriptedHost {
+    ScriptedHost::new(Script {
+        turns: vec![vec![
+            Step::Tool {
+                name: "read_file".into(),
+                input: serde_json::json!({"path": "a"}),
+                output: "text".into(),
+            },
+            Step::Say("done".into()),
+        ]],
+    })
+}
+
+/// Where the log lives: memory, or a RocksDB directory reopened on restart.
+trait Backend: 'static {
+    fn open(&mut self) -> Arc<dyn EventLog>;
+}
+
+#[derive(Default)]
+struct Memory(Option<MemoryLog>);
+
+impl Backend for Memory {
+    fn open(&mut self) -> Arc<dyn EventLog> {
+        Arc::new(self.0.get_or_insert_with(MemoryLog::new).clone())
+    }
+}
+
+struct Rocks(tempfile::TempDir);
+
+impl Default for Rocks {
+    fn default() -> Self {
+        Rocks(tempfile::tempdir().expect("tempdir"))
+    }
+}
+
+impl Backend for Rocks {
+    fn open(&mut self) -> Arc<dyn EventLog> {
+        // The previous handle may still be dropping on a runtime thread.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match RocksLog::open(self.0.path(), RocksOptions::default()) {
+                Ok(log) => return Arc::new(log),
+                Err(err) if Instant::now() < deadline => {
+                    let _ = err;
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                Err(err) => panic!("reopening the log: {err}"),
+            }
+        }
+    }
+}
+
+struct System<B: Backend> {
+    tokio: tokio::runtime::Runtime,
+    backend: B,
+    runtime: Option<SubagentRuntime>,
+    /// Session ids, index-aligned with the model's sessions.
+    sessions: Vec<SessionId>,
+    /// The activation handle of each child started in this generation.
+    activations: HashMap<usize, SubagentActivation>,
+    /// Every session's handle: a root's from `open_root`, a child's from its
+    /// activation. Kept across restarts, where they go stale.
+    handles: HashMap<usize, LiveAgent>,
+    /// Registrations, so `Remove` goes through the disposer.
+    registrations: HashMap<Provider, subagent_runtime::ProviderRegistration>,
+}
+
+impl<B: Backend + Default> System<B> {
+    fn new() -> Self {
+        let tokio = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("tokio");
+        let mut system = System {
+            tokio,
+            backend: B::default(),
+            runtime: None,
+            sessions: Vec::new(),
+            activations: HashMap::new(),
+            handles: HashMap::new(),
+            registrations: HashMap::new(),
+        };
+        system.open();
+        system
+    }
+
+    fn runtime(&self) -> &SubagentRuntime {
+        self.runtime.as_ref().expect("open")
+    }
+
+    /// Opens the runtime over the backend and a new root.
+    fn open(&mut self) {
+        let log = self.backend.open();
+        let runtime = self.tokio.block_on(async {
+            let (runtime, _) = SubagentRuntime::open(log, Arc::new(scripted_host()))
+                .await
+                .expect("the runtime opens");
+            runtime
+        });
+        runtime.set_persona_variables([("user".to_owned(), "Ada".to_owned())].into());
+        let root = self
+            .tokio
+            .block_on(runtime.open_root("root"))
+            .expect("root");
+        for provider in HOST_PROVIDERS {
+            let registration = self
+                .tokio
+                .block_on(runtime.register_provider(provider_object(provider)))
+                .expect("the host's providers register");
+            self.registrations.insert(provider, registration);
+        }
+        self.sessions.push(root.session());
+        self.handles.insert(self.sessions.len() - 1, root);
+        self.runtime = Some(runtime);
+    }
+
+    fn handle(&self, index: usize) -> LiveAgent {
+        self.handles[&index].clone()
+    }
+
+    fn spec(provider: Provider, option: StartOption) -> SubagentActivationSpec {
+        let mut spec = SubagentActivationSpec::with_text_prompt(
+            provider.name(),
+            "task",
+            "go",
+            Delivery::Parent,
+        );
+        let options = &mut spec.request.options;
+        match option {
+            StartOption::None => {}
+            StartOption::Persona => options.persona = Some("Serve {{user}}".into()),
+            StartOption::ToolFilter => {
+                options.tool_filter = Some(ToolRestriction::Deny(vec!["read_file".into()]));
+            }
+            StartOption::OutputSchema => {
+                options.output_schema = Some(serde_json::json!({"type": "object"}));
+            }
+            StartOption::MaxDepth(cap) => options.max_depth = Some(cap),
+        }
+        spec
+    }
+
+    fn run(&mut self, transition: &Transition) -> Outcome {
+        let unit = |result: Result<(), SubagentError>| match result {
+            Ok(()) => Outcome::Ok,
+            Err(err) => Outcome::Err(err.code()),
+        };
+        let runtime = self.runtime().clone();
+        match transition {
+            Transition::Start {
+                parent,
+                provider,
+                option,
+            } => {
+                let started = self.tokio.block_on(runtime.start_activation(
+                    &self.handle(*parent),
+                    Self::spec(*provider, *option),
+                    CancellationToken::new(),
+                ));
+                match started {
+                    Ok(activation) => {
+                        self.sessions.push(activation.child_id());
+                        let index = self.sessions.len() - 1;
+                        self.handles.insert(index, activation.agent());
+                        self.activations.insert(index, activation);
+                        Outcome::Ok
+                    }
+                    Err(err) => Outcome::Err(err.code()),
+                }
+            }
+            Transition::Send { sender, target } => unit(
+                self.tokio
+                    .block_on(runtime.send_message(
+                        &self.handle(*sender),
+                        self.sessions[*target],
+                        vec![ContentBlock::text("note")],
+                        CancellationToken::new(),
+                    ))
+                    .map(|_| ()),
+            ),
+            Transition::Interrupt {
+                target,
+                as_ancestor,
+                holder,
+            } => {
+                let holder_handle = self.handle(*holder);
+                let authority = if *as_ancestor {
+                    InterruptAuthority::Ancestor(&holder_handle)
+                } else {
+                    InterruptAuthority::User {
+                        parent_session_id: self.sessions[*holder],
+                    }
+                };
+                unit(
+                    self.tokio
+                        .block_on(runtime.interrupt(self.sessions[*target], authority)),
+                )
+            }
+            Transition::Dispose { child } => match self.activations.get(child) {
+                Some(activation) => unit(self.tokio.block_on(activation.dispose())),
+                // Started before a restart: no handle, nothing to dispose.
+                None => Outcome::Ok,
+            },
+            Transition::DrainChildren { parent, children } => {
+                let ids: Vec<SessionId> = children.iter().map(|id| self.sessions[*id]).collect();
+                unit(
+                    self.tokio
+                        .block_on(runtime.drain_children(&self.handle(*parent), &ids)),
+                )
+            }
+            Transition::DrainDescendants { parent } => unit(
+                self.tokio
+                    .block_on(runtime.drain_descendants(&[self.handle(*parent)])),
+            ),
+            Transition::Wait { parent } => {
+                match self
+                    .tokio
+                    .block_on(runtime.wait_for_children(&self.handle(*parent)))
+                {
+                    Ok(observed) => Outcome::Observed(observed),
+                    Err(err) => Outcome::Err(err.code()),
+                }
+            }
+            Transition::Register(provider) => {
+                match self
+                    .tokio
+                    .block_on(runtime.register_provider(provider_object(*provider)))
+                {
+                    Ok(registration) => {
+                        self.registrations.insert(*provider, registration);
+                        Outcome::Ok
+                    }
+                    Err(err) => Outcome::Err(err.code()),
+                }
+            }
+            Transition::Remove(provider) => match self.registrations.remove(provider) {
+                Some(registration) => unit(self.tokio.block_on(registration.remove())),
+                None => unit(
+                    self.tokio
+                        .block_on(runtime.remove_provider(provider.name())),
+                ),
+            },
+            Transition::Restart => {
+                self.tokio.block_on(runtime.close()).expect("a clean close");
+                self.activations.clear();
+                self.registrations.clear();
+                self.runtime = None;
+                drop(runtime);
+                self.open();
+                Outcome::Ok
+            }
+        }
+    }
+
+    /// Waits until every live activation has settled its first turn and is
+    /// idle with an empty inbox, and every live run has settled.
+    fn quiesce(&self) -> Projections {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let state = self.runtime().projections();
+            let activations_idle = state.live_activations().iter().all(|(session, live)| {
+                live.phase == subagent_projections::ActivationPhase::Published
+                    && live.settled
+                    && state
+                        .activations
+                        .get(session)
+                        .is_some_and(|a| a.running_turn.is_none())
+                    && state.pending_messages(*session).is_empty()
+            });
+            let runs_settled = state.runs.values().all(|run| {
+                run.phase != subagent_projections::RunPhase::Requested
+                    && run.phase != subagent_projections::RunPhase::Started
+            });
+            if activations_idle && runs_settled {
+                return state;
+            }
+            assert!(Instant::now() < deadline, "the runtime never quiesced");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    fn check(&self, model: &Model) {
+        let state = self.quiesce();
+        let id_of: HashMap<SessionId, usize> = self
+            .sessions
+            .iter()
+            .enumerate()
+            .map(|(index, id)| (*id, index))
+            .collect();
+        // Liveness.
+        let mut live: HashSet<usize> = state
+            .live_activations()
+            .iter()
+            .map(|(session, _)| id_of[session])
+            .collect();
+        live.extend(
+            state
+                .runs
+                .iter()
+                .filter(|(_, run)| run.is_live())
+                .map(|(session, _)| id_of[session]),
+        );
+        let expected: HashSet<usize> = (0..model.sessions.len())
+            .filter(|id| model.sessions[*id].live && model.sessions[*id].kind != Kind::Root)
+            .collect();
+        assert_eq!(live, expected, "live activations and runs");
+        // Catalogs, in start order.
+        for (index, session) in self.sessions.iter().enumerate() {
+            let listed: Vec<usize> = self
+                .tokio
+                .block_on(self.runtime().list_children(*session))
+                .iter()
+                .map(|listed| id_of[&listed.entry.child_id])
+                .collect();
+            let modeled: Vec<usize> = (0..model.sessions.len())
+                .filter(|id| model.sessions[*id].parent == Some(index))
+                .collect();
+            assert_eq!(listed, modeled, "catalog of session {index}");
+        }
+        // Incremental projections equal a fold of the whole log.
+        let records: Vec<_> = self
+            .runtime()
+            .log()
+            .read_all(1)
+            .map(|record| record.expect("the log reads back"))
+            .collect();
+        let rebuilt = Projections::fold(&records);
+        assert_eq!(
+            rebuilt,
+            self.runtime().projections(),
+            "incremental == rebuilt"
+        );
+        // Inbox accounting and depth caps.
+        for (session, inbox) in &rebuilt.inboxes {
+            assert_eq!(
+                inbox.accepted as usize,
+                inbox.pending.len() + inbox.claimed.len() + inbox.dropped.len(),
+                "{session}: a message was lost or duplicated"
+            );
+        }
+        let mut claimed = HashSet::new();
+        for record in &records {
+            if let Event::MessagesClaimed { ids, .. } = &record.event {
+                assert!(ids.iter().all(|id| claimed.insert(*id)), "claimed twice");
+            }
+        }
+        for record in rebuilt.sessions.values() {
+            if let Some(cap) = record.descriptor.as_ref().and_then(|d| d.max_depth) {
+                assert!(record.depth <= cap, "a child deeper than its cap");
+            }
+        }
+    }
+}
+
+impl<B: Backend> Drop for System<B> {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.runtime.take() {
+            let _ = self.tokio.block_on(runtime.close());
+        }
+        self.activations.clear();
+    }
+}
+
+struct RuntimeTest<B>(std::marker::PhantomData<B>);
+
+impl<B: Backend + Default> StateMachineTest for RuntimeTest<B> {
+    type SystemUnderTest = System<B>;
+    type Reference = ModelMachine;
+
+    fn init_test(_model: &Model) -> System<B> {
+        System::new()
+    }
+
+    fn apply(mut system: System<B>, model: &Model, transition: Transition) -> System<B> {
+        let answered = system.run(&transition);
+        if std::env::var_os("MODEL_TRACE").is_some() {
+            eprintln!("{transition:?} -> {answered:?}");
+        }
+        assert_eq!(answered, model.expected, "{transition:?}");
+        system
+    }
+
+    fn check_invariants(system: &System<B>, model: &Model) {
+        system.check(model);
+    }
+}
+
+type OverMemory = RuntimeTest<Memory>;
+type OverRocks = RuntimeTest<Rocks>;
+
+prop_state_machine! {
+    #![proptest_config(ProptestConfig {
+        cases: 256,
+        max_shrink_iters: 2048,
+        .. ProptestConfig::default()
+    })]
+
+    #[test]
+    fn the_runtime_over_memory_answers_like_the_model(sequential 1..50 => OverMemory);
+}
+
+prop_state_machine! {
+    #![proptest_config(ProptestConfig {
+        cases: 48,
+        max_shrink_iters: 512,
+        .. ProptestConfig::default()
+    })]
+
+    #[test]
+    fn the_runtime_over_rocksdb_answers_like_the_model(sequential 1..40 => OverRocks);
+}
