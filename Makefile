@@ -11,7 +11,15 @@ BENCH_ARGS ?=
 # Never wrap cargo in `timeout`: killing a librocksdb build midway throws away
 # the build-script run, and the next build starts the 12 minutes over.
 
-.PHONY: deps demo test lint unit bench
+FUZZ_TARGETS := record_decode event_json checkpoint_decode schema_subset persona_template decide_sequence
+# Seconds per fuzz target for `make fuzz`.
+FUZZ_SECONDS ?= 60
+# Fuzz builds use their own flags, so their own target directory.
+FUZZ_TARGET_DIR ?= $(HOME)/.cache/subagents-fuzz-target
+# Rounds of the SIGKILL crash harness for `make soak`.
+SOAK_ROUNDS ?= 100
+
+.PHONY: deps demo test lint unit bench fuzz soak
 
 # System packages: libclang for the RocksDB bindings, a C++ compiler for librocksdb.
 deps:
@@ -40,3 +48,17 @@ bench: deps
 	for part in append activations messages replay list startup memory; do \
 		$(CARGO) run -q --release -p subagent-cli --bin subagents -- bench $$part $(BENCH_ARGS) || exit 1; \
 	done
+
+# Each cargo-fuzz target for FUZZ_SECONDS, growing the committed corpora
+# (fuzz/corpus/<target>); `make test` replays them. `-s none` runs without a
+# sanitizer, which works on the stable toolchain (see TESTING.md).
+fuzz: deps
+	@command -v cargo-fuzz >/dev/null || $(CARGO) install cargo-fuzz --locked
+	for target in $(FUZZ_TARGETS); do \
+		CARGO_TARGET_DIR=$(FUZZ_TARGET_DIR) $(CARGO) fuzz run -s none $$target fuzz/corpus/$$target -- \
+			-max_total_time=$(FUZZ_SECONDS) -max_len=4096 -print_final_stats=1 || exit 1; \
+	done
+
+# The runtime crash harness for SOAK_ROUNDS SIGKILL rounds (make test runs a few).
+soak: deps
+	SUBAGENTS_CRASH_ROUNDS=$(SOAK_ROUNDS) $(CARGO) test -p subagent-runtime --test crash -- --nocapture

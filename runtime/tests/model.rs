@@ -22,6 +22,9 @@ use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
 use proptest_state_machine::{prop_state_machine, ReferenceStateMachine, StateMachineTest};
+mod common;
+
+use common::InstantProvider;
 use subagent_core::{
     ContentBlock, Delivery, ErrorCode, Event, SessionId, SubagentActivationSpec,
     SubagentCapabilities, SubagentError, SubagentResult, SubagentStopReason, ToolRestriction,
@@ -509,45 +512,6 @@ impl ReferenceStateMachine for ModelMachine {
 }
 
 // ---- the system under test ------------------------------------------------------
-
-/// An external provider whose runs complete at once.
-struct InstantProvider;
-
-struct InstantRun;
-
-impl SubagentRun for InstantRun {
-    fn result(&mut self) -> BoxFuture<'_, Result<SubagentResult, SubagentError>> {
-        Box::pin(async {
-            Ok(SubagentResult {
-                output: vec![ContentBlock::text("instant")],
-                structured: None,
-                diagnostic: None,
-                stop_reason: SubagentStopReason::Completed,
-            })
-        })
-    }
-    fn dispose(&mut self) -> BoxFuture<'_, Result<(), subagent_core::Diagnostic>> {
-        Box::pin(async { Ok(()) })
-    }
-}
-
-impl SubagentProvider for InstantProvider {
-    fn name(&self) -> &str {
-        "instant"
-    }
-    fn capabilities(&self) -> SubagentCapabilities {
-        SubagentCapabilities::default()
-    }
-    fn inherits_parent_context(&self) -> bool {
-        false
-    }
-    fn start(
-        &self,
-        _request: ResolvedStartRequest,
-    ) -> BoxFuture<'static, Result<Box<dyn SubagentRun>, SubagentError>> {
-        Box::pin(async { Ok(Box::new(InstantRun) as Box<dyn SubagentRun>) })
-    }
-}
 
 fn provider_object(provider: Provider) -> Arc<dyn SubagentProvider> {
     match provider {
