@@ -26,16 +26,15 @@ mod common;
 
 use common::InstantProvider;
 use subagent_core::{
-    ContentBlock, Delivery, ErrorCode, Event, SessionId, SubagentActivationSpec,
-    SubagentCapabilities, SubagentError, SubagentResult, SubagentStopReason, ToolRestriction,
+    ContentBlock, Delivery, ErrorCode, Event, SessionId, SubagentActivationSpec, SubagentError,
+    ToolRestriction,
 };
 use subagent_projections::Projections;
 use subagent_runtime::providers::SpawnProvider;
 use subagent_runtime::scripted::Step;
-use subagent_runtime::seam::{BoxFuture, ResolvedStartRequest};
 use subagent_runtime::{
     InterruptAuthority, LiveAgent, Script, ScriptedHost, SubagentActivation, SubagentProvider,
-    SubagentRun, SubagentRuntime,
+    SubagentRuntime,
 };
 use subagent_store::{EventLog, EventLogExt, MemoryLog, RocksLog, RocksOptions};
 use tokio_util::sync::CancellationToken;
