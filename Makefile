@@ -16,8 +16,9 @@ FUZZ_TARGETS := record_decode event_json checkpoint_decode schema_subset persona
 FUZZ_SECONDS ?= 60
 # Fuzz builds use their own flags, so their own target directory.
 FUZZ_TARGET_DIR ?= $(HOME)/.cache/subagents-fuzz-target
-# Rounds of the SIGKILL crash harness for `make soak`.
+# Rounds of the SIGKILL crash harness, and model-test sequences, for `make soak`.
 SOAK_ROUNDS ?= 100
+SOAK_MODEL_CASES ?= 4096
 
 .PHONY: deps demo test lint unit bench fuzz soak
 
@@ -59,6 +60,9 @@ fuzz: deps
 			-max_total_time=$(FUZZ_SECONDS) -max_len=4096 -print_final_stats=1 || exit 1; \
 	done
 
-# The runtime crash harness for SOAK_ROUNDS SIGKILL rounds (make test runs a few).
+# Long runs of what `make test` runs briefly: the runtime crash harness for
+# SOAK_ROUNDS SIGKILL rounds, and the model-based test for SOAK_MODEL_CASES
+# sequences over memory (a fifth of that over RocksDB).
 soak: deps
 	SUBAGENTS_CRASH_ROUNDS=$(SOAK_ROUNDS) $(CARGO) test -p subagent-runtime --test crash -- --nocapture
+	SUBAGENTS_MODEL_CASES=$(SOAK_MODEL_CASES) $(CARGO) test -p subagent-runtime --test model

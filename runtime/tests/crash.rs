@@ -17,20 +17,17 @@
 //! earlier kills left behind. `make test` runs a few rounds;
 //! `make soak` runs `SUBAGENTS_CRASH_ROUNDS` (100 by default).
 
-mod common;
-
 use std::collections::HashSet;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use common::InstantProvider;
 use subagent_core::{
     AbandonReason, ContentBlock, Delivery, Event, SessionId, SubagentActivationSpec,
 };
 use subagent_projections::Projections;
-use subagent_runtime::providers::SpawnProvider;
+use subagent_runtime::providers::{InstantProvider, SpawnProvider};
 use subagent_runtime::scripted::Step;
 use subagent_runtime::{Script, ScriptedHost, SubagentRuntime};
 use subagent_store::{EventLog, EventLogExt, RocksLog, RocksOptions};

@@ -22,15 +22,12 @@ use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
 use proptest_state_machine::{prop_state_machine, ReferenceStateMachine, StateMachineTest};
-mod common;
-
-use common::InstantProvider;
 use subagent_core::{
     ContentBlock, Delivery, ErrorCode, Event, SessionId, SubagentActivationSpec, SubagentError,
     ToolRestriction,
 };
 use subagent_projections::Projections;
-use subagent_runtime::providers::SpawnProvider;
+use subagent_runtime::providers::{InstantProvider, SpawnProvider};
 use subagent_runtime::scripted::Step;
 use subagent_runtime::{
     InterruptAuthority, LiveAgent, Script, ScriptedHost, SubagentActivation, SubagentProvider,
@@ -152,17 +149,24 @@ enum Transition {
     Restart,
 }
 
+impl ModelSession {
+    /// A newly opened root.
+    fn root() -> Self {
+        ModelSession {
+            parent: None,
+            depth: 0,
+            kind: Kind::Root,
+            live: true,
+            captures: false,
+            generation: 1,
+        }
+    }
+}
+
 impl Model {
     fn new() -> Self {
         Model {
-            sessions: vec![ModelSession {
-                parent: None,
-                depth: 0,
-                kind: Kind::Root,
-                live: true,
-                captures: false,
-                generation: 1,
-            }],
+            sessions: vec![ModelSession::root()],
             providers: HOST_PROVIDERS.into_iter().collect(),
             closed: BTreeSet::new(),
             restarts: 0,
@@ -375,14 +379,7 @@ impl Model {
                 self.providers = HOST_PROVIDERS.into_iter().collect();
                 self.restarts += 1;
                 self.sessions.iter_mut().for_each(|s| s.generation = 0);
-                self.sessions.push(ModelSession {
-                    parent: None,
-                    depth: 0,
-                    kind: Kind::Root,
-                    live: true,
-                    captures: false,
-                    generation: 1,
-                });
+                self.sessions.push(ModelSession::root());
                 Ok
             }
         }
@@ -908,12 +905,20 @@ impl<B: Backend + Default> StateMachineTest for RuntimeTest<B> {
     }
 }
 
+/// `default` cases, or `SUBAGENTS_MODEL_CASES` when set (longer runs).
+fn cases(default: u32) -> u32 {
+    std::env::var("SUBAGENTS_MODEL_CASES")
+        .ok()
+        .and_then(|cases| cases.parse().ok())
+        .unwrap_or(default)
+}
+
 type OverMemory = RuntimeTest<Memory>;
 type OverRocks = RuntimeTest<Rocks>;
 
 prop_state_machine! {
     #![proptest_config(ProptestConfig {
-        cases: 256,
+        cases: cases(256),
         max_shrink_iters: 2048,
         .. ProptestConfig::default()
     })]
@@ -924,7 +929,7 @@ prop_state_machine! {
 
 prop_state_machine! {
     #![proptest_config(ProptestConfig {
-        cases: 48,
+        cases: cases(256) / 5,
         max_shrink_iters: 512,
         .. ProptestConfig::default()
     })]

@@ -12,11 +12,11 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use subagent_core::{
-    ContentBlock, Delivery, Diagnostic, Event, NewEvent, SessionId, StreamId,
-    SubagentActivationSpec, SubagentCapabilities, SubagentError, SubagentResult, SubagentRunId,
+    ContentBlock, Delivery, Event, NewEvent, SessionId, StreamId, SubagentActivationSpec,
+    SubagentError, SubagentResult, SubagentRunId,
 };
-use subagent_runtime::seam::{BoxFuture, ResolvedStartRequest};
-use subagent_runtime::{Script, ScriptedHost, SubagentProvider, SubagentRun, SubagentRuntime};
+use subagent_runtime::providers::InstantProvider;
+use subagent_runtime::{Script, ScriptedHost, SubagentRuntime};
 use subagent_store::{Durability, EventLog, ExpectedVersion, RocksLog, RocksOptions};
 use tokio_util::sync::CancellationToken;
 
@@ -34,36 +34,6 @@ pub struct ActivationArgs {
     scale: f64,
 }
 
-struct Instant_;
-struct InstantRun;
-
-impl SubagentRun for InstantRun {
-    fn result(&mut self) -> BoxFuture<'_, Result<SubagentResult, SubagentError>> {
-        Box::pin(async { Ok(SubagentResult::completed(vec![ContentBlock::text("ok")])) })
-    }
-    fn dispose(&mut self) -> BoxFuture<'_, Result<(), Diagnostic>> {
-        Box::pin(async { Ok(()) })
-    }
-}
-
-impl SubagentProvider for Instant_ {
-    fn name(&self) -> &str {
-        "instant"
-    }
-    fn capabilities(&self) -> SubagentCapabilities {
-        SubagentCapabilities::default()
-    }
-    fn inherits_parent_context(&self) -> bool {
-        false
-    }
-    fn start(
-        &self,
-        _request: ResolvedStartRequest,
-    ) -> BoxFuture<'static, Result<Box<dyn SubagentRun>, SubagentError>> {
-        Box::pin(async { Ok(Box::new(InstantRun) as Box<dyn SubagentRun>) })
-    }
-}
-
 fn spec() -> SubagentActivationSpec {
     SubagentActivationSpec::with_text_prompt("instant", "task", "go", Delivery::Caller)
 }
@@ -78,7 +48,7 @@ async fn runtime_run(
     let log: Arc<dyn EventLog> = Arc::new(RocksLog::open(dir.path(), RocksOptions { durability })?);
     let (runtime, _) =
         SubagentRuntime::open(log, Arc::new(ScriptedHost::new(Script::reply("ok")))).await?;
-    runtime.register_provider(Arc::new(Instant_)).await?;
+    runtime.register_provider(Arc::new(InstantProvider)).await?;
     let root = runtime.open_root("bench").await?;
     let per_starter = total / starters;
     let started = Instant::now();

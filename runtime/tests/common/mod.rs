@@ -1,20 +1,13 @@
 //! Helpers shared by the runtime's integration tests.
-// Each test binary uses only some of these helpers.
-#![allow(dead_code)]
 
 use std::collections::HashSet;
 
 use std::sync::Arc;
 
 use subagent_core::Event;
-use subagent_core::{
-    ContentBlock, SubagentCapabilities, SubagentError, SubagentResult, SubagentStopReason,
-};
 use subagent_projections::Projections;
 use subagent_runtime::providers::SpawnProvider;
-use subagent_runtime::seam::{BoxFuture, ResolvedStartRequest};
 use subagent_runtime::{CapacityLimits, ScriptedHost, SubagentRuntime};
-use subagent_runtime::{SubagentProvider, SubagentRun};
 use subagent_store::{EventLogExt, MemoryLog};
 
 /// A runtime over a fresh in-memory log, with `host`'s agents, the given
@@ -63,44 +56,5 @@ pub fn assert_inbox_invariants(log: &MemoryLog) {
                 "a message was claimed twice"
             );
         }
-    }
-}
-
-/// An external provider whose runs complete at once.
-pub struct InstantProvider;
-
-struct InstantRun;
-
-impl SubagentRun for InstantRun {
-    fn result(&mut self) -> BoxFuture<'_, Result<SubagentResult, SubagentError>> {
-        Box::pin(async {
-            Ok(SubagentResult {
-                output: vec![ContentBlock::text("instant")],
-                structured: None,
-                diagnostic: None,
-                stop_reason: SubagentStopReason::Completed,
-            })
-        })
-    }
-    fn dispose(&mut self) -> BoxFuture<'_, Result<(), subagent_core::Diagnostic>> {
-        Box::pin(async { Ok(()) })
-    }
-}
-
-impl SubagentProvider for InstantProvider {
-    fn name(&self) -> &str {
-        "instant"
-    }
-    fn capabilities(&self) -> SubagentCapabilities {
-        SubagentCapabilities::default()
-    }
-    fn inherits_parent_context(&self) -> bool {
-        false
-    }
-    fn start(
-        &self,
-        _request: ResolvedStartRequest,
-    ) -> BoxFuture<'static, Result<Box<dyn SubagentRun>, SubagentError>> {
-        Box::pin(async { Ok(Box::new(InstantRun) as Box<dyn SubagentRun>) })
     }
 }
