@@ -3,9 +3,10 @@
 //! The test re-runs this binary as a child process (the ignored
 //! `crash_workload_child` entry point) that drives a random workload through
 //! a `SubagentRuntime` on RocksDB in `Sync` mode: local children that run
-//! slow turns, external runs, messages, disposals. It prints `ACK <kind>
+//! slow turns, external runs, messages, interrupts, drains and disposals. It
+//! prints `ACK <kind>
 //! <id>` after each acknowledged operation. The parent kills it with SIGKILL
-//! at a random moment, then:
+//! at a random moment after the first acknowledgement, then:
 //! - `verify` passes on the log (the checkpoint, if any, agrees with a fold);
 //! - every acknowledged child and message id is in the log;
 //! - reopening the runtime settles exactly what the log left live: each live
@@ -29,7 +30,7 @@ use subagent_core::{
 use subagent_projections::Projections;
 use subagent_runtime::providers::{InstantProvider, SpawnProvider};
 use subagent_runtime::scripted::Step;
-use subagent_runtime::{Script, ScriptedHost, SubagentRuntime};
+use subagent_runtime::{InterruptAuthority, Script, ScriptedHost, SubagentRuntime};
 use subagent_store::{EventLog, EventLogExt, RocksLog, RocksOptions};
 use tokio_util::sync::CancellationToken;
 
@@ -101,7 +102,7 @@ fn crash_workload_child() {
         let mut dice = Dice::seeded();
         let mut children = Vec::new();
         loop {
-            match dice.roll(8) {
+            match dice.roll(10) {
                 0..=2 => {
                     let label = if dice.roll(2) == 0 { "slow" } else { "quick" };
                     let spec = SubagentActivationSpec::with_text_prompt(
@@ -144,6 +145,26 @@ fn crash_workload_child() {
                     {
                         ack("message", id);
                     }
+                }
+                7 if !children.is_empty() => {
+                    let target = children[dice.roll(children.len() as u64) as usize].child_id();
+                    runtime
+                        .interrupt(
+                            target,
+                            InterruptAuthority::User {
+                                parent_session_id: root.session(),
+                            },
+                        )
+                        .await
+                        .expect("interrupt");
+                }
+                8 if !children.is_empty() => {
+                    let index = dice.roll(children.len() as u64) as usize;
+                    let target = children.swap_remove(index).child_id();
+                    runtime
+                        .drain_children(&root, &[target])
+                        .await
+                        .expect("drain");
                 }
                 _ if !children.is_empty() => {
                     let index = dice.roll(children.len() as u64) as usize;
@@ -191,6 +212,7 @@ fn sigkill_keeps_acknowledged_work_and_recovery_settles_the_rest() {
             .spawn()
             .expect("spawn child");
         let stdout = child.stdout.take().expect("piped stdout");
+        let (working, first_ack) = std::sync::mpsc::channel();
         let reader = std::thread::spawn(move || {
             let mut acks = Vec::new();
             for line in BufReader::new(stdout).lines() {
@@ -200,12 +222,18 @@ fn sigkill_keeps_acknowledged_work_and_recovery_settles_the_rest() {
                 if let ["ACK", kind, id] = parts[..] {
                     if uuid_like(id) {
                         acks.push((kind.to_owned(), id.to_owned()));
+                        let _ = working.send(());
                     }
                 }
             }
             acks
         });
-        std::thread::sleep(Duration::from_millis(250 + dice.roll(500)));
+        // Opening (and recovering) the growing log takes a while: the random
+        // moment is counted from the workload's first acknowledgement.
+        first_ack
+            .recv_timeout(Duration::from_secs(120))
+            .unwrap_or_else(|_| panic!("round {round}: the child never started working"));
+        std::thread::sleep(Duration::from_millis(20 + dice.roll(500)));
         child.kill().expect("SIGKILL");
         child.wait().expect("reap");
         let acks = reader.join().expect("reader");

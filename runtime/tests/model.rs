@@ -67,6 +67,10 @@ enum StartOption {
     ToolFilter,
     OutputSchema,
     MaxDepth(u64),
+    /// A tool filter naming a tool the host does not have.
+    UnknownTool,
+    /// A model route, while model selection is disabled.
+    Route,
 }
 
 /// What the host registers each time it opens the runtime.
@@ -235,6 +239,11 @@ impl Model {
                 if *provider == Provider::Instant && *option != StartOption::None {
                     return Err(ErrorCode::CapabilityUnsupported);
                 }
+                match option {
+                    StartOption::UnknownTool => return Err(ErrorCode::UnknownTool),
+                    StartOption::Route => return Err(ErrorCode::RouteNotAllowed),
+                    _ => {}
+                }
                 let depth = self.sessions[parent].depth + 1;
                 if let StartOption::MaxDepth(cap) = option {
                     if depth > *cap {
@@ -401,6 +410,8 @@ fn start_option() -> impl Strategy<Value = StartOption> {
         1 => Just(StartOption::ToolFilter),
         1 => Just(StartOption::OutputSchema),
         2 => (0u64..4).prop_map(StartOption::MaxDepth),
+        1 => Just(StartOption::UnknownTool),
+        1 => Just(StartOption::Route),
     ]
 }
 
@@ -656,6 +667,15 @@ impl<B: Backend + Default> System<B> {
                 options.output_schema = Some(serde_json::json!({"type": "object"}));
             }
             StartOption::MaxDepth(cap) => options.max_depth = Some(cap),
+            StartOption::UnknownTool => {
+                options.tool_filter = Some(ToolRestriction::Allow(vec!["teleport".into()]));
+            }
+            StartOption::Route => {
+                options.agent_options = Some(subagent_core::AgentOptions {
+                    model: Some("bigger".into()),
+                    ..subagent_core::AgentOptions::default()
+                });
+            }
         }
         spec
     }
