@@ -9,7 +9,10 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use subagent_core::{content::plain_text, ContentBlock, Delivery, SubagentActivationSpec};
+use subagent_core::{
+    content::plain_text, ContentBlock, Delivery, Event, StreamId, SubagentActivationSpec,
+    ToolRestriction,
+};
 use subagent_projections::Projections;
 use subagent_runtime::providers::{ForkProvider, ProcessProvider, SpawnProvider};
 use subagent_runtime::scripted::Step;
@@ -35,6 +38,12 @@ fn scripts(hold_ms: u64) -> ScriptedHost {
                         name: "read_file".into(),
                         input: serde_json::json!({"path": "DESIGN.md"}),
                         output: "# subagents: design".into(),
+                    },
+                    // Its tool filter denies `shell`: the call is refused and recorded.
+                    Step::Tool {
+                        name: "shell".into(),
+                        input: serde_json::json!({"cmd": "wc -l DESIGN.md"}),
+                        output: "280 DESIGN.md".into(),
                     },
                     Step::SleepMs(30 + hold_ms),
                     say("The log is the source of truth; every projection is a fold of it."),
@@ -123,14 +132,18 @@ pub fn run(data: &Path, hold_ms: u64) -> CliResult {
         let root = runtime.open_root("demo root").await?;
         println!("[1/7] root session {}", root.session());
         let signal = CancellationToken::new();
+        runtime.set_persona_variables([("project".to_owned(), "subagents".to_owned())].into());
+        let mut research_spec = spec("spawn", "research", "Summarize DESIGN.md", Delivery::Parent);
+        research_spec.request.options.tool_filter =
+            Some(ToolRestriction::Deny(vec!["shell".into()]));
+        research_spec.request.options.persona = Some("You research {{project}}.".into());
         let research = runtime
-            .start_activation(
-                &root,
-                spec("spawn", "research", "Summarize DESIGN.md", Delivery::Parent),
-                signal.clone(),
-            )
+            .start_activation(&root, research_spec, signal.clone())
             .await?;
-        println!("[2/7] spawned {} (research)", research.child_id());
+        println!(
+            "[2/7] spawned {} (research: persona, tool filter denying shell)",
+            research.child_id()
+        );
         let review = runtime
             .start_activation(
                 &root,
@@ -179,6 +192,15 @@ pub fn run(data: &Path, hold_ms: u64) -> CliResult {
         ] {
             finish(name, activation).await?;
         }
+        let refused: Vec<String> = runtime
+            .log()
+            .read_stream(StreamId::Session(research.child_id()), 1)
+            .filter_map(|record| match record.ok()?.event {
+                Event::ToolReturned { call_id, refused: true, .. } => Some(call_id),
+                _ => None,
+            })
+            .collect();
+        println!("      research's refused tool calls (recorded): {refused:?}");
         let quiet = CancellationToken::new;
         println!("[4/7] messages: the root asks research a follow-up; research answers its parent");
         runtime.send_message(&root, research.child_id(), text("Any caveats?"), quiet()).await?;
