@@ -6,8 +6,8 @@
 //! does not use `decide` or the projections. Each generated transition is
 //! applied to the model and to a real [`SubagentRuntime`] driven by the
 //! scripted agent, over the in-memory log and over RocksDB; the runtime's
-//! answer (success, the error code, `wait_for_children`'s flag) must equal
-//! the model's. After every step, once the runtime is quiescent:
+//! answer (success, the error code, `wait_for_children`'s flag, what a
+//! reopen after a crash recovered) must equal the model's. After every step, once the runtime is quiescent:
 //! - the set of live activations and runs equals the model's;
 //! - every parent's catalog lists the model's children in start order;
 //! - the runtime's incremental projections equal a fold of the whole log;
@@ -104,6 +104,11 @@ enum Outcome {
     Ok,
     Observed(bool),
     Err(ErrorCode),
+    /// A reopen after a crash settled this many live activations and runs.
+    Recovered {
+        abandoned: u64,
+        failed: u64,
+    },
 }
 
 #[derive(Clone, Debug)]
@@ -151,6 +156,9 @@ enum Transition {
     Register(Provider),
     Remove(Provider),
     Restart,
+    /// The host dies without closing (every task is dropped), and a new
+    /// host reopens the log.
+    Crash,
 }
 
 impl ModelSession {
@@ -206,6 +214,19 @@ impl Model {
         self.sessions[session].live = false;
         self.sessions[session].captures = false;
         self.closed.remove(&session);
+    }
+
+    /// A new host: every session stops being live, old handles go stale,
+    /// a new root opens and the host's providers register again.
+    fn reopen(&mut self) {
+        for session in &mut self.sessions {
+            session.live = false;
+            session.captures = false;
+            session.generation = 0;
+        }
+        self.providers = HOST_PROVIDERS.into_iter().collect();
+        self.restarts += 1;
+        self.sessions.push(ModelSession::root());
     }
 
     fn live_children(&self, parent: usize) -> Vec<usize> {
@@ -372,9 +393,9 @@ impl Model {
                 }
             }
             Transition::Restart => {
-                // A clean close releases every live child; the registry and
-                // the root handles end with the host; the new host opens a
-                // new root and registers its providers.
+                // A clean close releases every live child (ending any drain's
+                // cutoff below it); the registry and the root handles end
+                // with the host.
                 let roots: Vec<usize> = (0..self.sessions.len())
                     .filter(|id| self.sessions[*id].kind == Kind::Root)
                     .collect();
@@ -382,14 +403,25 @@ impl Model {
                     for child in self.live_children(root) {
                         self.release(child);
                     }
-                    self.sessions[root].live = false;
                 }
-                // The new host registers its providers again.
-                self.providers = HOST_PROVIDERS.into_iter().collect();
-                self.restarts += 1;
-                self.sessions.iter_mut().for_each(|s| s.generation = 0);
-                self.sessions.push(ModelSession::root());
+                self.reopen();
                 Ok
+            }
+            Transition::Crash => {
+                // Nothing is released; the reopen abandons every live
+                // activation and settles every live run, and counts them.
+                let live = |kind| {
+                    self.sessions
+                        .iter()
+                        .filter(|s| s.live && s.kind == kind)
+                        .count() as u64
+                };
+                let recovered = Outcome::Recovered {
+                    abandoned: live(Kind::Local),
+                    failed: live(Kind::External),
+                };
+                self.reopen();
+                recovered
             }
         }
     }
@@ -487,6 +519,7 @@ impl ReferenceStateMachine for ModelMachine {
             1 => prop_oneof![Just(Provider::Spawn), Just(Provider::Instant)].prop_map(Transition::Register),
             1 => provider().prop_map(Transition::Remove),
             1 => Just(Transition::Restart),
+            1 => Just(Transition::Crash),
         ]
         .boxed()
     }
@@ -508,7 +541,10 @@ impl ReferenceStateMachine for ModelMachine {
             Transition::DrainChildren { parent, children } => {
                 state.delegating(*parent) && children.iter().all(exists)
             }
-            Transition::Register(_) | Transition::Remove(_) | Transition::Restart => true,
+            Transition::Register(_)
+            | Transition::Remove(_)
+            | Transition::Restart
+            | Transition::Crash => true,
         }
     }
 
@@ -580,6 +616,14 @@ impl Backend for Rocks {
     }
 }
 
+fn async_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio")
+}
+
 struct System<B: Backend> {
     tokio: tokio::runtime::Runtime,
     backend: B,
@@ -597,13 +641,8 @@ struct System<B: Backend> {
 
 impl<B: Backend + Default> System<B> {
     fn new() -> Self {
-        let tokio = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .expect("tokio");
         let mut system = System {
-            tokio,
+            tokio: async_runtime(),
             backend: B::default(),
             runtime: None,
             sessions: Vec::new(),
@@ -613,6 +652,34 @@ impl<B: Backend + Default> System<B> {
         };
         system.open();
         system
+    }
+
+    /// The head of the log the crashed host left.
+    fn backend_head(&mut self) -> u64 {
+        self.backend.open().head()
+    }
+
+    /// What the recovery marker after `head` counted (a reopen with nothing
+    /// to settle writes none).
+    fn recovered_since(&self, head: u64) -> Outcome {
+        self.runtime()
+            .log()
+            .read_all(head + 1)
+            .find_map(|record| match record.expect("decodes").event {
+                Event::HostRecovered {
+                    abandoned_activations,
+                    failed_runs,
+                    ..
+                } => Some(Outcome::Recovered {
+                    abandoned: abandoned_activations,
+                    failed: failed_runs,
+                }),
+                _ => None,
+            })
+            .unwrap_or(Outcome::Recovered {
+                abandoned: 0,
+                failed: 0,
+            })
     }
 
     fn runtime(&self) -> &SubagentRuntime {
@@ -788,6 +855,18 @@ impl<B: Backend + Default> System<B> {
                 drop(runtime);
                 self.open();
                 Outcome::Ok
+            }
+            Transition::Crash => {
+                self.activations.clear();
+                self.registrations.clear();
+                self.runtime = None;
+                drop(runtime);
+                // Dropping the async runtime drops every driver task mid-air.
+                std::mem::replace(&mut self.tokio, async_runtime())
+                    .shutdown_timeout(Duration::from_secs(10));
+                let head = self.backend_head();
+                self.open();
+                self.recovered_since(head)
             }
         }
     }
