@@ -12,7 +12,10 @@
 //! - every parent's catalog lists the model's children in start order;
 //! - the runtime's incremental projections equal a fold of the whole log;
 //! - every accepted message is pending, claimed or dropped exactly once;
-//! - no child is deeper than the depth cap it was started with.
+//! - no child is deeper than the depth cap it was started with;
+//! - the log itself never shows two live activations of one session, a
+//!   release before the children's, or a result settled twice;
+//! - every descendant listing is a consistent pre-order.
 //!
 //! Failures proptest shrinks are kept in `tests/model.proptest-regressions`.
 
@@ -967,6 +970,81 @@ impl<B: Backend + Default> System<B> {
             if let Some(cap) = record.descriptor.as_ref().and_then(|d| d.max_depth) {
                 assert!(record.depth <= cap, "a child deeper than its cap");
             }
+        }
+        assert_log_invariants(&records, &rebuilt);
+        // Invariant 9: the descendant listing is a pre-order with consistent
+        // parents and depths.
+        for root in &rebuilt.roots {
+            let listing = self.tokio.block_on(self.runtime().list_descendants(*root));
+            let mut seen: HashMap<SessionId, u64> = HashMap::from([(*root, 0)]);
+            for entry in &listing {
+                let parent_depth = seen
+                    .get(&entry.parent_id)
+                    .copied()
+                    .expect("a parent is listed before its children");
+                assert_eq!(entry.depth, parent_depth + 1, "descendant depth");
+                seen.insert(entry.entry.entry.child_id, entry.depth);
+            }
+        }
+    }
+}
+
+/// DESIGN invariants read off the log itself, position by position:
+/// 1. a child has at most one live activation at any position;
+/// 6. a disposal releases a session only after every child below it was
+///    released or disposed (child-first);
+/// 7. a result is settled at most once per activation epoch and per run.
+fn assert_log_invariants(records: &[subagent_core::RecordedEvent], state: &Projections) {
+    let mut live: HashMap<SessionId, u64> = HashMap::new();
+    let mut running_runs: HashSet<SessionId> = HashSet::new();
+    let mut settled: HashSet<(SessionId, u64)> = HashSet::new();
+    let mut settled_runs: HashSet<SessionId> = HashSet::new();
+    for record in records {
+        let subagent_core::StreamId::Session(session) = record.stream else {
+            continue;
+        };
+        match &record.event {
+            Event::ActivationRequested { epoch, .. } => {
+                assert!(
+                    live.insert(session, *epoch).is_none(),
+                    "invariant 1: {session} has two live activations at {}",
+                    record.position
+                );
+            }
+            Event::ActivationReleased { .. } => {
+                let children_live = state.sessions.values().any(|child| {
+                    child.parent == Some(session)
+                        && (live.contains_key(&child.id) || running_runs.contains(&child.id))
+                });
+                assert!(
+                    !children_live,
+                    "invariant 6: {session} released before its children at {}",
+                    record.position
+                );
+                live.remove(&session);
+            }
+            Event::ActivationAbandoned { .. } => {
+                live.remove(&session);
+            }
+            Event::ActivationSettled { epoch, .. } => {
+                assert!(
+                    settled.insert((session, *epoch)),
+                    "invariant 7: {session} epoch {epoch} settled twice"
+                );
+            }
+            Event::RunRequested { .. } => {
+                running_runs.insert(session);
+            }
+            Event::RunSettled { .. } => {
+                assert!(
+                    settled_runs.insert(session),
+                    "invariant 7: run {session} settled twice"
+                );
+            }
+            Event::RunDisposed { .. } | Event::RunStartFailed { .. } => {
+                running_runs.remove(&session);
+            }
+            _ => {}
         }
     }
 }
