@@ -102,6 +102,17 @@ fn spec_with(
     spec
 }
 
+/// Starts a child with a fresh signal.
+async fn start(
+    runtime: &SubagentRuntime,
+    parent: &subagent_runtime::LiveAgent,
+    spec: SubagentActivationSpec,
+) -> Result<subagent_runtime::SubagentActivation, SubagentError> {
+    runtime
+        .start_activation(parent, spec, CancellationToken::new())
+        .await
+}
+
 fn events_of(log: &MemoryLog, session: SessionId) -> Vec<Event> {
     log.read_stream(StreamId::Session(session), 1)
         .map(|record| record.unwrap().event)
@@ -149,16 +160,15 @@ async fn a_tool_filter_hides_restricted_tools_and_refuses_their_calls_down_the_l
         "read_file, shell (scripted) and write_file"
     );
 
-    let child = runtime
-        .start_activation(
-            &root,
-            spec_with("spawn", "child", |options| {
-                options.tool_filter = Some(ToolRestriction::Deny(vec!["shell".into()]));
-            }),
-            CancellationToken::new(),
-        )
-        .await
-        .unwrap();
+    let child = start(
+        &runtime,
+        &root,
+        spec_with("spawn", "child", |options| {
+            options.tool_filter = Some(ToolRestriction::Deny(vec!["shell".into()]));
+        }),
+    )
+    .await
+    .unwrap();
     let result = child.result().await.unwrap();
     assert_eq!(result.stop_reason, SubagentStopReason::Completed);
     assert_eq!(
@@ -178,19 +188,18 @@ async fn a_tool_filter_hides_restricted_tools_and_refuses_their_calls_down_the_l
     );
 
     // The grandchild allows `shell` for itself, but its parent cannot see it.
-    let grandchild = runtime
-        .start_activation(
-            &child.agent(),
-            spec_with("spawn", "grandchild", |options| {
-                options.tool_filter = Some(ToolRestriction::Allow(vec![
-                    "shell".into(),
-                    "read_file".into(),
-                ]));
-            }),
-            CancellationToken::new(),
-        )
-        .await
-        .unwrap();
+    let grandchild = start(
+        &runtime,
+        &child.agent(),
+        spec_with("spawn", "grandchild", |options| {
+            options.tool_filter = Some(ToolRestriction::Allow(vec![
+                "shell".into(),
+                "read_file".into(),
+            ]));
+        }),
+    )
+    .await
+    .unwrap();
     grandchild.result().await.unwrap();
     assert_eq!(
         tool_names(&probe.spec_of(grandchild.child_id())),
@@ -203,12 +212,7 @@ async fn a_tool_filter_hides_restricted_tools_and_refuses_their_calls_down_the_l
     assert_eq!(refused, [false, true]);
 
     // An unfiltered sibling sees and runs every tool.
-    let sibling = runtime
-        .start_activation(
-            &root,
-            spec_with("spawn", "sibling", |_| {}),
-            CancellationToken::new(),
-        )
+    let sibling = start(&runtime, &root, spec_with("spawn", "sibling", |_| {}))
         .await
         .unwrap();
     sibling.result().await.unwrap();
@@ -218,17 +222,16 @@ async fn a_tool_filter_hides_restricted_tools_and_refuses_their_calls_down_the_l
         .all(|(_, refused, _)| !refused));
 
     let head = log.head();
-    let err = runtime
-        .start_activation(
-            &root,
-            spec_with("spawn", "typo", |options| {
-                options.tool_filter = Some(ToolRestriction::Allow(vec!["read_flie".into()]));
-            }),
-            CancellationToken::new(),
-        )
-        .await
-        .err()
-        .unwrap();
+    let err = start(
+        &runtime,
+        &root,
+        spec_with("spawn", "typo", |options| {
+            options.tool_filter = Some(ToolRestriction::Allow(vec!["read_flie".into()]));
+        }),
+    )
+    .await
+    .err()
+    .unwrap();
     assert_eq!(err.code(), ErrorCode::UnknownTool);
     assert_eq!(
         err.to_string(),
@@ -266,11 +269,7 @@ async fn a_child_runs_with_options_merged_over_its_parents_within_the_model_sele
     // Selection starts disabled: a route override is refused.
     assert_eq!(runtime.model_selection(), ModelSelectionSettings::default());
     let head = log.head();
-    let refused = runtime
-        .start_activation(&root, pick("opus"), CancellationToken::new())
-        .await
-        .err()
-        .unwrap();
+    let refused = start(&runtime, &root, pick("opus")).await.err().unwrap();
     assert_eq!(refused.code(), ErrorCode::RouteNotAllowed);
     runtime.set_model_selection(ModelSelectionSettings {
         enabled: true,
@@ -279,18 +278,11 @@ async fn a_child_runs_with_options_merged_over_its_parents_within_the_model_sele
             model: "opus".into(),
         }],
     });
-    let outside = runtime
-        .start_activation(&root, pick("haiku"), CancellationToken::new())
-        .await
-        .err()
-        .unwrap();
+    let outside = start(&runtime, &root, pick("haiku")).await.err().unwrap();
     assert_eq!(outside.code(), ErrorCode::RouteNotAllowed);
     assert_eq!(log.head(), head, "rejections recorded nothing");
 
-    let picked = runtime
-        .start_activation(&root, pick("opus"), CancellationToken::new())
-        .await
-        .unwrap();
+    let picked = start(&runtime, &root, pick("opus")).await.unwrap();
     picked.result().await.unwrap();
     let options_of = |session| {
         probe
@@ -307,12 +299,7 @@ async fn a_child_runs_with_options_merged_over_its_parents_within_the_model_sele
         })
     );
     // Without options the child runs with the parent's, unchecked.
-    let inherited = runtime
-        .start_activation(
-            &root,
-            spec_with("spawn", "inherited", |_| {}),
-            CancellationToken::new(),
-        )
+    let inherited = start(&runtime, &root, spec_with("spawn", "inherited", |_| {}))
         .await
         .unwrap();
     inherited.result().await.unwrap();
@@ -455,12 +442,7 @@ async fn provider_and_agent_errors_are_cleaned_before_they_are_recorded_or_retur
     let root = runtime.open_root("host").await.unwrap();
 
     // The run's result and its cleanup failure.
-    let run = runtime
-        .start_activation(
-            &root,
-            spec_with("leaky", "run", |_| {}),
-            CancellationToken::new(),
-        )
+    let run = start(&runtime, &root, spec_with("leaky", "run", |_| {}))
         .await
         .unwrap();
     let result = run.result().await.unwrap();
@@ -477,12 +459,7 @@ async fn provider_and_agent_errors_are_cleaned_before_they_are_recorded_or_retur
     assert_clean_diagnostic(&cleanup, &secrets);
 
     // A failed start: the recorded diagnostic and the returned error.
-    let err = runtime
-        .start_activation(
-            &root,
-            spec_with("leaky-start", "start", |_| {}),
-            CancellationToken::new(),
-        )
+    let err = start(&runtime, &root, spec_with("leaky-start", "start", |_| {}))
         .await
         .err()
         .unwrap();
@@ -498,12 +475,7 @@ async fn provider_and_agent_errors_are_cleaned_before_they_are_recorded_or_retur
     assert_clean_diagnostic(&recorded, &secrets);
 
     // A local agent's failure quoting its tool input and the file it read.
-    let local = runtime
-        .start_activation(
-            &root,
-            spec_with("spawn", "local", |_| {}),
-            CancellationToken::new(),
-        )
+    let local = start(&runtime, &root, spec_with("spawn", "local", |_| {}))
         .await
         .unwrap();
     let result = local.result().await.unwrap();
