@@ -122,6 +122,8 @@ impl LocalDriver {
             },
         });
         let mut settled = false;
+        // The stream version after the last claim (see `claimed_contents`).
+        let mut scan_from = 1;
         // After an interrupt the driver parks: pending messages wait for the
         // next waking send, which resumes them in FIFO order.
         let mut parked = false;
@@ -144,13 +146,6 @@ impl LocalDriver {
                 }
             }
             let claimed = engine.commit(Command::BeginTurn { session: child }).await?;
-            let ids: Vec<MessageId> = claimed
-                .iter()
-                .find_map(|record| match &record.event {
-                    Event::MessagesClaimed { ids, .. } => Some(ids.clone()),
-                    _ => None,
-                })
-                .unwrap_or_default();
             let turn = claimed
                 .iter()
                 .find_map(|record| match record.event {
@@ -158,7 +153,7 @@ impl LocalDriver {
                     _ => None,
                 })
                 .unwrap_or(0);
-            let messages = self.message_contents(&ids).await?;
+            let messages = self.claimed_contents(&claimed, &mut scan_from)?;
             let (transcript, mut items) = mpsc::channel(64);
             // A turn stops on dispose (the driver's token) or on the caller's
             // start signal.
@@ -191,7 +186,7 @@ impl LocalDriver {
                         while let Ok(item) = items.try_recv() {
                             self.record(turn, item, &mut assistant).await?;
                         }
-                        let _ = reply.send(self.steer().await?);
+                        let _ = reply.send(self.steer(&mut scan_from).await?);
                     }
                     Some((call, reply)) = tool_requests.recv() => {
                         while let Ok(item) = items.try_recv() {
@@ -274,7 +269,7 @@ impl LocalDriver {
 
     /// The agent is at a step boundary: claim every pending message for the
     /// running turn, durably, and return their contents in FIFO order.
-    async fn steer(&self) -> Result<Vec<Vec<ContentBlock>>, SubagentError> {
+    async fn steer(&self, scan_from: &mut u64) -> Result<Vec<Vec<ContentBlock>>, SubagentError> {
         let records = self
             .runtime
             .inner
@@ -283,36 +278,65 @@ impl LocalDriver {
                 session: self.handle.child,
             })
             .await?;
-        let ids: Vec<MessageId> = records
-            .iter()
-            .flat_map(|record| match &record.event {
-                Event::MessagesClaimed { ids, .. } => ids.clone(),
-                _ => Vec::new(),
-            })
-            .collect();
-        self.message_contents(&ids).await
+        self.claimed_contents(&records, scan_from)
     }
 
-    async fn message_contents(
+    /// The contents of the messages a claim (`MessagesClaimed` among
+    /// `records`) took, in its order.
+    ///
+    /// A claim takes every pending message, so the messages of one claim were
+    /// all accepted after the previous claim: the scan starts at `scan_from`
+    /// (the stream version after the previous claim) and stops at the claim,
+    /// instead of rereading the whole stream every turn. Should a message be
+    /// missing from that window, the whole stream is read instead.
+    fn claimed_contents(
+        &self,
+        records: &[subagent_core::RecordedEvent],
+        scan_from: &mut u64,
+    ) -> Result<Vec<Vec<ContentBlock>>, SubagentError> {
+        let Some((ids, claimed_at)) = records.iter().find_map(|record| match &record.event {
+            Event::MessagesClaimed { ids, .. } => Some((ids, record.version)),
+            _ => None,
+        }) else {
+            return Ok(Vec::new());
+        };
+        let mut contents = self.accepted_between(ids, *scan_from, claimed_at)?;
+        if contents.len() < ids.len() {
+            contents = self.accepted_between(ids, 1, claimed_at)?;
+        }
+        *scan_from = claimed_at + 1;
+        Ok(ids.iter().filter_map(|id| contents.remove(id)).collect())
+    }
+
+    /// The contents of the `ids` accepted at stream versions `from..until`.
+    fn accepted_between(
         &self,
         ids: &[MessageId],
-    ) -> Result<Vec<Vec<ContentBlock>>, SubagentError> {
+        from: u64,
+        until: u64,
+    ) -> Result<HashMap<MessageId, Vec<ContentBlock>>, SubagentError> {
         let mut by_id = HashMap::new();
         for record in self
             .runtime
             .log()
-            .read_stream(StreamId::Session(self.handle.child), 1)
+            .read_stream(StreamId::Session(self.handle.child), from)
         {
+            let record = record.map_err(internal)?;
+            if record.version >= until {
+                break;
+            }
             if let Event::MessageAccepted {
                 message_id,
                 content,
                 ..
-            } = record.map_err(internal)?.event
+            } = record.event
             {
-                by_id.insert(message_id, content);
+                if ids.contains(&message_id) {
+                    by_id.insert(message_id, content);
+                }
             }
         }
-        Ok(ids.iter().filter_map(|id| by_id.remove(id)).collect())
+        Ok(by_id)
     }
 
     async fn record(
