@@ -162,6 +162,28 @@ pub(crate) struct Inner {
     pub(crate) notices: broadcast::Sender<Notice>,
 }
 
+/// Sends an accepted message on to an inbox reader; false once the reader
+/// is gone.
+async fn forward_message(sender: &mpsc::Sender<InboxMessage>, event: Event) -> bool {
+    let Event::MessageAccepted {
+        message_id,
+        source,
+        content,
+        ..
+    } = event
+    else {
+        return true;
+    };
+    sender
+        .send(InboxMessage {
+            message_id,
+            source,
+            content,
+        })
+        .await
+        .is_ok()
+}
+
 /// Committed events between projections checkpoints.
 pub const CHECKPOINT_EVERY: u64 = 10_000;
 
@@ -667,39 +689,38 @@ impl SubagentRuntime {
     }
 
     /// The accepted messages of `agent`'s inbox, from the first on, then live
-    /// (a root reads settlement notices and external reports here).
+    /// (a root reads settlement notices and external reports here). The
+    /// history is read from the session's own stream, so its cost does not
+    /// grow with the rest of the log; live messages follow without a gap.
     ///
     /// # Errors
     /// `subagent/unauthorized` for a stale handle.
     pub fn inbox(&self, agent: &LiveAgent) -> Result<mpsc::Receiver<InboxMessage>, SubagentError> {
         self.authorize(agent)?;
         let stream = StreamId::Session(agent.session);
-        let mut subscription = self.log().subscribe(1);
+        // Subscribe first: everything after `head` arrives live, everything
+        // up to it is read from the stream.
+        let head = self.log().head();
+        let mut subscription = self.log().subscribe(head + 1);
+        let log = Arc::clone(self.log());
         let (sender, receiver) = mpsc::channel(256);
         tokio::spawn(async move {
             use tokio_stream::StreamExt;
+            for record in log.read_stream(stream, 1) {
+                let Ok(record) = record else { return };
+                if record.position > head {
+                    break;
+                }
+                if !forward_message(&sender, record.event).await {
+                    return;
+                }
+            }
             while let Some(Ok(item)) = subscription.next().await {
                 let subagent_store::SubscriptionItem::Event(record) = item else {
                     continue;
                 };
-                if record.stream != stream {
-                    continue;
-                }
-                if let Event::MessageAccepted {
-                    message_id,
-                    source,
-                    content,
-                    ..
-                } = record.event
-                {
-                    let message = InboxMessage {
-                        message_id,
-                        source,
-                        content,
-                    };
-                    if sender.send(message).await.is_err() {
-                        return;
-                    }
+                if record.stream == stream && !forward_message(&sender, record.event).await {
+                    return;
                 }
             }
         });

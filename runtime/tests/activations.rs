@@ -736,6 +736,58 @@ async fn the_root_inbox_streams_settlement_notices_and_external_reports() {
 }
 
 #[tokio::test]
+async fn an_inbox_opened_late_replays_its_history_then_follows_live() {
+    let log = MemoryLog::new();
+    let runtime = runtime(&log).await;
+    let root = runtime.open_root("host").await.unwrap();
+    let first = runtime
+        .start_activation(
+            &root,
+            spec("process", "shout", Delivery::Parent),
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    first.result().await.unwrap();
+    // Unrelated traffic in other streams, before and after the inbox opens.
+    let other = runtime.open_root("other").await.unwrap();
+    let mut inbox = runtime.inbox(&root).unwrap();
+    let second = runtime
+        .start_activation(
+            &root,
+            spec("process", "shout", Delivery::Parent),
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    runtime.close_root(&other).await.unwrap();
+    let mut senders = Vec::new();
+    while senders.len() < 2 {
+        let message = tokio::time::timeout(Duration::from_secs(5), inbox.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        match message.source {
+            MessageSource::SubagentReport { sender_session_id } => senders.push(sender_session_id),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(
+        senders,
+        vec![first.child_id(), second.child_id()],
+        "history first, then live, each once"
+    );
+    assert!(
+        tokio::time::timeout(Duration::from_millis(50), inbox.recv())
+            .await
+            .is_err(),
+        "nothing else"
+    );
+    first.dispose().await.unwrap();
+    second.dispose().await.unwrap();
+}
+
+#[tokio::test]
 async fn the_start_signal_after_publication_aborts_the_remaining_turn_work() {
     let log = MemoryLog::new();
     let runtime = runtime(&log).await;
