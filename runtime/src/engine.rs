@@ -19,8 +19,9 @@
 //! once everything the answer reflects is durable.
 //!
 //! Opening loads the newest usable projections checkpoint and folds only the
-//! log's tail; a checkpoint is saved every `checkpoint_every` events (only
-//! once everything it reflects is durable) and when the runtime is closed.
+//! log's tail; a checkpoint is saved every `checkpoint_every` events by a
+//! background task (only once everything it reflects is durable, so no
+//! command waits for it) and, awaited, when the runtime is closed.
 
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
@@ -58,6 +59,9 @@ pub(crate) struct Engine {
     pipeline: Mutex<Pipeline>,
     failed: AtomicBool,
     checkpoint_every: u64,
+    /// Held while a checkpoint is written: one at a time, so the newest
+    /// snapshot is always written last.
+    checkpointing: Arc<tokio::sync::Mutex<()>>,
 }
 
 pub(crate) fn internal(err: impl std::fmt::Display) -> SubagentError {
@@ -104,6 +108,7 @@ impl Engine {
             }),
             failed: AtomicBool::new(false),
             checkpoint_every,
+            checkpointing: Arc::new(tokio::sync::Mutex::new(())),
         };
         Ok((engine, stats))
     }
@@ -114,19 +119,32 @@ impl Engine {
     /// # Errors
     /// `gateway/internal` on storage failure.
     pub(crate) async fn checkpoint(&self) -> Result<(), SubagentError> {
-        let snapshot = {
-            let mut pipeline = self.pipeline();
-            pipeline.since_checkpoint = 0;
-            pipeline.state.clone()
+        let _writing = self.checkpointing.lock().await;
+        save_checkpoint(Arc::clone(&self.log), self.snapshot_for_checkpoint()).await
+    }
+
+    /// The periodic checkpoint: written by a background task, so no command
+    /// waits for the encoding and the write. Skipped while one is being
+    /// written; the next commit tries again.
+    fn checkpoint_in_background(&self) {
+        let Ok(writing) = Arc::clone(&self.checkpointing).try_lock_owned() else {
+            return;
         };
-        let mut durable = self.log.watch_head();
-        durable
-            .wait_for(|head| *head >= snapshot.position)
-            .await
-            .map_err(|_| internal("the log closed"))?;
-        self.log
-            .write_checkpoint(checkpoint::CHECKPOINT_NAME, &checkpoint::encode(&snapshot))
-            .map_err(internal)
+        let snapshot = self.snapshot_for_checkpoint();
+        let log = Arc::clone(&self.log);
+        tokio::spawn(async move {
+            let _writing = writing;
+            // A failed checkpoint only costs a longer refold at the next open.
+            if let Err(err) = save_checkpoint(log, snapshot).await {
+                warn!(error = %err, "saving the projections checkpoint failed");
+            }
+        });
+    }
+
+    fn snapshot_for_checkpoint(&self) -> Projections {
+        let mut pipeline = self.pipeline();
+        pipeline.since_checkpoint = 0;
+        pipeline.state.clone()
     }
 
     fn pipeline(&self) -> MutexGuard<'_, Pipeline> {
@@ -233,10 +251,7 @@ impl Engine {
         }
         debug!(events = records.len(), "committed");
         if checkpoint_due {
-            // A failed checkpoint only costs a longer refold at the next open.
-            if let Err(err) = self.checkpoint().await {
-                warn!(error = %err, "saving the projections checkpoint failed");
-            }
+            self.checkpoint_in_background();
         }
         Ok(records)
     }
@@ -257,4 +272,23 @@ impl std::ops::Deref for StateGuard<'_> {
     fn deref(&self) -> &Projections {
         &self.0.state
     }
+}
+
+/// Writes `snapshot` as the projections checkpoint once everything it
+/// reflects is durable; the encoding and the write run off the async workers.
+async fn save_checkpoint(
+    log: Arc<dyn EventLog>,
+    snapshot: Projections,
+) -> Result<(), SubagentError> {
+    let mut durable = log.watch_head();
+    durable
+        .wait_for(|head| *head >= snapshot.position)
+        .await
+        .map_err(|_| internal("the log closed"))?;
+    tokio::task::spawn_blocking(move || {
+        log.write_checkpoint(checkpoint::CHECKPOINT_NAME, &checkpoint::encode(&snapshot))
+            .map_err(internal)
+    })
+    .await
+    .map_err(internal)?
 }
