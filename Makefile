@@ -65,4 +65,4 @@ fuzz: deps
 # sequences over memory (a fifth of that over RocksDB).
 soak: deps
 	SUBAGENTS_CRASH_ROUNDS=$(SOAK_ROUNDS) $(CARGO) test -p subagent-runtime --test crash -- --nocapture
-	SUBAGENTS_MODEL_CASES=$(SOAK_MODEL_CASES) $(CARGO) test -p subagent-runtime --test model
+	SUBAGENTS_MODEL_CASES=$(SOAK_MODEL_CASES) $(CARGO) test -p subagent-runtime --test model -- --nocapture
