@@ -2,6 +2,10 @@
 //! delivery, providers, cancellation, disposal and recovery. Each test is
 //! named after the spec behaviour it checks.
 
+mod common;
+
+use common::start;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -100,12 +104,7 @@ async fn a_local_child_returns_its_last_non_empty_assistant_message_and_notifies
     let log = MemoryLog::new();
     let runtime = runtime(&log).await;
     let root = runtime.open_root("host").await.unwrap();
-    let activation = runtime
-        .start_activation(
-            &root,
-            spec("spawn", "research", Delivery::Parent),
-            CancellationToken::new(),
-        )
+    let activation = start(&runtime, &root, spec("spawn", "research", Delivery::Parent))
         .await
         .unwrap();
     assert!(
@@ -165,12 +164,7 @@ async fn caller_delivery_suppresses_the_parent_notice() {
     let log = MemoryLog::new();
     let runtime = runtime(&log).await;
     let root = runtime.open_root("host").await.unwrap();
-    let activation = runtime
-        .start_activation(
-            &root,
-            spec("spawn", "plain", Delivery::Caller),
-            CancellationToken::new(),
-        )
+    let activation = start(&runtime, &root, spec("spawn", "plain", Delivery::Caller))
         .await
         .unwrap();
     assert_eq!(
@@ -207,12 +201,7 @@ async fn every_stop_reason_can_be_produced_on_purpose() {
             Some("output token ceiling reached"),
         ),
     ] {
-        let activation = runtime
-            .start_activation(
-                &root,
-                spec("spawn", label, Delivery::Caller),
-                CancellationToken::new(),
-            )
+        let activation = start(&runtime, &root, spec("spawn", label, Delivery::Caller))
             .await
             .unwrap();
         let result = activation.result().await.unwrap();
@@ -231,12 +220,7 @@ async fn disposing_mid_turn_aborts_the_result_and_releases_the_activation() {
     let log = MemoryLog::new();
     let runtime = runtime(&log).await;
     let root = runtime.open_root("host").await.unwrap();
-    let activation = runtime
-        .start_activation(
-            &root,
-            spec("spawn", "slow", Delivery::Parent),
-            CancellationToken::new(),
-        )
+    let activation = start(&runtime, &root, spec("spawn", "slow", Delivery::Parent))
         .await
         .unwrap();
     // Wait until the turn is running.
@@ -270,12 +254,7 @@ async fn an_external_run_reports_its_final_text_and_status_to_the_parent_and_acc
     let log = MemoryLog::new();
     let runtime = runtime(&log).await;
     let root = runtime.open_root("host").await.unwrap();
-    let activation = runtime
-        .start_activation(
-            &root,
-            spec("process", "shout", Delivery::Parent),
-            CancellationToken::new(),
-        )
+    let activation = start(&runtime, &root, spec("process", "shout", Delivery::Parent))
         .await
         .unwrap();
     assert!(
@@ -322,12 +301,7 @@ async fn a_failing_command_settles_as_error_with_a_safe_diagnostic() {
     let log = MemoryLog::new();
     let runtime = runtime(&log).await;
     let root = runtime.open_root("host").await.unwrap();
-    let activation = runtime
-        .start_activation(
-            &root,
-            spec("exit3", "fails", Delivery::Caller),
-            CancellationToken::new(),
-        )
+    let activation = start(&runtime, &root, spec("exit3", "fails", Delivery::Caller))
         .await
         .unwrap();
     let result = activation.result().await.unwrap();
@@ -352,18 +326,9 @@ async fn an_unsupported_option_or_unknown_provider_is_rejected_before_anything_i
     let head = log.head();
     let mut with_persona = spec("process", "x", Delivery::Caller);
     with_persona.request.options.persona = Some("terse".into());
-    let err = runtime
-        .start_activation(&root, with_persona, CancellationToken::new())
-        .await
-        .err()
-        .unwrap();
+    let err = start(&runtime, &root, with_persona).await.err().unwrap();
     assert_eq!(err.code(), ErrorCode::CapabilityUnsupported);
-    let err = runtime
-        .start_activation(
-            &root,
-            spec("nope", "x", Delivery::Caller),
-            CancellationToken::new(),
-        )
+    let err = start(&runtime, &root, spec("nope", "x", Delivery::Caller))
         .await
         .err()
         .unwrap();
@@ -434,12 +399,7 @@ async fn a_fork_child_is_seeded_with_the_parent_completed_turn_prefix() {
     let log = MemoryLog::new();
     let runtime = runtime(&log).await;
     let root = runtime.open_root("host").await.unwrap();
-    let activation = runtime
-        .start_activation(
-            &root,
-            spec("fork", "forked", Delivery::Caller),
-            CancellationToken::new(),
-        )
+    let activation = start(&runtime, &root, spec("fork", "forked", Delivery::Caller))
         .await
         .unwrap();
     activation.result().await.unwrap();
@@ -466,12 +426,7 @@ async fn the_registry_lists_in_insertion_order_and_removal_blocks_only_new_start
         .unwrap();
     assert_eq!(err.code(), ErrorCode::DuplicateProvider);
     let root = runtime.open_root("host").await.unwrap();
-    let running = runtime
-        .start_activation(
-            &root,
-            spec("process", "kept", Delivery::Caller),
-            CancellationToken::new(),
-        )
+    let running = start(&runtime, &root, spec("process", "kept", Delivery::Caller))
         .await
         .unwrap();
     runtime.remove_provider("process").await.unwrap();
@@ -482,12 +437,7 @@ async fn the_registry_lists_in_insertion_order_and_removal_blocks_only_new_start
         "accepted runs are not revoked"
     );
     running.dispose().await.unwrap();
-    let err = runtime
-        .start_activation(
-            &root,
-            spec("process", "late", Delivery::Caller),
-            CancellationToken::new(),
-        )
+    let err = start(&runtime, &root, spec("process", "late", Delivery::Caller))
         .await
         .err()
         .unwrap();
@@ -500,12 +450,7 @@ async fn start_and_end_notices_pair_by_run_id_and_name_the_parent() {
     let runtime = runtime(&log).await;
     let mut notices = runtime.notices();
     let root = runtime.open_root("host").await.unwrap();
-    let activation = runtime
-        .start_activation(
-            &root,
-            spec("spawn", "research", Delivery::Caller),
-            CancellationToken::new(),
-        )
+    let activation = start(&runtime, &root, spec("spawn", "research", Delivery::Caller))
         .await
         .unwrap();
     activation.result().await.unwrap();
@@ -540,12 +485,7 @@ async fn a_closed_root_handle_is_refused() {
     let runtime = runtime(&log).await;
     let root = runtime.open_root("host").await.unwrap();
     runtime.close_root(&root).await.unwrap();
-    let err = runtime
-        .start_activation(
-            &root,
-            spec("spawn", "x", Delivery::Caller),
-            CancellationToken::new(),
-        )
+    let err = start(&runtime, &root, spec("spawn", "x", Delivery::Caller))
         .await
         .err()
         .unwrap();
@@ -561,12 +501,7 @@ fn reopening_after_the_host_died_settles_live_work_explicitly() {
         host_runtime.block_on(async {
             let runtime = runtime(&log).await;
             let root = runtime.open_root("host").await.unwrap();
-            let slow = runtime
-                .start_activation(
-                    &root,
-                    spec("spawn", "slow", Delivery::Parent),
-                    CancellationToken::new(),
-                )
+            let slow = start(&runtime, &root, spec("spawn", "slow", Delivery::Parent))
                 .await
                 .unwrap();
             let mut sleeping = spec("process", "sleeper", Delivery::Parent);
@@ -575,10 +510,7 @@ fn reopening_after_the_host_died_settles_live_work_explicitly() {
                 .register_provider(Arc::new(ProcessProvider::new("sleeper", "sleep", &["60"])))
                 .await
                 .unwrap();
-            let external = runtime
-                .start_activation(&root, sleeping, CancellationToken::new())
-                .await
-                .unwrap();
+            let external = start(&runtime, &root, sleeping).await.unwrap();
             tokio::time::sleep(Duration::from_millis(50)).await;
             (slow.child_id(), external.child_id())
         })
@@ -628,22 +560,16 @@ async fn dispose_releases_descendants_before_their_ancestors() {
     let log = MemoryLog::new();
     let runtime = runtime(&log).await;
     let root = runtime.open_root("host").await.unwrap();
-    let child = runtime
-        .start_activation(
-            &root,
-            spec("spawn", "slow", Delivery::Parent),
-            CancellationToken::new(),
-        )
+    let child = start(&runtime, &root, spec("spawn", "slow", Delivery::Parent))
         .await
         .unwrap();
-    let grandchild = runtime
-        .start_activation(
-            &child.agent(),
-            spec("spawn", "slow", Delivery::Parent),
-            CancellationToken::new(),
-        )
-        .await
-        .unwrap();
+    let grandchild = start(
+        &runtime,
+        &child.agent(),
+        spec("spawn", "slow", Delivery::Parent),
+    )
+    .await
+    .unwrap();
     let tree = runtime.list_descendants(root.session()).await;
     assert_eq!(
         tree.iter()
@@ -670,15 +596,14 @@ async fn dispose_releases_descendants_before_their_ancestors() {
         grandchild.result().await.unwrap().stop_reason,
         SubagentStopReason::Aborted
     );
-    let err = runtime
-        .start_activation(
-            &child.agent(),
-            spec("spawn", "late", Delivery::Parent),
-            CancellationToken::new(),
-        )
-        .await
-        .err()
-        .unwrap();
+    let err = start(
+        &runtime,
+        &child.agent(),
+        spec("spawn", "late", Delivery::Parent),
+    )
+    .await
+    .err()
+    .unwrap();
     assert_eq!(
         err.code(),
         ErrorCode::Unauthorized,
@@ -693,20 +618,10 @@ async fn the_root_inbox_streams_settlement_notices_and_external_reports() {
     let runtime = runtime(&log).await;
     let root = runtime.open_root("host").await.unwrap();
     let mut inbox = runtime.inbox(&root).unwrap();
-    let local = runtime
-        .start_activation(
-            &root,
-            spec("spawn", "research", Delivery::Parent),
-            CancellationToken::new(),
-        )
+    let local = start(&runtime, &root, spec("spawn", "research", Delivery::Parent))
         .await
         .unwrap();
-    let external = runtime
-        .start_activation(
-            &root,
-            spec("process", "shout", Delivery::Parent),
-            CancellationToken::new(),
-        )
+    let external = start(&runtime, &root, spec("process", "shout", Delivery::Parent))
         .await
         .unwrap();
     let mut kinds = Vec::new();
@@ -740,24 +655,14 @@ async fn an_inbox_opened_late_replays_its_history_then_follows_live() {
     let log = MemoryLog::new();
     let runtime = runtime(&log).await;
     let root = runtime.open_root("host").await.unwrap();
-    let first = runtime
-        .start_activation(
-            &root,
-            spec("process", "shout", Delivery::Parent),
-            CancellationToken::new(),
-        )
+    let first = start(&runtime, &root, spec("process", "shout", Delivery::Parent))
         .await
         .unwrap();
     first.result().await.unwrap();
     // Unrelated traffic in other streams, before and after the inbox opens.
     let other = runtime.open_root("other").await.unwrap();
     let mut inbox = runtime.inbox(&root).unwrap();
-    let second = runtime
-        .start_activation(
-            &root,
-            spec("process", "shout", Delivery::Parent),
-            CancellationToken::new(),
-        )
+    let second = start(&runtime, &root, spec("process", "shout", Delivery::Parent))
         .await
         .unwrap();
     runtime.close_root(&other).await.unwrap();
@@ -875,12 +780,7 @@ async fn a_cleanup_failure_is_recorded_beside_the_settled_result_and_never_overw
         .await
         .unwrap();
     let root = runtime.open_root("host").await.unwrap();
-    let activation = runtime
-        .start_activation(
-            &root,
-            spec("flaky", "leaky", Delivery::Caller),
-            CancellationToken::new(),
-        )
+    let activation = start(&runtime, &root, spec("flaky", "leaky", Delivery::Caller))
         .await
         .unwrap();
     assert_eq!(
@@ -952,14 +852,13 @@ async fn concurrent_starts_pipeline_into_a_log_that_replays_to_the_same_answers(
             let (runtime, root) = (runtime.clone(), root.clone());
             tokio::spawn(async move {
                 let provider = if index % 4 == 0 { "process" } else { "spawn" };
-                let activation = runtime
-                    .start_activation(
-                        &root,
-                        spec(provider, "research", Delivery::Parent),
-                        CancellationToken::new(),
-                    )
-                    .await
-                    .unwrap();
+                let activation = start(
+                    &runtime,
+                    &root,
+                    spec(provider, "research", Delivery::Parent),
+                )
+                .await
+                .unwrap();
                 let result = activation.result().await.unwrap();
                 activation.dispose().await.unwrap();
                 result.stop_reason
@@ -1002,17 +901,9 @@ async fn a_reserved_child_id_is_used_and_scoped_notices_reach_only_that_parent()
     let reserved = subagent_core::SessionId::new();
     let mut reserved_spec = spec("spawn", "research", Delivery::Caller);
     reserved_spec.child_id = Some(reserved);
-    let activation = runtime
-        .start_activation(&root, reserved_spec, CancellationToken::new())
-        .await
-        .unwrap();
+    let activation = start(&runtime, &root, reserved_spec).await.unwrap();
     assert_eq!(activation.child_id(), reserved);
-    let foreign = runtime
-        .start_activation(
-            &other,
-            spec("spawn", "plain", Delivery::Caller),
-            CancellationToken::new(),
-        )
+    let foreign = start(&runtime, &other, spec("spawn", "plain", Delivery::Caller))
         .await
         .unwrap();
     activation.result().await.unwrap();
@@ -1051,12 +942,7 @@ async fn a_clean_close_checkpoints_so_reopening_folds_no_tail_and_a_bad_checkpoi
     let (root, listed) = {
         let runtime = runtime_over(Arc::new(open())).await;
         let root = runtime.open_root("host").await.unwrap();
-        let activation = runtime
-            .start_activation(
-                &root,
-                spec("spawn", "research", Delivery::Parent),
-                CancellationToken::new(),
-            )
+        let activation = start(&runtime, &root, spec("spawn", "research", Delivery::Parent))
             .await
             .unwrap();
         activation.result().await.unwrap();
@@ -1122,26 +1008,14 @@ async fn a_persona_is_validated_at_start_and_rendered_for_the_child_alone() {
     let head = log.head();
     let mut bad = spec("spawn", "x", Delivery::Caller);
     bad.request.options.persona = Some("Serve {{nobody}}".into());
-    let err = runtime
-        .start_activation(&root, bad, CancellationToken::new())
-        .await
-        .err()
-        .unwrap();
+    let err = start(&runtime, &root, bad).await.err().unwrap();
     assert_eq!(err.code(), ErrorCode::InvalidPersona);
     assert_eq!(log.head(), head, "nothing recorded");
     let mut good = spec("spawn", "x", Delivery::Caller);
     good.request.options.persona = Some("You assist {{ user }}.".into());
-    let with_persona = runtime
-        .start_activation(&root, good, CancellationToken::new())
-        .await
-        .unwrap();
+    let with_persona = start(&runtime, &root, good).await.unwrap();
     with_persona.result().await.unwrap();
-    let without = runtime
-        .start_activation(
-            &root,
-            spec("spawn", "y", Delivery::Caller),
-            CancellationToken::new(),
-        )
+    let without = start(&runtime, &root, spec("spawn", "y", Delivery::Caller))
         .await
         .unwrap();
     without.result().await.unwrap();
@@ -1191,27 +1065,21 @@ async fn an_output_schema_is_checked_at_start_and_the_capture_becomes_structured
         request
     };
     let head = log.head();
-    let err = runtime
-        .start_activation(
-            &root,
-            with_schema(
-                "valid",
-                serde_json::json!({"type": "object", "patternProperties": {}}),
-            ),
-            CancellationToken::new(),
-        )
-        .await
-        .err()
-        .unwrap();
+    let err = start(
+        &runtime,
+        &root,
+        with_schema(
+            "valid",
+            serde_json::json!({"type": "object", "patternProperties": {}}),
+        ),
+    )
+    .await
+    .err()
+    .unwrap();
     assert_eq!(err.code(), ErrorCode::InvalidOutputSchema);
     assert_eq!(log.head(), head, "a rejected schema records nothing");
 
-    let valid = runtime
-        .start_activation(
-            &root,
-            with_schema("valid", schema.clone()),
-            CancellationToken::new(),
-        )
+    let valid = start(&runtime, &root, with_schema("valid", schema.clone()))
         .await
         .unwrap();
     let result = valid.result().await.unwrap();
@@ -1233,12 +1101,7 @@ async fn an_output_schema_is_checked_at_start_and_the_capture_becomes_structured
     );
 
     for label in ["invalid", "missing"] {
-        let activation = runtime
-            .start_activation(
-                &root,
-                with_schema(label, schema.clone()),
-                CancellationToken::new(),
-            )
+        let activation = start(&runtime, &root, with_schema(label, schema.clone()))
             .await
             .unwrap();
         let result = activation.result().await.unwrap();

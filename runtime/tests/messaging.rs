@@ -4,6 +4,8 @@
 
 mod common;
 
+use common::start;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -83,10 +85,7 @@ async fn started(
     root: &subagent_runtime::LiveAgent,
     label: &str,
 ) -> SubagentActivation {
-    runtime
-        .start_activation(root, spec("spawn", label), CancellationToken::new())
-        .await
-        .unwrap()
+    start(runtime, root, spec("spawn", label)).await.unwrap()
 }
 
 #[tokio::test]
@@ -228,8 +227,7 @@ async fn a_child_messages_its_parent_and_non_adjacent_or_stale_senders_are_refus
         .await
         .unwrap_err();
     assert_eq!(err.code(), ErrorCode::Cancelled);
-    let external = runtime
-        .start_activation(&root, spec("process", "cat"), CancellationToken::new())
+    let external = start(&runtime, &root, spec("process", "cat"))
         .await
         .unwrap();
     external.result().await.unwrap();
@@ -415,12 +413,7 @@ async fn drain_descendants_closes_admission_releases_child_first_and_spares_othe
     let root = runtime.open_root("host").await.unwrap();
     let other_root = runtime.open_root("other").await.unwrap();
     let child = started(&runtime, &root, "slow").await;
-    let grandchild = runtime
-        .start_activation(
-            &child.agent(),
-            spec("spawn", "slow"),
-            CancellationToken::new(),
-        )
+    let grandchild = start(&runtime, &child.agent(), spec("spawn", "slow"))
         .await
         .unwrap();
     let unrelated = started(&runtime, &other_root, "fast").await;
@@ -441,8 +434,7 @@ async fn drain_descendants_closes_admission_releases_child_first_and_spares_othe
             StreamId::Session(child.child_id())
         ]
     );
-    let err = runtime
-        .start_activation(&root, spec("spawn", "late"), CancellationToken::new())
+    let err = start(&runtime, &root, spec("spawn", "late"))
         .await
         .err()
         .unwrap();
@@ -493,11 +485,7 @@ async fn capacity_delays_a_start_until_a_sibling_is_released_and_its_signal_can_
     let first = started(&runtime, &root, "slow").await;
     let waiting = {
         let (runtime, root) = (runtime.clone(), root.clone());
-        tokio::spawn(async move {
-            runtime
-                .start_activation(&root, spec("spawn", "next"), CancellationToken::new())
-                .await
-        })
+        tokio::spawn(async move { start(&runtime, &root, spec("spawn", "next")).await })
     };
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert!(!waiting.is_finished(), "the second start waits for room");
@@ -651,8 +639,7 @@ async fn interrupting_an_external_run_stops_its_one_execution() {
         .await
         .unwrap();
     let root = runtime.open_root("host").await.unwrap();
-    let run = runtime
-        .start_activation(&root, spec("sleeper", "nap"), CancellationToken::new())
+    let run = start(&runtime, &root, spec("sleeper", "nap"))
         .await
         .unwrap();
     runtime

@@ -5,6 +5,8 @@
 
 mod common;
 
+use common::start;
+
 use std::collections::HashSet;
 use std::time::Duration;
 
@@ -60,10 +62,7 @@ async fn a_message_arriving_as_a_turn_ends_is_claimed_exactly_once() {
     let (log, runtime) = setup().await;
     let root = runtime.open_root("host").await.unwrap();
     for round in 0..ROUNDS {
-        let child = runtime
-            .start_activation(&root, spec("worker"), CancellationToken::new())
-            .await
-            .unwrap();
+        let child = start(&runtime, &root, spec("worker")).await.unwrap();
         // Sends land while the first turn runs, as it ends, and after.
         for _ in 0..3 {
             runtime
@@ -88,10 +87,7 @@ async fn an_interrupt_during_a_claim_never_requeues_or_loses_messages() {
     let (log, runtime) = setup().await;
     let root = runtime.open_root("host").await.unwrap();
     for _ in 0..ROUNDS {
-        let child = runtime
-            .start_activation(&root, spec("worker"), CancellationToken::new())
-            .await
-            .unwrap();
+        let child = start(&runtime, &root, spec("worker")).await.unwrap();
         let sends = {
             let (runtime, root, target) = (runtime.clone(), root.clone(), child.child_id());
             tokio::spawn(async move {
@@ -142,11 +138,7 @@ async fn a_drain_during_a_start_leaves_nothing_live_below_the_parent() {
         let root = runtime.open_root("host").await.unwrap();
         let start = {
             let (runtime, root) = (runtime.clone(), root.clone());
-            tokio::spawn(async move {
-                runtime
-                    .start_activation(&root, spec("worker"), CancellationToken::new())
-                    .await
-            })
+            tokio::spawn(async move { start(&runtime, &root, spec("worker")).await })
         };
         tokio::task::yield_now().await;
         runtime
@@ -182,10 +174,7 @@ async fn a_cold_resume_racing_a_second_send_resumes_once_and_keeps_both_messages
     let (log, runtime) = setup().await;
     let root = runtime.open_root("host").await.unwrap();
     for _ in 0..ROUNDS {
-        let child = runtime
-            .start_activation(&root, spec("worker"), CancellationToken::new())
-            .await
-            .unwrap();
+        let child = start(&runtime, &root, spec("worker")).await.unwrap();
         child.result().await.unwrap();
         runtime
             .drain_children(&root, &[child.child_id()])

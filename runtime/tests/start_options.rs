@@ -2,6 +2,10 @@
 //! agent options and model selection, the depth policy, and the cleaning of
 //! diagnostics. Each rejection is checked to leave the log untouched.
 
+mod common;
+
+use common::start;
+
 use std::sync::{Arc, Mutex};
 
 use serde_json::json;
@@ -100,17 +104,6 @@ fn spec_with(
         SubagentActivationSpec::with_text_prompt(provider, label, "go", Delivery::Caller);
     change(&mut spec.request.options);
     spec
-}
-
-/// Starts a child with a fresh signal.
-async fn start(
-    runtime: &SubagentRuntime,
-    parent: &subagent_runtime::LiveAgent,
-    spec: SubagentActivationSpec,
-) -> Result<subagent_runtime::SubagentActivation, SubagentError> {
-    runtime
-        .start_activation(parent, spec, CancellationToken::new())
-        .await
 }
 
 fn events_of(log: &MemoryLog, session: SessionId) -> Vec<Event> {

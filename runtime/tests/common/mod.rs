@@ -1,4 +1,6 @@
 //! Helpers shared by the runtime's integration tests.
+// Each test binary uses only some of them.
+#![allow(dead_code)]
 
 use std::collections::HashSet;
 
@@ -57,4 +59,15 @@ pub fn assert_inbox_invariants(log: &MemoryLog) {
             );
         }
     }
+}
+
+/// Starts a child of `parent` with a fresh cancellation signal.
+pub async fn start(
+    runtime: &SubagentRuntime,
+    parent: &subagent_runtime::LiveAgent,
+    spec: subagent_core::SubagentActivationSpec,
+) -> Result<subagent_runtime::SubagentActivation, subagent_core::SubagentError> {
+    runtime
+        .start_activation(parent, spec, tokio_util::sync::CancellationToken::new())
+        .await
 }
