@@ -88,11 +88,10 @@ pub enum Inspect {
     },
 }
 
+/// Every inspection command reads through a read-only handle: it never
+/// changes the directory, works on a read-only mount and beside a live host.
 fn open(dir: &Path) -> Result<RocksLog, Box<dyn std::error::Error>> {
-    if !dir.join("CURRENT").exists() {
-        return Err(format!("{} is not a subagents log", dir.display()).into());
-    }
-    Ok(RocksLog::open(dir, RocksOptions::default())?)
+    Ok(RocksLog::open_read_only(dir)?)
 }
 
 fn session(state: &Projections, text: &str) -> Result<SessionId, Box<dyn std::error::Error>> {

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 use subagent_core::StreamId;
-use subagent_store::{EventLogExt, RocksLog, RocksOptions};
+use subagent_store::{EventLogExt, RocksLog};
 
 use crate::CliResult;
 
@@ -37,7 +37,7 @@ pub fn run(args: &LogArgs) -> CliResult {
         return Err(format!("{} is not a subagents log", args.dir.display()).into());
     }
     let stream: Option<StreamId> = args.stream.as_deref().map(str::parse).transpose()?;
-    let log = RocksLog::open(&args.dir, RocksOptions::default())?;
+    let log = RocksLog::open_read_only(&args.dir)?;
     let records: Box<dyn Iterator<Item = _>> = match stream {
         Some(stream) => Box::new(log.read_stream(stream, args.from)),
         None => Box::new(log.read_all(args.from)),

@@ -76,7 +76,32 @@ pub enum StoreError {
         /// How it was reused.
         reason: &'static str,
     },
-    /// A storage IO failure.
+    /// The log's files are damaged beyond one record: a write-ahead log,
+    /// MANIFEST or table file that fails its checksum, an index entry that
+    /// does not decode, a head marker that disagrees with the records, or
+    /// RocksDB files without `CURRENT`. Nothing was changed.
+    #[error("the log at {path} is damaged: {reason}")]
+    Damaged {
+        /// The log directory.
+        path: String,
+        /// What is damaged, naming the file where RocksDB knows it.
+        reason: String,
+    },
+    /// The path holds no log, and is not one that may become a log.
+    #[error("{path} is not a subagents log: {reason}")]
+    NotALog {
+        /// The path.
+        path: String,
+        /// What is there instead.
+        reason: String,
+    },
+    /// A write through a handle opened read-only.
+    #[error("the log at {path} is open read-only")]
+    ReadOnly {
+        /// The log directory.
+        path: String,
+    },
+    /// A storage IO failure, naming the file and the OS error.
     #[error("storage failure: {0}")]
     Io(String),
     /// The log was closed (its writer has stopped).
@@ -98,6 +123,9 @@ impl StoreError {
             StoreError::RepeatedStream { .. } => "store/repeated-stream",
             StoreError::MisplacedEvent { .. } => "store/misplaced-event",
             StoreError::DuplicateEventId { .. } => "store/duplicate-event-id",
+            StoreError::Damaged { .. } => "store/damaged",
+            StoreError::NotALog { .. } => "store/not-a-log",
+            StoreError::ReadOnly { .. } => "store/read-only",
             StoreError::Io(_) => "store/io",
             StoreError::Closed => "store/closed",
         }

@@ -2,20 +2,22 @@
 //!
 //! Layout of the column families: [`keys`]. Writes go through one writer
 //! thread that group-commits ([`writer`]); reads run concurrently on the
-//! caller's thread. Opening a directory another process holds fails with
-//! [`StoreError::Locked`].
+//! caller's thread. What a directory must hold to be opened, and the
+//! process lock: [`open`].
 
 mod keys;
+mod open;
 mod writer;
 
+pub use open::LOCK_FILE;
+
+use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
-use rocksdb::{
-    BlockBasedOptions, ColumnFamily, ColumnFamilyDescriptor, DBCompressionType, Options, DB,
-};
+use rocksdb::{ColumnFamily, DB};
 use subagent_core::{RecordedEvent, StreamId};
 use tokio::sync::watch;
 
@@ -23,6 +25,7 @@ use crate::error::StoreError;
 use crate::log::{good_prefix, Durability, EventLog, StreamAppend, TransactionTicket};
 use crate::record;
 use crate::subscription::{self, Subscription};
+use open::DirectoryState;
 use writer::{AppendRequest, Writer};
 
 /// Options of a RocksDB log.
@@ -34,6 +37,11 @@ pub struct RocksOptions {
 
 struct Shared {
     db: Arc<DB>,
+    /// The exclusive directory lock of a read-write handle; declared after
+    /// `db` so it is released only once the database is closed.
+    _lock: Option<File>,
+    /// Opened with [`RocksLog::open_read_only`]: no writer, no lock.
+    read_only: bool,
     path: PathBuf,
     durability: Durability,
     head: Arc<watch::Sender<u64>>,
@@ -66,17 +74,26 @@ fn family<'a>(db: &'a DB, name: &str) -> Result<&'a ColumnFamily, StoreError> {
         .ok_or_else(|| StoreError::Io(format!("column family {name} is missing")))
 }
 
-fn map_rocks_error(err: rocksdb::Error, position: u64) -> StoreError {
+/// A RocksDB failure as a [`StoreError`]. Corruption met while reading the
+/// record at `position` is [`StoreError::Corrupt`] at that position;
+/// corruption anywhere else (`position` 0: an index, the WAL, a MANIFEST, a
+/// table file) is [`StoreError::Damaged`] naming the directory. RocksDB's
+/// text names the file and carries the OS error, and is kept whole.
+fn map_rocks_error(err: rocksdb::Error, position: u64, path: &Path) -> StoreError {
     match err.kind() {
-        rocksdb::ErrorKind::Corruption => StoreError::Corrupt {
+        rocksdb::ErrorKind::Corruption if position > 0 => StoreError::Corrupt {
             position,
             reason: err.into_string(),
         },
-        _ => StoreError::Io(err.into_string()),
+        rocksdb::ErrorKind::Corruption => StoreError::Damaged {
+            path: path.display().to_string(),
+            reason: err.into_string(),
+        },
+        _ => StoreError::Io(format!("{}: {}", path.display(), err.into_string())),
     }
 }
 
-fn read_stream_version(db: &DB, stream: &StreamId) -> Result<u64, StoreError> {
+fn read_stream_version(db: &DB, path: &Path, stream: &StreamId) -> Result<u64, StoreError> {
     let mut iter = db.raw_iterator_cf(family(db, keys::CF_STREAMS)?);
     iter.seek_for_prev(keys::stream_key(stream, u64::MAX));
     let prefix = keys::stream_prefix(stream);
@@ -84,51 +101,42 @@ fn read_stream_version(db: &DB, stream: &StreamId) -> Result<u64, StoreError> {
         Some(key) if key.starts_with(&prefix) => keys::decode_u64(&key[prefix.len()..]),
         _ => Some(0),
     };
-    iter.status().map_err(|err| map_rocks_error(err, 0))?;
-    version.ok_or_else(|| StoreError::Corrupt {
-        position: 0,
+    iter.status().map_err(|err| map_rocks_error(err, 0, path))?;
+    version.ok_or_else(|| StoreError::Damaged {
+        path: path.display().to_string(),
         reason: format!("stream index key of {stream} does not decode"),
     })
 }
 
 impl RocksLog {
-    /// Opens (creating if needed) the log in `path`.
+    /// Opens the log in `path` for reading and appending, creating it when
+    /// the directory is absent or empty. The directory stays locked until the
+    /// last clone of the handle is dropped.
     ///
     /// # Errors
-    /// [`StoreError::Locked`] if another process or handle has it open,
-    /// [`StoreError::UnsupportedFormat`] for a directory of another format,
-    /// [`StoreError::Corrupt`] if the head marker disagrees with the records,
-    /// [`StoreError::Io`] otherwise.
+    /// Each leaves the directory's data as it was:
+    /// [`StoreError::Locked`] if another handle (in any process) has it open;
+    /// [`StoreError::Damaged`] for RocksDB files without `CURRENT`, a damaged
+    /// write-ahead log, MANIFEST or table file, or a head marker that
+    /// disagrees with the records; [`StoreError::NotALog`] for a non-empty
+    /// directory of other things; [`StoreError::UnsupportedFormat`] for a log
+    /// of another on-disk format; [`StoreError::Io`] otherwise.
     pub fn open(path: impl AsRef<Path>, options: RocksOptions) -> Result<RocksLog, StoreError> {
         let path = path.as_ref().to_path_buf();
-        let mut db_options = Options::default();
-        db_options.create_if_missing(true);
-        db_options.create_missing_column_families(true);
-        db_options.set_compression_type(DBCompressionType::Lz4);
-        let families = keys::ALL_FAMILIES.map(|name| {
-            let mut family_options = Options::default();
-            family_options.set_compression_type(DBCompressionType::Lz4);
-            let mut table = BlockBasedOptions::default();
-            table.set_bloom_filter(10.0, false);
-            family_options.set_block_based_table_factory(&table);
-            ColumnFamilyDescriptor::new(name, family_options)
-        });
-        let db = DB::open_cf_descriptors(&db_options, &path, families).map_err(|err| {
-            let text = err.clone().into_string();
-            if text.contains("lock") || text.contains("LOCK") {
-                StoreError::Locked {
-                    path: path.display().to_string(),
-                }
-            } else {
-                map_rocks_error(err, 0)
-            }
-        })?;
-        let head = Self::check_format_and_head(&db)?;
+        // Judge the directory before creating anything in it, then again
+        // under the lock, so two openers cannot both take it for empty.
+        open::classify(&path)?;
+        let lock = open::lock(&path)?;
+        let create = open::classify(&path)? != DirectoryState::Log;
+        let db = DB::open_cf_descriptors(&open::db_options(create), &path, open::families())
+            .map_err(|err| map_rocks_error(err, 0, &path))?;
+        let head = Self::check_format_and_head(&db, &path, true)?;
         let db = Arc::new(db);
         let head_watch = Arc::new(watch::channel(head).0);
         let (sender, receiver) = mpsc::channel();
         let writer = Writer::new(
             Arc::clone(&db),
+            path.clone(),
             head,
             options.durability,
             Arc::clone(&head_watch),
@@ -140,6 +148,8 @@ impl RocksLog {
         Ok(RocksLog {
             shared: Arc::new(Shared {
                 db,
+                _lock: Some(lock),
+                read_only: false,
                 path,
                 durability: options.durability,
                 head: head_watch,
@@ -149,13 +159,63 @@ impl RocksLog {
         })
     }
 
-    fn check_format_and_head(db: &DB) -> Result<u64, StoreError> {
+    /// Opens an existing log for reading only: no lock, no writer, and
+    /// nothing in the directory is created, changed or deleted, so it works on
+    /// a read-only mount and beside a live writer (it sees the log as of the
+    /// open). Appends and checkpoint writes fail with
+    /// [`StoreError::ReadOnly`]. The write-ahead log is recovered in memory
+    /// under the same absolute-consistency rule as [`RocksLog::open`].
+    ///
+    /// # Errors
+    /// As [`RocksLog::open`], except `Locked`; an absent or empty directory
+    /// is [`StoreError::NotALog`].
+    pub fn open_read_only(path: impl AsRef<Path>) -> Result<RocksLog, StoreError> {
+        let path = path.as_ref().to_path_buf();
+        if open::classify(&path)? != DirectoryState::Log {
+            return Err(StoreError::NotALog {
+                path: path.display().to_string(),
+                reason: "there is no log there".into(),
+            });
+        }
+        let db = DB::open_cf_descriptors_read_only(
+            &open::db_options(false),
+            &path,
+            open::families(),
+            false,
+        )
+        .map_err(|err| map_rocks_error(err, 0, &path))?;
+        let head = Self::check_format_and_head(&db, &path, false)?;
+        Ok(RocksLog {
+            shared: Arc::new(Shared {
+                db: Arc::new(db),
+                _lock: None,
+                read_only: true,
+                path,
+                durability: Durability::Sync,
+                head: Arc::new(watch::channel(head).0),
+                requests: Mutex::new(None),
+                writer: Mutex::new(None),
+            }),
+        })
+    }
+
+    /// Checks the format marker (writing it into a new, writable log) and
+    /// that the head marker names the last record; returns the head.
+    fn check_format_and_head(db: &DB, path: &Path, writable: bool) -> Result<u64, StoreError> {
         let meta = family(db, keys::CF_META)?;
-        let io = |err| map_rocks_error(err, 0);
+        let io = |err| map_rocks_error(err, 0, path);
+        let damaged = |reason: String| StoreError::Damaged {
+            path: path.display().to_string(),
+            reason,
+        };
         match db.get_cf(meta, keys::META_FORMAT).map_err(io)? {
-            None => db
+            None if writable => db
                 .put_cf(meta, keys::META_FORMAT, keys::FORMAT_VERSION.to_be_bytes())
                 .map_err(io)?,
+            // A log created and killed before its first write has no marker
+            // and no records; anything else without a marker is damage,
+            // caught by the head check below.
+            None => {}
             Some(bytes) => {
                 let found = keys::decode_u64(&bytes).unwrap_or(u64::MAX);
                 if found != keys::FORMAT_VERSION {
@@ -168,10 +228,8 @@ impl RocksLog {
         }
         let head = match db.get_cf(meta, keys::META_HEAD).map_err(io)? {
             None => 0,
-            Some(bytes) => keys::decode_u64(&bytes).ok_or_else(|| StoreError::Corrupt {
-                position: 0,
-                reason: "head marker does not decode".into(),
-            })?,
+            Some(bytes) => keys::decode_u64(&bytes)
+                .ok_or_else(|| damaged("the head marker does not decode".into()))?,
         };
         let mut last = db.raw_iterator_cf(family(db, keys::CF_LOG)?);
         last.seek_to_last();
@@ -181,12 +239,9 @@ impl RocksLog {
         };
         last.status().map_err(io)?;
         if last_position != head {
-            return Err(StoreError::Corrupt {
-                position: last_position,
-                reason: format!(
-                    "head marker says {head} but the last record is at {last_position}"
-                ),
-            });
+            return Err(damaged(format!(
+                "the head marker says {head} but the last record is at {last_position}"
+            )));
         }
         Ok(head)
     }
@@ -204,12 +259,14 @@ impl RocksLog {
     /// # Errors
     /// IO failure, or [`StoreError::Corrupt`] if there is no such record.
     pub fn corrupt_record(&self, position: u64, byte: usize) -> Result<(), StoreError> {
+        self.refuse_if_read_only()?;
         let db = &self.shared.db;
+        let path = &self.shared.path;
         let log = family(db, keys::CF_LOG)?;
         let key = keys::position_key(position);
         let mut bytes = db
             .get_cf(log, key)
-            .map_err(|err| map_rocks_error(err, position))?
+            .map_err(|err| map_rocks_error(err, position, path))?
             .ok_or_else(|| StoreError::Corrupt {
                 position,
                 reason: "no such record".into(),
@@ -217,12 +274,31 @@ impl RocksLog {
         let at = byte % bytes.len().max(1);
         bytes[at] ^= 0x10;
         db.put_cf(log, key, bytes)
-            .map_err(|err| map_rocks_error(err, position))
+            .map_err(|err| map_rocks_error(err, position, path))
+    }
+
+    /// Whether this handle was opened with [`RocksLog::open_read_only`].
+    #[must_use]
+    pub fn is_read_only(&self) -> bool {
+        self.shared.read_only
+    }
+
+    fn refuse_if_read_only(&self) -> Result<(), StoreError> {
+        if self.shared.read_only {
+            Err(StoreError::ReadOnly {
+                path: self.shared.path.display().to_string(),
+            })
+        } else {
+            Ok(())
+        }
     }
 }
 
 impl EventLog for RocksLog {
     fn append_atomic(&self, parts: Vec<StreamAppend>) -> TransactionTicket {
+        if let Err(err) = self.refuse_if_read_only() {
+            return TransactionTicket::ready(Err(err));
+        }
         let (reply, ticket) = TransactionTicket::channel();
         let request = AppendRequest { parts, reply };
         let sent = match self.shared.requests.lock() {
@@ -270,7 +346,7 @@ impl EventLog for RocksLog {
             iter.next();
         }
         iter.status()
-            .map_err(|err| map_rocks_error(err, expected))?;
+            .map_err(|err| map_rocks_error(err, expected, &self.shared.path))?;
         Ok(page)
     }
 
@@ -292,18 +368,19 @@ impl EventLog for RocksLog {
             if !key.starts_with(&prefix) {
                 break;
             }
-            positions.push(keys::decode_u64(value).ok_or_else(|| StoreError::Corrupt {
-                position: 0,
+            positions.push(keys::decode_u64(value).ok_or_else(|| StoreError::Damaged {
+                path: self.shared.path.display().to_string(),
                 reason: format!("stream index entry of {stream} does not decode"),
             })?);
             iter.next();
         }
-        iter.status().map_err(|err| map_rocks_error(err, 0))?;
+        iter.status()
+            .map_err(|err| map_rocks_error(err, 0, &self.shared.path))?;
         let log = family(db, keys::CF_LOG)?;
         let keys: Vec<[u8; 8]> = positions.iter().map(|p| keys::position_key(*p)).collect();
         let values = db.batched_multi_get_cf(log, &keys, false);
         good_prefix(positions.iter().zip(values).map(|(&position, value)| {
-            match value.map_err(|err| map_rocks_error(err, position))? {
+            match value.map_err(|err| map_rocks_error(err, position, &self.shared.path))? {
                 Some(bytes) => record::decode(position, &bytes),
                 None => Err(StoreError::Corrupt {
                     position,
@@ -314,7 +391,7 @@ impl EventLog for RocksLog {
     }
 
     fn stream_version(&self, stream: &StreamId) -> Result<u64, StoreError> {
-        read_stream_version(&self.shared.db, stream)
+        read_stream_version(&self.shared.db, &self.shared.path, stream)
     }
 
     fn head(&self) -> u64 {
@@ -336,10 +413,11 @@ impl EventLog for RocksLog {
     fn read_checkpoint(&self, name: &str) -> Result<Option<Vec<u8>>, StoreError> {
         let db = &self.shared.db;
         db.get_cf(family(db, keys::CF_META)?, keys::checkpoint_key(name))
-            .map_err(|err| map_rocks_error(err, 0))
+            .map_err(|err| map_rocks_error(err, 0, &self.shared.path))
     }
 
     fn write_checkpoint(&self, name: &str, bytes: &[u8]) -> Result<(), StoreError> {
+        self.refuse_if_read_only()?;
         let db = &self.shared.db;
         let mut options = rocksdb::WriteOptions::default();
         options.set_sync(self.shared.durability == Durability::Sync);
@@ -349,6 +427,6 @@ impl EventLog for RocksLog {
             bytes,
             &options,
         )
-        .map_err(|err| map_rocks_error(err, 0))
+        .map_err(|err| map_rocks_error(err, 0, &self.shared.path))
     }
 }

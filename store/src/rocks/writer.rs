@@ -9,6 +9,7 @@
 //! pays exactly one.
 
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::sync::mpsc::{Receiver, TryRecvError};
 use std::sync::Arc;
 
@@ -39,6 +40,8 @@ pub(crate) struct Writer {
     /// (fail-stop; reopen the log to recover).
     failed: Option<StoreError>,
     db: Arc<DB>,
+    /// The log directory, for error messages.
+    path: PathBuf,
     head: u64,
     versions: HashMap<StreamId, u64>,
     write_options: WriteOptions,
@@ -63,6 +66,7 @@ struct GroupOverlay {
 impl Writer {
     pub(crate) fn new(
         db: Arc<DB>,
+        path: PathBuf,
         head: u64,
         durability: Durability,
         head_watch: Arc<watch::Sender<u64>>,
@@ -72,6 +76,7 @@ impl Writer {
         Writer {
             failed: None,
             db,
+            path,
             head,
             versions: HashMap::new(),
             write_options,
@@ -100,7 +105,7 @@ impl Writer {
         if let Some(version) = self.versions.get(stream) {
             return Ok(*version);
         }
-        let version = read_stream_version(&self.db, stream)?;
+        let version = read_stream_version(&self.db, &self.path, stream)?;
         self.versions.insert(*stream, version);
         Ok(version)
     }
@@ -117,14 +122,14 @@ impl Writer {
         match self
             .db
             .get_pinned_cf(family, keys::event_id_key(id))
-            .map_err(|err| map_rocks_error(err, 0))?
+            .map_err(|err| map_rocks_error(err, 0, &self.path))?
         {
             None => Ok(None),
             Some(bytes) => {
                 keys::decode_location(&bytes)
                     .map(Some)
-                    .ok_or_else(|| StoreError::Corrupt {
-                        position: 0,
+                    .ok_or_else(|| StoreError::Damaged {
+                        path: self.path.display().to_string(),
                         reason: format!("event id index entry for {id} does not decode"),
                     })
             }
@@ -205,7 +210,7 @@ impl Writer {
         );
         self.db
             .write_opt(batch, &self.write_options)
-            .map_err(|err| map_rocks_error(err, new_head))
+            .map_err(|err| map_rocks_error(err, new_head, &self.path))
     }
 
     /// Admits one atomic request and stages all of its writes into `batch`,

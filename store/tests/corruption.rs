@@ -1,0 +1,315 @@
+//! Permanent corruption attack on a real RocksDB log (issue 12).
+//!
+//! A log is written in two sessions, so its directory holds every kind of
+//! file: table files (`*.sst`, the first session's records, flushed when the
+//! second session opened), the write-ahead log (`*.log`, the second
+//! session's), `MANIFEST-*`, `CURRENT`, `OPTIONS-*` and `IDENTITY`. Then, for
+//! each file and many offsets, a fresh copy of the directory gets one byte
+//! flipped and is opened read-write and read-only. For every flip the outcome
+//! must be one of:
+//! - a typed [`StoreError`] at open, the data files left byte for byte as
+//!   they were, and a second open refused the same way (nothing healed by
+//!   deleting);
+//! - a typed [`StoreError`] from a read;
+//! - every acknowledged record intact: the whole log and every stream read
+//!   back equal to what was appended.
+//!
+//! Never a silent loss: an open and full read that succeed with fewer or
+//! different records fail the test. `make test` flips a few offsets per file
+//! (`SUBAGENTS_CORRUPTION_FLIPS`, default 12); `make soak` flips many more.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use subagent_core::{Event, NewEvent, RecordedEvent, SessionId, StreamId};
+use subagent_store::{
+    Durability, EventLog, EventLogExt, ExpectedVersion, RocksLog, RocksOptions, StoreError,
+};
+
+const FLIPS_ENV: &str = "SUBAGENTS_CORRUPTION_FLIPS";
+const STREAMS: usize = 6;
+
+/// The acknowledged content of the log: the whole log, and each stream.
+struct Acknowledged {
+    all: Vec<RecordedEvent>,
+    streams: BTreeMap<StreamId, Vec<RecordedEvent>>,
+}
+
+fn append_round(log: &RocksLog, streams: &[StreamId], turns: std::ops::Range<u32>) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async {
+        for turn in turns {
+            for stream in streams {
+                let events = (0..3)
+                    .map(|step| {
+                        NewEvent::new(Event::TurnStarted {
+                            turn: turn * 3 + step,
+                            epoch: 1,
+                        })
+                    })
+                    .collect();
+                log.append(*stream, ExpectedVersion::Any, events)
+                    .await
+                    .expect("append");
+            }
+        }
+    });
+}
+
+/// Writes the pristine log and returns what was acknowledged.
+fn write_pristine(dir: &Path) -> Acknowledged {
+    let streams: Vec<StreamId> = (0..STREAMS)
+        .map(|_| StreamId::Session(SessionId::new()))
+        .collect();
+    let options = RocksOptions {
+        durability: Durability::Sync,
+    };
+    {
+        let log = RocksLog::open(dir, options).expect("open");
+        append_round(&log, &streams, 0..20);
+    }
+    // Reopening flushes the first session's write-ahead log into table files.
+    let log = RocksLog::open(dir, options).expect("reopen");
+    append_round(&log, &streams, 20..30);
+    let all: Vec<RecordedEvent> = log
+        .read_all(1)
+        .collect::<Result<_, _>>()
+        .expect("read back");
+    let streams = streams
+        .iter()
+        .map(|stream| {
+            let records = log
+                .read_stream(stream, 1)
+                .collect::<Result<Vec<_>, _>>()
+                .expect("stream");
+            (*stream, records)
+        })
+        .collect();
+    Acknowledged { all, streams }
+}
+
+/// The kind of a file in a log directory, for the report.
+fn kind_of(name: &str) -> &'static str {
+    if name.ends_with(".sst") {
+        "sst"
+    } else if name.ends_with(".log") {
+        "wal"
+    } else if name.starts_with("MANIFEST-") {
+        "manifest"
+    } else if name == "CURRENT" {
+        "current"
+    } else if name.starts_with("OPTIONS-") {
+        "options"
+    } else if name == "IDENTITY" {
+        "identity"
+    } else {
+        "other"
+    }
+}
+
+/// The data files of a directory and their bytes: everything but the lock
+/// file, which holds nothing.
+fn data_files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+    std::fs::read_dir(dir)
+        .expect("read dir")
+        .map(|entry| entry.expect("entry"))
+        .filter(|entry| entry.file_name() != subagent_store::rocks::LOCK_FILE)
+        .map(|entry| {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            (name, std::fs::read(entry.path()).expect("read file"))
+        })
+        .collect()
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("mkdir");
+    for (name, bytes) in data_files(from) {
+        std::fs::write(to.join(name), bytes).expect("copy");
+    }
+}
+
+/// The offsets flipped in a file of `len` bytes: both ends (headers, footers,
+/// the WAL's last record) and evenly spread ones in between.
+fn offsets(len: usize, flips: usize) -> Vec<usize> {
+    if len == 0 {
+        return Vec::new();
+    }
+    let mut chosen: Vec<usize> = (0..flips.min(len))
+        .map(|index| index * len / flips.min(len))
+        .chain((0..8.min(len)).map(|back| len - 1 - back))
+        .chain(0..4.min(len))
+        .collect();
+    chosen.sort_unstable();
+    chosen.dedup();
+    chosen
+}
+
+/// What happened to one flip.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Outcome {
+    RefusedAtOpen,
+    RefusedAtRead,
+    Intact,
+}
+
+fn is_typed_damage(err: &StoreError) -> bool {
+    matches!(
+        err,
+        StoreError::Damaged { .. }
+            | StoreError::Corrupt { .. }
+            | StoreError::NotALog { .. }
+            | StoreError::UnsupportedFormat { .. }
+            | StoreError::UnsupportedSchema { .. }
+            | StoreError::Io(_)
+    )
+}
+
+/// Reads everything back; `Ok` only if it equals what was acknowledged.
+fn read_back(log: &RocksLog, acknowledged: &Acknowledged, what: &str) -> Outcome {
+    let all: Result<Vec<RecordedEvent>, StoreError> = log.read_all(1).collect();
+    let all = match all {
+        Ok(all) => all,
+        Err(err) => {
+            assert!(is_typed_damage(&err), "{what}: read gave {err:?}");
+            return Outcome::RefusedAtRead;
+        }
+    };
+    assert_eq!(
+        all.len(),
+        acknowledged.all.len(),
+        "{what}: SILENT LOSS: the log reads back {} records, {} were acknowledged",
+        all.len(),
+        acknowledged.all.len()
+    );
+    assert!(
+        all == acknowledged.all,
+        "{what}: SILENT CHANGE: records differ from those acknowledged"
+    );
+    assert_eq!(log.head(), acknowledged.all.len() as u64, "{what}: head");
+    for (stream, expected) in &acknowledged.streams {
+        match log.read_stream(stream, 1).collect::<Result<Vec<_>, _>>() {
+            Ok(records) => assert!(
+                &records == expected,
+                "{what}: SILENT LOSS in stream {stream}: {} of {} records",
+                records.len(),
+                expected.len()
+            ),
+            Err(err) => {
+                assert!(is_typed_damage(&err), "{what}: stream read gave {err:?}");
+                return Outcome::RefusedAtRead;
+            }
+        }
+    }
+    Outcome::Intact
+}
+
+/// Opens a flipped copy one way; checks the refusal or the content.
+fn attack(
+    dir: &Path,
+    acknowledged: &Acknowledged,
+    what: &str,
+    open: impl Fn(&Path) -> Result<RocksLog, StoreError>,
+) -> Outcome {
+    let before = data_files(dir);
+    match open(dir) {
+        Ok(log) => read_back(&log, acknowledged, what),
+        Err(err) => {
+            assert!(is_typed_damage(&err), "{what}: open gave {err:?}");
+            assert!(
+                data_files(dir) == before,
+                "{what}: a refused open changed the directory ({err})"
+            );
+            let again = open(dir).err();
+            assert!(
+                again.is_some(),
+                "{what}: the first open was refused ({err}) but the second succeeded"
+            );
+            Outcome::RefusedAtOpen
+        }
+    }
+}
+
+#[test]
+fn no_flipped_byte_in_any_file_loses_an_acknowledged_event_silently() {
+    let flips: usize = std::env::var(FLIPS_ENV)
+        .ok()
+        .and_then(|value| value.parse().ok())
+        .unwrap_or(12);
+    let root = tempfile::tempdir().expect("tempdir");
+    let pristine = root.path().join("pristine");
+    let acknowledged = write_pristine(&pristine);
+    let files = data_files(&pristine);
+    let kinds: std::collections::BTreeSet<&str> = files.keys().map(|name| kind_of(name)).collect();
+    for required in ["sst", "wal", "manifest", "current", "options"] {
+        assert!(
+            kinds.contains(required),
+            "the pristine log has no {required} file: {:?}",
+            files.keys().collect::<Vec<_>>()
+        );
+    }
+    // (kind, outcome) -> count, for the report.
+    let mut tally: BTreeMap<(&str, &str, Outcome), usize> = BTreeMap::new();
+    let mut attempt = 0usize;
+    for (name, bytes) in &files {
+        for offset in offsets(bytes.len(), flips) {
+            // Vary the flipped bit with the attempt, never a no-op.
+            let mask = 1u8 << (attempt % 8);
+            attempt += 1;
+            for (mode, read_only) in [("read-write", false), ("read-only", true)] {
+                let copy: PathBuf = root.path().join(format!("flip-{attempt}-{mode}"));
+                copy_dir(&pristine, &copy);
+                let mut damaged = bytes.clone();
+                damaged[offset] ^= mask;
+                std::fs::write(copy.join(name), &damaged).expect("write flip");
+                let what = format!("{mode} open of {name} with byte {offset} ^ {mask:#04x}");
+                let outcome = attack(&copy, &acknowledged, &what, |dir| {
+                    if read_only {
+                        RocksLog::open_read_only(dir)
+                    } else {
+                        RocksLog::open(dir, RocksOptions::default())
+                    }
+                });
+                *tally.entry((kind_of(name), mode, outcome)).or_default() += 1;
+                std::fs::remove_dir_all(&copy).expect("cleanup");
+            }
+        }
+    }
+    println!("flips per file: {flips}; files: {}", files.len());
+    println!("{:<10} {:<11} {:<15} count", "kind", "open", "outcome");
+    for ((kind, mode, outcome), count) in &tally {
+        println!("{kind:<10} {mode:<11} {:<15} {count}", format!("{outcome:?}"));
+    }
+    // The attack reached the data: some flips must be refused in each of the
+    // write-ahead log and the table files, or the test proved nothing.
+    for kind in ["wal", "sst"] {
+        let refused: usize = tally
+            .iter()
+            .filter(|((k, _, outcome), _)| *k == kind && *outcome != Outcome::Intact)
+            .map(|(_, count)| count)
+            .sum();
+        assert!(refused > 0, "no flip in a {kind} file was ever detected");
+    }
+}
+
+#[test]
+fn a_truncated_write_ahead_log_is_refused_not_shortened() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let pristine = root.path().join("pristine");
+    let acknowledged = write_pristine(&pristine);
+    let files = data_files(&pristine);
+    let (wal, bytes) = files
+        .iter()
+        .find(|(name, _)| kind_of(name) == "wal")
+        .expect("a write-ahead log");
+    for cut in [1, 7, bytes.len() / 2] {
+        let copy = root.path().join(format!("cut-{cut}"));
+        copy_dir(&pristine, &copy);
+        std::fs::write(copy.join(wal), &bytes[..bytes.len() - cut]).expect("truncate");
+        let outcome = attack(&copy, &acknowledged, &format!("{wal} less {cut} bytes"), |dir| {
+            RocksLog::open(dir, RocksOptions::default())
+        });
+        assert_eq!(outcome, Outcome::RefusedAtOpen, "cut {cut}");
+    }
+}
