@@ -1,0 +1,184 @@
+//! The binary against damaged and foreign directories (issue 12): the
+//! inspection commands never change a log, a damaged log is refused with its
+//! cause and left as it was, and `demo` and `import` never create a new log
+//! over the remains of one.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn subagents(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_subagents"))
+        .args(args)
+        .output()
+        .expect("run subagents")
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// Every file of a directory with its bytes and modification time.
+fn snapshot(dir: &Path) -> BTreeMap<String, (Vec<u8>, std::time::SystemTime)> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| {
+            let entry = entry.unwrap();
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let modified = entry.metadata().unwrap().modified().unwrap();
+            (name, (std::fs::read(entry.path()).unwrap(), modified))
+        })
+        .collect()
+}
+
+fn demo(data: &Path) {
+    let output = subagents(&["demo", "--data", data.to_str().unwrap()]);
+    assert!(output.status.success(), "demo failed: {}", stderr(&output));
+}
+
+#[test]
+fn inspection_commands_leave_the_directory_exactly_as_it_was() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    demo(&data);
+    let before = snapshot(&data);
+    let data = data.to_str().unwrap();
+    let export = dir.path().join("export.jsonl");
+    let export = export.to_str().unwrap();
+    for _ in 0..3 {
+        for args in [
+            vec!["log", data],
+            vec!["tree", data],
+            vec!["replay", data, "--json"],
+            vec!["diff", data, "--from", "1"],
+            vec!["verify", data],
+            vec!["export", data, "--out", export],
+        ] {
+            let output = subagents(&args);
+            assert!(output.status.success(), "{args:?}: {}", stderr(&output));
+        }
+    }
+    let after = snapshot(Path::new(data));
+    let names = |map: &BTreeMap<String, _>| map.keys().cloned().collect::<Vec<_>>();
+    assert_eq!(names(&before), names(&after), "files were added or removed");
+    for (name, (bytes, modified)) in &before {
+        let (bytes_after, modified_after) = &after[name];
+        assert!(bytes == bytes_after, "{name} changed");
+        assert_eq!(modified, modified_after, "{name} was rewritten");
+    }
+}
+
+#[test]
+fn inspection_works_while_a_writer_holds_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    demo(&data);
+    // Hold the log open for writing in this process, as a live host would.
+    let _held = subagent_store::RocksLog::open(&data, subagent_store::RocksOptions::default())
+        .expect("open for writing");
+    let output = subagents(&["verify", data.to_str().unwrap()]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let output = subagents(&["demo", "--data", data.to_str().unwrap()]);
+    assert!(!output.status.success());
+    assert!(stderr(&output).contains("locked"), "{}", stderr(&output));
+}
+
+#[test]
+fn a_flipped_write_ahead_log_byte_is_reported_and_nothing_is_lost() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    demo(&data);
+    let wal = std::fs::read_dir(&data)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .find(|path| path.extension().is_some_and(|ext| ext == "log"))
+        .expect("a write-ahead log");
+    let mut bytes = std::fs::read(&wal).unwrap();
+    assert!(bytes.len() > 64, "the demo's WAL holds records");
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0x20;
+    std::fs::write(&wal, &bytes).unwrap();
+    let before = snapshot(&data);
+    let data_text = data.to_str().unwrap();
+    for args in [
+        vec!["verify", data_text],
+        vec!["log", data_text],
+        vec!["demo", "--data", data_text],
+    ] {
+        let output = subagents(&args);
+        assert!(!output.status.success(), "{args:?} accepted a damaged WAL");
+        let message = stderr(&output);
+        assert!(message.contains("is damaged"), "{args:?}: {message}");
+        assert!(!message.contains("locked"), "{args:?}: {message}");
+    }
+    let after = snapshot(&data);
+    let data_only = |map: &BTreeMap<String, (Vec<u8>, std::time::SystemTime)>| {
+        map.iter()
+            .filter(|(name, _)| name.as_str() != subagent_store::rocks::LOCK_FILE)
+            .map(|(name, (bytes, _))| (name.clone(), bytes.clone()))
+            .collect::<BTreeMap<_, _>>()
+    };
+    assert!(
+        data_only(&before) == data_only(&after),
+        "the damaged log was changed"
+    );
+}
+
+#[test]
+fn a_directory_of_table_files_without_current_is_refused_not_replaced() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    demo(&data);
+    std::fs::remove_file(data.join("CURRENT")).unwrap();
+    for entry in std::fs::read_dir(&data).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|ext| ext == "log") {
+            std::fs::remove_file(path).unwrap();
+        }
+    }
+    let before = snapshot(&data);
+    let export = dir.path().join("empty.jsonl");
+    std::fs::write(&export, b"").unwrap();
+    for args in [
+        vec!["demo", "--data", data.to_str().unwrap()],
+        vec!["import", data.to_str().unwrap(), export.to_str().unwrap()],
+        vec!["verify", data.to_str().unwrap()],
+    ] {
+        let output = subagents(&args);
+        assert!(!output.status.success(), "{args:?} accepted the remains");
+        let message = stderr(&output);
+        assert!(message.contains("no CURRENT"), "{args:?}: {message}");
+    }
+    let after = snapshot(&data);
+    assert_eq!(
+        before.keys().collect::<Vec<_>>(),
+        after.keys().collect::<Vec<_>>()
+    );
+}
+
+#[test]
+fn a_flipped_table_file_byte_is_not_reported_as_a_lock() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    demo(&data);
+    // A second demo run flushes the first run's WAL into table files.
+    demo(&data);
+    let mut damaged = 0;
+    for entry in std::fs::read_dir(&data).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|ext| ext == "sst") {
+            let mut bytes = std::fs::read(&path).unwrap();
+            // The footer: the last 53 bytes hold the magic number and handles.
+            let at = bytes.len() - 10;
+            bytes[at] ^= 0x01;
+            std::fs::write(&path, &bytes).unwrap();
+            damaged += 1;
+        }
+    }
+    assert!(damaged > 0, "the log has table files");
+    let output = subagents(&["verify", data.to_str().unwrap()]);
+    assert!(!output.status.success());
+    let message = stderr(&output);
+    assert!(!message.contains("locked"), "{message}");
+    assert!(message.contains(".sst"), "the damaged file is named: {message}");
+}
