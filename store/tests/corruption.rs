@@ -35,7 +35,7 @@ struct Acknowledged {
     streams: BTreeMap<StreamId, Vec<RecordedEvent>>,
 }
 
-fn append_round(log: &RocksLog, streams: &[StreamId], turns: std::ops::Range<u32>) {
+fn append_round(log: &RocksLog, streams: &[StreamId], turns: std::ops::Range<u64>) {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .build()
         .expect("runtime");
@@ -81,7 +81,7 @@ fn write_pristine(dir: &Path) -> Acknowledged {
         .iter()
         .map(|stream| {
             let records = log
-                .read_stream(stream, 1)
+                .read_stream(*stream, 1)
                 .collect::<Result<Vec<_>, _>>()
                 .expect("stream");
             (*stream, records)
@@ -189,7 +189,7 @@ fn read_back(log: &RocksLog, acknowledged: &Acknowledged, what: &str) -> Outcome
     );
     assert_eq!(log.head(), acknowledged.all.len() as u64, "{what}: head");
     for (stream, expected) in &acknowledged.streams {
-        match log.read_stream(stream, 1).collect::<Result<Vec<_>, _>>() {
+        match log.read_stream(*stream, 1).collect::<Result<Vec<_>, _>>() {
             Ok(records) => assert!(
                 &records == expected,
                 "{what}: SILENT LOSS in stream {stream}: {} of {} records",
@@ -294,7 +294,7 @@ fn no_flipped_byte_in_any_file_loses_an_acknowledged_event_silently() {
 }
 
 #[test]
-fn a_truncated_write_ahead_log_is_refused_not_shortened() {
+fn a_torn_write_ahead_log_tail_is_refused_not_shortened() {
     let root = tempfile::tempdir().expect("tempdir");
     let pristine = root.path().join("pristine");
     let acknowledged = write_pristine(&pristine);
@@ -303,7 +303,11 @@ fn a_truncated_write_ahead_log_is_refused_not_shortened() {
         .iter()
         .find(|(name, _)| kind_of(name) == "wal")
         .expect("a write-ahead log");
-    for cut in [1, 7, bytes.len() / 2] {
+    // A write torn by a crash ends inside a record. (A cut exactly at a
+    // record boundary is a shorter, valid WAL; no WAL reader can tell it
+    // from one that was never longer: a file system that drops synced data
+    // is outside what the log can detect, see ARCHITECTURE.md.)
+    for cut in 1..=16 {
         let copy = root.path().join(format!("cut-{cut}"));
         copy_dir(&pristine, &copy);
         std::fs::write(copy.join(wal), &bytes[..bytes.len() - cut]).expect("truncate");

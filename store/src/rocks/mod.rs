@@ -7,9 +7,11 @@
 
 mod keys;
 mod open;
+mod salvage;
 mod writer;
 
 pub use open::LOCK_FILE;
+pub use salvage::{DamagedLog, SalvageRecovery};
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -128,6 +130,19 @@ impl RocksLog {
         open::classify(&path)?;
         let lock = open::lock(&path)?;
         let create = open::classify(&path)? != DirectoryState::Log;
+        if !create {
+            // A read-write open recovers the WAL into new files and rewrites
+            // the MANIFEST before any check of ours can run. Check read-only
+            // first, so a refused open leaves every file as it was.
+            let probe = DB::open_cf_descriptors_read_only(
+                &open::db_options(false),
+                &path,
+                open::families(),
+                false,
+            )
+            .map_err(|err| map_rocks_error(err, 0, &path))?;
+            Self::check_format_and_head(&probe, &path, false)?;
+        }
         let db = DB::open_cf_descriptors(&open::db_options(create), &path, open::families())
             .map_err(|err| map_rocks_error(err, 0, &path))?;
         let head = Self::check_format_and_head(&db, &path, true)?;

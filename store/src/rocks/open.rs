@@ -151,11 +151,17 @@ pub(super) fn lock(path: &Path) -> Result<File, StoreError> {
 
 /// The database options of every open; `create` only for a new log.
 pub(super) fn db_options(create: bool) -> Options {
+    db_options_recovering(create, DBRecoveryMode::AbsoluteConsistency)
+}
+
+/// [`db_options`] with another WAL recovery mode: only salvage, read-only,
+/// uses any but absolute consistency.
+pub(super) fn db_options_recovering(create: bool, recovery: DBRecoveryMode) -> Options {
     let mut options = Options::default();
     options.create_if_missing(create);
     options.create_missing_column_families(create);
     options.set_compression_type(DBCompressionType::Lz4);
-    options.set_wal_recovery_mode(DBRecoveryMode::AbsoluteConsistency);
+    options.set_wal_recovery_mode(recovery);
     options.set_paranoid_checks(true);
     options.set_info_logger(InfoLogger::new_callback_logger(
         LogLevel::Warn,
