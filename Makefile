@@ -19,6 +19,8 @@ FUZZ_TARGET_DIR ?= $(HOME)/.cache/subagents-fuzz-target
 # Rounds of the SIGKILL crash harness, and model-test sequences, for `make soak`.
 SOAK_ROUNDS ?= 100
 SOAK_MODEL_CASES ?= 4096
+# Byte flips per file of the corruption attack for `make soak` (make test: 12).
+SOAK_CORRUPTION_FLIPS ?= 200
 
 .PHONY: deps demo test lint unit bench fuzz soak
 
@@ -60,9 +62,11 @@ fuzz: deps
 			-max_total_time=$(FUZZ_SECONDS) -max_len=4096 -print_final_stats=1 || exit 1; \
 	done
 
-# Long runs of what `make test` runs briefly: the runtime crash harness for
+# Long runs of what `make test` runs briefly: the corruption attack with
+# SOAK_CORRUPTION_FLIPS flips per file, the runtime crash harness for
 # SOAK_ROUNDS SIGKILL rounds, and the model-based test for SOAK_MODEL_CASES
 # sequences over memory (a fifth of that over RocksDB).
 soak: deps
+	SUBAGENTS_CORRUPTION_FLIPS=$(SOAK_CORRUPTION_FLIPS) $(CARGO) test -p subagent-store --test corruption -- --nocapture
 	SUBAGENTS_CRASH_ROUNDS=$(SOAK_ROUNDS) $(CARGO) test -p subagent-runtime --test crash -- --nocapture
 	SUBAGENTS_MODEL_CASES=$(SOAK_MODEL_CASES) $(CARGO) test -p subagent-runtime --test model -- --nocapture
