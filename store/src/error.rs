@@ -76,6 +76,33 @@ pub enum StoreError {
         /// How it was reused.
         reason: &'static str,
     },
+    /// An event's encoded record is larger than [`subagent_core::MAX_EVENT_BYTES`].
+    #[error("{event_type} of {bytes} bytes is larger than the {limit}-byte event limit")]
+    EventTooLarge {
+        /// The event's type name.
+        event_type: &'static str,
+        /// Its encoded record body's size.
+        bytes: usize,
+        /// The limit.
+        limit: usize,
+    },
+    /// A position or stream version would pass `u64::MAX`: the numbers read
+    /// from storage are damaged (no log grows that far).
+    #[error("{what} {value} cannot be incremented: the stored numbering is damaged")]
+    NumberingExhausted {
+        /// What would overflow (`position`, `stream version`).
+        what: &'static str,
+        /// Its value.
+        value: u64,
+    },
+    /// An index entry does not decode.
+    #[error("{index} index entry does not decode: {reason}")]
+    CorruptIndex {
+        /// The index (`streams`, `event_ids`).
+        index: &'static str,
+        /// What was wrong.
+        reason: String,
+    },
     /// A storage IO failure.
     #[error("storage failure: {0}")]
     Io(String),
@@ -98,6 +125,9 @@ impl StoreError {
             StoreError::RepeatedStream { .. } => "store/repeated-stream",
             StoreError::MisplacedEvent { .. } => "store/misplaced-event",
             StoreError::DuplicateEventId { .. } => "store/duplicate-event-id",
+            StoreError::EventTooLarge { .. } => "store/event-too-large",
+            StoreError::NumberingExhausted { .. } => "store/numbering-exhausted",
+            StoreError::CorruptIndex { .. } => "store/corrupt-index",
             StoreError::Io(_) => "store/io",
             StoreError::Closed => "store/closed",
         }

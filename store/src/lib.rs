@@ -14,6 +14,7 @@
 
 mod admission;
 pub mod error;
+pub mod indexes;
 pub mod log;
 pub mod memory;
 pub mod record;
@@ -25,6 +26,7 @@ pub mod conformance;
 
 pub use admission::IdLocation;
 pub use error::StoreError;
+pub use indexes::{IndexDamage, IndexEntries, IndexEntry, LogIndex};
 pub use log::{
     AppendOutcome, AppendTicket, Durability, EventLog, EventLogExt, ExpectedVersion, RecordIter,
     StreamAppend, TransactionTicket,

@@ -5,6 +5,7 @@
 //! caller's thread. Opening a directory another process holds fails with
 //! [`StoreError::Locked`].
 
+mod indexes;
 mod keys;
 mod writer;
 
@@ -16,10 +17,12 @@ use std::thread::JoinHandle;
 use rocksdb::{
     BlockBasedOptions, ColumnFamily, ColumnFamilyDescriptor, DBCompressionType, Options, DB,
 };
-use subagent_core::{RecordedEvent, StreamId};
+use subagent_core::{EventId, RecordedEvent, StreamId};
 use tokio::sync::watch;
 
+use crate::admission::IdLocation;
 use crate::error::StoreError;
+use crate::indexes::{IndexEntries, LogIndex};
 use crate::log::{good_prefix, Durability, EventLog, StreamAppend, TransactionTicket};
 use crate::record;
 use crate::subscription::{self, Subscription};
@@ -266,7 +269,11 @@ impl EventLog for RocksLog {
                 Err(err) if page.is_empty() => return Err(err),
                 Err(_) => return Ok(page),
             }
-            expected += 1;
+            let Some(after) = expected.checked_add(1) else {
+                // Nothing follows u64::MAX (only a damaged log gets there).
+                return Ok(page);
+            };
+            expected = after;
             iter.next();
         }
         iter.status()
@@ -350,5 +357,21 @@ impl EventLog for RocksLog {
             &options,
         )
         .map_err(|err| map_rocks_error(err, 0))
+    }
+
+    fn index_entries(&self, index: LogIndex) -> IndexEntries<'_> {
+        indexes::entries(&self.shared.db, index)
+    }
+
+    fn locate_event(&self, event_id: &EventId) -> Result<Option<IdLocation>, StoreError> {
+        indexes::locate_event(&self.shared.db, event_id)
+    }
+
+    fn indexed_position(
+        &self,
+        stream: &StreamId,
+        version: u64,
+    ) -> Result<Option<u64>, StoreError> {
+        indexes::indexed_position(&self.shared.db, stream, version)
     }
 }
