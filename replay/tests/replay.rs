@@ -41,7 +41,7 @@ fn sample() -> Vec<RecordedEvent> {
         parent: 0,
         continuable: true,
     }];
-    steps.extend([Step::Advance { target: 1 }; 5]);
+    steps.extend(std::iter::repeat_n(Step::Advance { target: 1 }, 5));
     steps.push(Step::Message { target: 1 });
     steps.push(Step::Child {
         parent: 1,

@@ -316,6 +316,38 @@ mod tests {
     }
 
     #[test]
+    fn numbering_past_u64_max_is_refused_not_wrapped() {
+        let runtime = StreamId::Runtime;
+        let part = |events| StreamAppend {
+            stream: runtime,
+            expected: ExpectedVersion::Any,
+            events,
+        };
+        assert_eq!(
+            place(vec![part(vec![removed()])], &[u64::MAX], 1, 0).unwrap_err(),
+            StoreError::NumberingExhausted {
+                what: "stream version",
+                value: u64::MAX
+            }
+        );
+        // The last position may be u64::MAX; one more event may not.
+        let (records, _) = place(vec![part(vec![removed()])], &[0], u64::MAX, 0).unwrap();
+        assert_eq!(records[0].position, u64::MAX);
+        assert!(matches!(
+            place(vec![part(vec![removed(), removed()])], &[0], u64::MAX, 0),
+            Err(StoreError::NumberingExhausted {
+                what: "position",
+                ..
+            })
+        ));
+        assert_eq!(next_position(u64::MAX - 1), Ok(u64::MAX));
+        assert_eq!(
+            next_position(u64::MAX).unwrap_err().code(),
+            "store/numbering-exhausted"
+        );
+    }
+
+    #[test]
     fn a_full_retry_is_idempotent_and_a_partial_one_refused() {
         let runtime = StreamId::Runtime;
         let (first, second) = (removed(), removed());
