@@ -247,7 +247,7 @@ fn staging_dirs(dir: &Path) -> Vec<PathBuf> {
 fn an_import_killed_midway_leaves_no_directory_and_a_reimport_succeeds() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("large.jsonl");
-    large_export(&file, 20_000);
+    large_export(&file, 3_000);
     let data = dir.path().join("data");
     let mut child = Command::new(env!("CARGO_BIN_EXE_subagents"))
         .args(["import", path(&data), path(&file)])
@@ -256,7 +256,7 @@ fn an_import_killed_midway_leaves_no_directory_and_a_reimport_succeeds() {
     // Wait until the import has written into its staging directory, then
     // kill it without warning.
     let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
+    let staged = loop {
         let written: u64 = staging_dirs(dir.path())
             .iter()
             .flat_map(|staging| std::fs::read_dir(staging).into_iter().flatten())
@@ -264,7 +264,7 @@ fn an_import_killed_midway_leaves_no_directory_and_a_reimport_succeeds() {
             .map(|metadata| metadata.len())
             .sum();
         if written > 4 * 1024 * 1024 {
-            break;
+            break written;
         }
         assert!(Instant::now() < deadline, "the import never got going");
         assert!(
@@ -272,14 +272,21 @@ fn an_import_killed_midway_leaves_no_directory_and_a_reimport_succeeds() {
             "the import finished before it could be killed; make the file larger"
         );
         std::thread::sleep(Duration::from_millis(5));
-    }
+    };
     child.kill().unwrap();
     let status = child.wait().unwrap();
     assert!(!status.success(), "killed midway");
     assert!(!data.exists(), "a killed import left a partial log");
 
+    let started = Instant::now();
     let output = subagents(&["import", path(&data), path(&file)]);
     assert!(output.status.success(), "{:?}", text(&output));
+    println!(
+        "killed after {} bytes were staged; the full import of {} bytes took {:?}",
+        staged,
+        std::fs::metadata(&file).unwrap().len(),
+        started.elapsed()
+    );
     let again = dir.path().join("again.jsonl");
     assert!(subagents(&["export", path(&data), "--out", path(&again)])
         .status
