@@ -253,11 +253,15 @@ fn an_import_killed_midway_leaves_no_directory_and_a_reimport_succeeds() {
         .args(["import", path(&data), path(&file)])
         .spawn()
         .unwrap();
-    // Wait until the import has written into its staging directory, then
-    // kill it without warning.
+    // Wait until the import has written a few megabytes, then kill it
+    // without warning.
     let deadline = Instant::now() + Duration::from_secs(60);
     let staged = loop {
-        let written: u64 = staging_dirs(dir.path())
+        // Count what is written wherever the import writes (its staging
+        // directory, or the target itself were it not atomic).
+        let mut places = staging_dirs(dir.path());
+        places.push(data.clone());
+        let written: u64 = places
             .iter()
             .flat_map(|staging| std::fs::read_dir(staging).into_iter().flatten())
             .filter_map(|entry| entry.ok()?.metadata().ok())
