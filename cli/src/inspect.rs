@@ -231,7 +231,9 @@ pub fn run(command: Inspect) -> CliResult {
                 .build()?;
             let count = runtime
                 .block_on(import_directory(&dir, input))
-                .map_err(|err| format!("{} ({}); {} is untouched", err, err.code(), dir.display()))?;
+                .map_err(|err| {
+                    format!("{} ({}); {} is untouched", err, err.code(), dir.display())
+                })?;
             println!("imported {count} events into {}", dir.display());
             Ok(())
         }

@@ -125,7 +125,10 @@ fn verify_reports_indexes_damaged_behind_the_logs_back() {
         let (stdout, stderr) = text(&output);
         assert!(!output.status.success(), "{name}: {stdout}");
         assert!(stderr.contains("verification failed"), "{name}: {stderr}");
-        assert!(stdout.contains(expected), "{name}: {expected:?} not in\n{stdout}");
+        assert!(
+            stdout.contains(expected),
+            "{name}: {expected:?} not in\n{stdout}"
+        );
     }
 }
 
@@ -295,7 +298,10 @@ fn an_import_killed_midway_leaves_no_directory_and_a_reimport_succeeds() {
     assert!(subagents(&["export", path(&data), "--out", path(&again)])
         .status
         .success());
-    assert_eq!(std::fs::read(&file).unwrap(), std::fs::read(&again).unwrap());
+    assert_eq!(
+        std::fs::read(&file).unwrap(),
+        std::fs::read(&again).unwrap()
+    );
     let verified = subagents(&["verify", path(&data)]);
     assert!(verified.status.success(), "{:?}", text(&verified));
 }

@@ -21,8 +21,8 @@
 use std::fmt;
 
 use subagent_core::{
-    AbandonReason, Delivery, Event, MessageSource, RecordedEvent, SessionId, SessionMode,
-    StreamId, SubagentDescriptor, SubagentError,
+    AbandonReason, Delivery, Event, MessageSource, RecordedEvent, SessionId, SessionMode, StreamId,
+    SubagentDescriptor, SubagentError,
 };
 use thiserror::Error;
 
@@ -135,7 +135,10 @@ impl fmt::Display for Expectation {
             Expectation::None => f.write_str("nothing in particular"),
             Expectation::Creation { child, .. } => write!(f, "the SessionCreated of {child}"),
             Expectation::FirstActivation { child } => {
-                write!(f, "the first ActivationRequested or RunRequested of {child}")
+                write!(
+                    f,
+                    "the first ActivationRequested or RunRequested of {child}"
+                )
             }
             Expectation::Resume { child, epoch } => {
                 write!(f, "ActivationRequested {epoch} of {child}")
@@ -220,8 +223,7 @@ fn rule(
             ..
         } => {
             new_session(state, session)?;
-            if *depth != 0 || provider.is_some() || *mode != SessionMode::Continuable || *external
-            {
+            if *depth != 0 || provider.is_some() || *mode != SessionMode::Continuable || *external {
                 return broken("a root is continuable, at depth 0, with no provider");
             }
             Ok(Expectation::None)
@@ -269,7 +271,9 @@ fn rule(
                 Ok(Expectation::None)
             }
             Expectation::Resume { epoch: resumed, .. }
-                if *epoch == resumed && *delivery == Delivery::Parent && output_schema.is_none() =>
+                if *epoch == resumed
+                    && *delivery == Delivery::Parent
+                    && output_schema.is_none() =>
             {
                 Ok(Expectation::None)
             }
@@ -558,7 +562,10 @@ fn accepted_message(
                 .activations
                 .get(child)
                 .and_then(|activation| activation.last_result.as_ref());
-            let label = state.sessions.get(child).map(|record| record.label.as_str());
+            let label = state
+                .sessions
+                .get(child)
+                .map(|record| record.label.as_str());
             let genuine = child_of_target(child)
                 && settled.zip(label).is_some_and(|((epoch, result), label)| {
                     *message_id == settlement_notice_id(*child, *epoch)
@@ -613,7 +620,12 @@ fn run_phase(
     phases: &[RunPhase],
     what: &str,
 ) -> Result<Expectation, Broken> {
-    let run = run_in(state, session, phases, &format!("the run cannot {what} now"))?;
+    let run = run_in(
+        state,
+        session,
+        phases,
+        &format!("the run cannot {what} now"),
+    )?;
     if run.run_id != run_id {
         return broken(format!("the run of {session} is {}", run.run_id));
     }

@@ -577,7 +577,10 @@ pub fn impossible_histories() -> Vec<ImpossibleHistory> {
             let (child, other) = (SessionId::new(), SessionId::new());
             vec![
                 (StreamId::Session(b.root), b.cataloged(child)),
-                (StreamId::Session(other), Event::root_created(other, "other")),
+                (
+                    StreamId::Session(other),
+                    Event::root_created(other, "other"),
+                ),
             ]
         }),
         ("log ends inside a start", |b| {

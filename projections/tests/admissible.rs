@@ -13,9 +13,7 @@ use subagent_core::{
     SessionMode, StreamId, SubagentCapabilities, SubagentRunId,
 };
 use subagent_projections::testing::{history, impossible_histories, steps, HistoryBuilder};
-use subagent_projections::{
-    decide, fuzzing, Command, HistoryCheck, HistoryViolation, Projections,
-};
+use subagent_projections::{decide, fuzzing, Command, HistoryCheck, HistoryViolation, Projections};
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
@@ -86,12 +84,18 @@ fn every_impossible_history_fails_at_its_first_impossible_record() {
                 .check(record)
                 .unwrap_or_else(|violation| panic!("{}: {violation}", case.name));
         }
-        let violation: HistoryViolation = HistoryCheck::history(&case.records)
-            .expect_err(case.name);
-        assert_eq!(violation.position, case.position, "{}: {violation}", case.name);
+        let violation: HistoryViolation =
+            HistoryCheck::history(&case.records).expect_err(case.name);
+        assert_eq!(
+            violation.position, case.position,
+            "{}: {violation}",
+            case.name
+        );
         assert_eq!(violation.code(), "replay/impossible-history");
         assert!(
-            violation.to_string().contains(&format!("position {}", case.position)),
+            violation
+                .to_string()
+                .contains(&format!("position {}", case.position)),
             "{violation}"
         );
     }

@@ -32,7 +32,9 @@ impl<R: BufRead> BoundedLines<R> {
     /// `limit + 1` bytes of it); [`ReplayError::Io`] for a read failure.
     pub(crate) fn next_line(&mut self) -> Result<Option<(usize, &[u8])>, ReplayError> {
         self.buffer.clear();
-        let allowed = u64::try_from(self.limit).unwrap_or(u64::MAX).saturating_add(1);
+        let allowed = u64::try_from(self.limit)
+            .unwrap_or(u64::MAX)
+            .saturating_add(1);
         let read = (&mut self.input)
             .take(allowed)
             .read_until(b'\n', &mut self.buffer)?;

@@ -88,7 +88,10 @@ pub async fn import<L: EventLog + ?Sized>(
         history
             .check(&record)
             .map_err(|violation| ReplayError::ImpossibleHistory { line, violation })?;
-        if batch.last().is_some_and(|last| last.stream != record.stream) {
+        if batch
+            .last()
+            .is_some_and(|last| last.stream != record.stream)
+        {
             pending.push(submit(log, std::mem::take(&mut batch), batch_line));
         }
         if batch.is_empty() {

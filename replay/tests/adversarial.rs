@@ -95,7 +95,11 @@ fn verify_reports_every_impossible_history_with_its_position() {
         let violation = report
             .impossible_history
             .unwrap_or_else(|| panic!("{}: not reported", case.name));
-        assert_eq!(violation.position, case.position, "{}: {violation}", case.name);
+        assert_eq!(
+            violation.position, case.position,
+            "{}: {violation}",
+            case.name
+        );
         assert!(report.index_problems.is_empty(), "{}", case.name);
     }
 }
@@ -318,13 +322,18 @@ fn import_directory_is_all_or_nothing() {
 
     // A failure on the last line leaves no directory and no staging behind.
     let mut bad = records.clone();
-    bad.extend(impossible_histories().remove(0).records.into_iter().last().map(
-        |mut record| {
-            record.position = records.len() as u64 + 1;
-            record.version = 1;
-            record
-        },
-    ));
+    bad.extend(
+        impossible_histories()
+            .remove(0)
+            .records
+            .into_iter()
+            .last()
+            .map(|mut record| {
+                record.position = records.len() as u64 + 1;
+                record.version = 1;
+                record
+            }),
+    );
     assert!(matches!(
         import_dir(&dir, Cursor::new(lines(&bad))),
         Err(ReplayError::ImpossibleHistory { .. })
@@ -337,7 +346,10 @@ fn import_directory_is_all_or_nothing() {
     std::fs::write(dir.join("keep.txt"), "mine").unwrap();
     let err = import_dir(&dir, Cursor::new(lines(&records))).unwrap_err();
     assert_eq!(err.code(), "replay/directory-not-empty");
-    assert_eq!(std::fs::read_to_string(dir.join("keep.txt")).unwrap(), "mine");
+    assert_eq!(
+        std::fs::read_to_string(dir.join("keep.txt")).unwrap(),
+        "mine"
+    );
     assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1);
     std::fs::remove_dir_all(&dir).unwrap();
 

@@ -230,9 +230,7 @@ fn diff_lists_what_happened_between_two_positions() {
     // and the root's (the settlement notice); the worker's claim.
     assert_eq!(
         kinds,
-        vec![
-            "accepted", "accepted", "claimed", "run", "session", "session", "settled", "started"
-        ]
+        vec!["accepted", "accepted", "claimed", "run", "session", "session", "settled", "started"]
     );
     assert!(diff(&after, &after).is_empty());
 }

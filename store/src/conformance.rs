@@ -757,7 +757,9 @@ pub async fn index_entries_point_back_at_every_record<H: Harness>(mut harness: H
     )));
     let ids = stored_entries(&log, LogIndex::EventIds);
     assert_eq!(ids.len(), records.len());
-    assert!(ids.iter().any(|entry| entry.contains(&stranger.to_string())));
+    assert!(ids
+        .iter()
+        .any(|entry| entry.contains(&stranger.to_string())));
     assert!(!ids
         .iter()
         .any(|entry| entry.contains(&last.event_id.to_string())));
@@ -818,9 +820,14 @@ pub async fn an_oversized_event_is_refused_and_changes_nothing<H: Harness>(mut h
     assert_eq!(everything(&log), before);
     assert_eq!(log.stream_version(&stream).unwrap(), 1);
 
-    append(&log, stream, ExpectedVersion::Exact(1), vec![sized(MAX_EVENT_BYTES)])
-        .await
-        .unwrap();
+    append(
+        &log,
+        stream,
+        ExpectedVersion::Exact(1),
+        vec![sized(MAX_EVENT_BYTES)],
+    )
+    .await
+    .unwrap();
     let written = everything(&log);
     assert_eq!(written.len(), 2);
     assert_eq!(

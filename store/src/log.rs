@@ -280,8 +280,7 @@ pub trait EventLog: Send + Sync + 'static {
     ///
     /// # Errors
     /// [`StoreError::CorruptIndex`] for an entry that does not decode, or IO failure.
-    fn indexed_position(&self, stream: &StreamId, version: u64)
-        -> Result<Option<u64>, StoreError>;
+    fn indexed_position(&self, stream: &StreamId, version: u64) -> Result<Option<u64>, StoreError>;
 }
 
 /// Page size of [`EventLogExt`] iterators.

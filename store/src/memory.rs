@@ -297,11 +297,7 @@ impl EventLog for MemoryLog {
         Ok(self.state().ids.get(event_id).copied())
     }
 
-    fn indexed_position(
-        &self,
-        stream: &StreamId,
-        version: u64,
-    ) -> Result<Option<u64>, StoreError> {
+    fn indexed_position(&self, stream: &StreamId, version: u64) -> Result<Option<u64>, StoreError> {
         let state = self.state();
         Ok(version
             .checked_sub(1)

@@ -41,10 +41,16 @@ fn decode_entry(index: LogIndex, key: &[u8], value: &[u8]) -> Result<IndexEntry,
         }
         LogIndex::EventIds => {
             let event_id = keys::decode_event_id_key(key).ok_or_else(|| {
-                corrupt(index, format!("a key of {} bytes is not an event id", key.len()))
+                corrupt(
+                    index,
+                    format!("a key of {} bytes is not an event id", key.len()),
+                )
             })?;
             let location = keys::decode_location(value).ok_or_else(|| {
-                corrupt(index, format!("the location of event {event_id} does not decode"))
+                corrupt(
+                    index,
+                    format!("the location of event {event_id} does not decode"),
+                )
             })?;
             Ok(IndexEntry::EventId { event_id, location })
         }

@@ -367,11 +367,7 @@ impl EventLog for RocksLog {
         indexes::locate_event(&self.shared.db, event_id)
     }
 
-    fn indexed_position(
-        &self,
-        stream: &StreamId,
-        version: u64,
-    ) -> Result<Option<u64>, StoreError> {
+    fn indexed_position(&self, stream: &StreamId, version: u64) -> Result<Option<u64>, StoreError> {
         indexes::indexed_position(&self.shared.db, stream, version)
     }
 }
