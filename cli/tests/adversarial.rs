@@ -132,6 +132,41 @@ fn verify_reports_indexes_damaged_behind_the_logs_back() {
     }
 }
 
+#[test]
+fn verify_reports_an_impossible_history_with_its_position() {
+    let dir = tempfile::tempdir().unwrap();
+    let (data, _) = demo_export(dir.path());
+    let position = {
+        // A faulty writer reopens admission that no drain closed.
+        let log =
+            subagent_store::RocksLog::open(&data, subagent_store::RocksOptions::default())
+                .unwrap();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let outcome = runtime
+            .block_on(subagent_store::EventLog::append(
+                &log,
+                StreamId::Runtime,
+                subagent_store::ExpectedVersion::Any,
+                vec![subagent_core::NewEvent::new(Event::AdmissionReopened {
+                    parent: SessionId::new(),
+                })],
+            ))
+            .unwrap();
+        outcome.first_position
+    };
+    let output = subagents(&["verify", path(&data)]);
+    let (stdout, _) = text(&output);
+    assert!(!output.status.success(), "{stdout}");
+    assert!(
+        stdout.contains(&format!(
+            "replay/impossible-history: impossible history at position {position} (AdmissionReopened in runtime)"
+        )),
+        "{stdout}"
+    );
+}
+
 fn lines_of(file: &Path) -> Vec<serde_json::Value> {
     std::fs::read_to_string(file)
         .unwrap()
