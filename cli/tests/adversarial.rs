@@ -139,8 +139,7 @@ fn verify_reports_an_impossible_history_with_its_position() {
     let position = {
         // A faulty writer reopens admission that no drain closed.
         let log =
-            subagent_store::RocksLog::open(&data, subagent_store::RocksOptions::default())
-                .unwrap();
+            subagent_store::RocksLog::open(&data, subagent_store::RocksOptions::default()).unwrap();
         let runtime = tokio::runtime::Builder::new_current_thread()
             .build()
             .unwrap();
