@@ -11,7 +11,7 @@ use clap::{Args, Subcommand};
 use serde_json::json;
 use subagent_core::SessionId;
 use subagent_projections::Projections;
-use subagent_replay::{diff, export, import, state_at, verify, ReplayError};
+use subagent_replay::{diff, export, import_directory, state_at, verify, ReplayError};
 use subagent_store::{EventLog, RocksLog, RocksOptions};
 
 use crate::{render, CliResult};
@@ -66,7 +66,8 @@ pub enum Inspect {
         #[arg(long)]
         json: bool,
     },
-    /// Rebuild from position 0 and compare with the checkpointed state.
+    /// Check the history against the state machine, the indexes against the
+    /// records, and the rebuilt state against the checkpointed one.
     Verify {
         /// The log directory.
         dir: PathBuf,
@@ -79,9 +80,9 @@ pub enum Inspect {
         #[arg(long)]
         out: Option<PathBuf>,
     },
-    /// Read an export into an empty log.
+    /// Read an export into a new log, all or nothing.
     Import {
-        /// The (empty or new) log directory.
+        /// The new (absent or empty) log directory; left untouched on failure.
         dir: PathBuf,
         /// The JSON lines file.
         file: PathBuf,
@@ -195,11 +196,19 @@ pub fn run(command: Inspect) -> CliResult {
             if let Some(problem) = &report.checkpoint_problem {
                 println!("checkpoint unusable: {problem}");
             }
+            if let Some(violation) = &report.impossible_history {
+                println!("{}: {violation}", violation.code());
+            }
+            for problem in &report.index_problems {
+                println!("index: {problem}");
+            }
             for line in &report.differences {
                 println!("{line}");
             }
             if report.is_ok() {
-                println!("OK: incremental and checkpointed projections equal the rebuilt ones");
+                println!(
+                    "OK: the history is admissible, the indexes agree with the records, and incremental and checkpointed projections equal the rebuilt ones"
+                );
                 Ok(())
             } else {
                 Err("verification failed".into())
@@ -216,16 +225,15 @@ pub fn run(command: Inspect) -> CliResult {
         }
         Inspect::Import { dir, file } => {
             let input = BufReader::new(std::fs::File::open(&file)?);
-            let log = RocksLog::open(&dir, RocksOptions::default())?;
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()?;
-            let count = runtime.block_on(import(&log, input))?;
-            println!(
-                "imported {count} events into {} (head {})",
-                dir.display(),
-                log.head()
-            );
+            let count = runtime
+                .block_on(import_directory(&dir, input))
+                .map_err(|err| {
+                    format!("{} ({}); {} is untouched", err, err.code(), dir.display())
+                })?;
+            println!("imported {count} events into {}", dir.display());
             Ok(())
         }
     }

@@ -44,6 +44,20 @@ pub enum RecordError {
 pub const RECORD_FORMAT: u8 = 1;
 const HEADER_LEN: usize = 5;
 
+/// The largest event the log accepts: 1 MiB of one record's encoded body
+/// (the JSON envelope with its event, i.e. what follows the 5-byte header on
+/// disk, and exactly one line of an export without its newline).
+///
+/// Why 1 MiB: an event is one message, tool call or result, or a fork's seed,
+/// and everything in it is text a model reads or wrote. A 200k-token context
+/// window is about 800 KB of text, so no single legitimate event needs more;
+/// larger payloads belong in attachments (the reserved `blobs` family), not
+/// inline. The bound keeps every reader's memory proportional to it: one
+/// import line, one record decode, one group commit entry. The store refuses
+/// a larger event at append (`store/event-too-large`) and import refuses a
+/// longer line without reading it whole.
+pub const MAX_EVENT_BYTES: usize = 1024 * 1024;
+
 /// Encodes a record.
 ///
 /// # Errors
@@ -57,6 +71,13 @@ pub fn encode(record: &RecordedEvent) -> Result<Vec<u8>, RecordError> {
     bytes[0] = RECORD_FORMAT;
     bytes[1..HEADER_LEN].copy_from_slice(&crc.to_le_bytes());
     Ok(bytes)
+}
+
+/// The length of the body of an [`encode`]d record: the size
+/// [`MAX_EVENT_BYTES`] bounds.
+#[must_use]
+pub fn body_len(encoded: &[u8]) -> usize {
+    encoded.len().saturating_sub(HEADER_LEN)
 }
 
 #[derive(Deserialize)]

@@ -10,7 +10,7 @@
 //! | `checkpoint_decode`   | any checkpoint bytes are rejected or round-trip to the same state |
 //! | `schema_subset`       | a schema the subset checker accepts compiles and validates without panicking |
 //! | `persona_template`    | a template validates exactly when it renders, and a render leaves no `{{` of its own |
-//! | `decide_sequence`     | any command sequence through `decide` keeps the fold, checkpoints and inbox invariants |
+//! | `decide_sequence`     | any command sequence through `decide` keeps the fold, checkpoints and inbox invariants, and records only histories [`crate::HistoryCheck`] admits |
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -22,6 +22,7 @@ use subagent_core::{
     SubagentCapabilities, SubagentResult, SubagentRunId, SubagentStopReason, ToolRestriction,
 };
 
+use crate::admissible::HistoryCheck;
 use crate::checkpoint;
 use crate::machine::{decide, Command, StartChild};
 use crate::state::Projections;
@@ -108,7 +109,9 @@ pub fn persona_template(data: &[u8]) {
 /// `decide_sequence`: the bytes drive a sequence of commands over a small
 /// world (a few sessions, two providers). Every accepted decision is folded
 /// in; afterwards the rebuilt fold, a checkpoint round trip and the inbox
-/// accounting must all agree with the incremental state.
+/// accounting must all agree with the incremental state, and the recorded
+/// history must pass the admissibility check (so the check is never
+/// stricter than the state machine).
 pub fn decide_sequence(data: &[u8]) {
     let _ = decide_sequence_history(data);
 }
@@ -132,6 +135,10 @@ pub fn decide_sequence_history(data: &[u8]) -> Vec<&'static str> {
         }
     }
     assert_eq!(Projections::fold(&world.history.records), world.state);
+    // Everything decide records is a history the admissibility check accepts.
+    if let Err(violation) = HistoryCheck::history(&world.history.records) {
+        panic!("decide recorded an inadmissible history: {violation}");
+    }
     let restored = checkpoint::decode(&checkpoint::encode(&world.state)).expect("round trip");
     assert_eq!(restored, world.state);
     for (session, inbox) in &world.state.inboxes {

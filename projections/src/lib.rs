@@ -3,11 +3,13 @@
 //! Pure folds over recorded events: the session corpus, parent catalogs, the
 //! descendant tree, activation and activity state, external runs, inboxes and
 //! the provider registry, all in [`Projections`], plus their versioned
-//! [`checkpoint`] encoding, and the delegation state machine ([`decide`])
-//! that reads them. No IO: the replay crate and the runtime feed events in,
+//! [`checkpoint`] encoding, the delegation state machine ([`decide`])
+//! that reads them, and the [`admissible`] check of a recorded history
+//! against the state machine's rules. No IO: the replay crate and the runtime feed events in,
 //! append decisions and store checkpoints.
 
 pub mod activation;
+pub mod admissible;
 pub mod catalog;
 pub mod checkpoint;
 /// Fuzz target bodies (feature `testing`); see `fuzz/`.
@@ -23,7 +25,8 @@ pub mod testing;
 pub use activation::{
     ActivationPhase, ActivationState, Activity, LiveActivation, RunPhase, RunState,
 };
+pub use admissible::{admit, admit_end, Expectation, HistoryCheck, HistoryViolation};
 pub use inbox::Inbox;
-pub use machine::{decide, Command, Decision, StartChild};
+pub use machine::{decide, settlement_notice_id, Command, Decision, StartChild};
 pub use sessions::SessionRecord;
 pub use state::{Projections, ProviderRecord};

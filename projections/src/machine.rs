@@ -15,8 +15,9 @@ use subagent_core::{
     SubagentStopReason, MAX_SAFE_INTEGER,
 };
 
-use crate::activation::{ActivationPhase, LiveActivation, RunPhase};
-use crate::state::Projections;
+use crate::activation::{ActivationPhase, LiveActivation, RunPhase, RunState};
+use crate::sessions::SessionRecord;
+use crate::state::{Projections, ProviderRecord};
 
 /// Everything a caller or a driver can ask of the state machine.
 #[derive(Clone, Debug, PartialEq)]
@@ -225,11 +226,7 @@ pub fn decide(state: &Projections, command: Command) -> Result<Decision, Subagen
             label,
             agent_options,
         } => {
-            if state.sessions.contains_key(&session) {
-                return Err(SubagentError::BadRequest(format!(
-                    "session {session} already exists"
-                )));
-            }
+            new_session(state, session)?;
             if let Some(options) = &agent_options {
                 options.validate()?;
             }
@@ -243,46 +240,11 @@ pub fn decide(state: &Projections, command: Command) -> Result<Decision, Subagen
             ))
         }
         Command::RegisterProvider { registration } => {
-            let Event::ProviderRegistered {
-                name,
-                capabilities,
-                route_defaults,
-                ..
-            } = &registration
-            else {
-                return Err(SubagentError::BadRequest(
-                    "not a provider registration".into(),
-                ));
-            };
-            if name.is_empty() {
-                return Err(SubagentError::BadRequest("provider name is empty".into()));
-            }
-            if let Some(route) = route_defaults {
-                if !capabilities.agent_options {
-                    return Err(SubagentError::BadRequest(format!(
-                        "provider {name} has agentRouteDefaults but no agentOptions capability"
-                    )));
-                }
-                AgentOptions {
-                    provider: Some(route.provider.clone()),
-                    model: Some(route.model.clone()),
-                    ..AgentOptions::default()
-                }
-                .validate()?;
-            }
-            if state
-                .providers
-                .iter()
-                .any(|provider| provider.name == *name)
-            {
-                return Err(SubagentError::DuplicateProvider(name.clone()));
-            }
+            check_registration(state, &registration)?;
             Ok(single(StreamId::Runtime, vec![registration]))
         }
         Command::RemoveProvider { name } => {
-            if !state.providers.iter().any(|provider| provider.name == name) {
-                return Err(SubagentError::UnknownProvider(name));
-            }
+            registered(state, &name)?;
             Ok(single(
                 StreamId::Runtime,
                 vec![Event::ProviderRemoved { name }],
@@ -296,10 +258,7 @@ pub fn decide(state: &Projections, command: Command) -> Result<Decision, Subagen
             seed,
             seed_source,
         } => {
-            let live = live(state, child, epoch)?;
-            if live.phase != ActivationPhase::Requested {
-                return Err(out_of_order(child, "prepared twice"));
-            }
+            requested_live(state, child, epoch)?;
             let mut events = Vec::new();
             let seeded_events = seed.as_ref().map_or(0, |events| events.len() as u64);
             if let (Some(events_to_seed), Some((source, through_version))) = (seed, seed_source) {
@@ -335,26 +294,14 @@ pub fn decide(state: &Projections, command: Command) -> Result<Decision, Subagen
             epoch,
             run_id,
         } => {
-            let live = live(state, child, epoch)?;
-            if live.phase == ActivationPhase::Published {
-                return Err(out_of_order(child, "published twice"));
-            }
+            unpublished_live(state, child, epoch)?;
             Ok(single(
                 StreamId::Session(child),
                 vec![Event::ActivationPublished { epoch, run_id }],
             ))
         }
         Command::BeginTurn { session } => {
-            let activation = published(state, session)?;
-            if state
-                .activations
-                .get(&session)
-                .and_then(|a| a.running_turn)
-                .is_some()
-            {
-                return Err(out_of_order(session, "a turn is already running"));
-            }
-            let turn = state.activations.get(&session).map_or(0, |a| a.turns) + 1;
+            let (turn, activation) = next_turn(state, session)?;
             Ok(single(
                 StreamId::Session(session),
                 vec![
@@ -370,21 +317,7 @@ pub fn decide(state: &Projections, command: Command) -> Result<Decision, Subagen
             ))
         }
         Command::Transcript { session, entry } => {
-            let turn = running_turn(state, session)?;
-            let entry_turn = match &entry {
-                Event::AssistantMessage { turn, .. }
-                | Event::ToolCalled { turn, .. }
-                | Event::ToolReturned { turn, .. } => *turn,
-                other => {
-                    return Err(SubagentError::BadRequest(format!(
-                        "{} is not a transcript entry",
-                        other.type_name()
-                    )))
-                }
-            };
-            if entry_turn != turn {
-                return Err(out_of_order(session, "transcript entry names another turn"));
-            }
+            transcript_turn(state, session, &entry)?;
             Ok(single(StreamId::Session(session), vec![entry]))
         }
         Command::EndTurn {
@@ -402,10 +335,7 @@ pub fn decide(state: &Projections, command: Command) -> Result<Decision, Subagen
             epoch,
             result,
         } => {
-            let live = live(state, child, epoch)?;
-            if live.settled {
-                return Err(out_of_order(child, "a settled result is never overwritten"));
-            }
+            let live = unsettled_live(state, child, epoch)?;
             Ok(settle(state, child, live, result))
         }
         Command::Release {
@@ -450,43 +380,38 @@ pub fn decide(state: &Projections, command: Command) -> Result<Decision, Subagen
             epoch,
             reason,
         } => {
-            let live = live(state, child, epoch)?;
-            if live.phase == ActivationPhase::Published {
-                return Err(out_of_order(
-                    child,
-                    "a published activation is released, not abandoned",
-                ));
-            }
+            abandonable_live(state, child, epoch)?;
             Ok(single(
                 StreamId::Session(child),
                 vec![Event::ActivationAbandoned { epoch, reason }],
             ))
         }
         Command::RunStarted { child } => {
-            let run = run(state, child)?;
-            if run.phase != RunPhase::Requested {
-                return Err(out_of_order(child, "run started twice"));
-            }
+            let run = run_in(state, child, &[RunPhase::Requested], "run started twice")?;
             Ok(single(
                 StreamId::Session(child),
                 vec![Event::RunStarted { run_id: run.run_id }],
             ))
         }
         Command::RunSettled { child, result } => {
-            let run = run(state, child)?;
-            if run.phase != RunPhase::Started {
-                return Err(out_of_order(child, "only a started, unsettled run settles"));
-            }
+            let run = run_in(
+                state,
+                child,
+                &[RunPhase::Started],
+                "only a started, unsettled run settles",
+            )?;
             Ok(settle_run(state, child, run.run_id, run.delivery, result))
         }
         Command::RunDisposed {
             child,
             cleanup_error,
         } => {
-            let run = run(state, child)?;
-            if matches!(run.phase, RunPhase::Disposed | RunPhase::StartFailed) {
-                return Err(out_of_order(child, "run already disposed"));
-            }
+            let run = run_in(
+                state,
+                child,
+                &[RunPhase::Requested, RunPhase::Started, RunPhase::Settled],
+                "run already disposed",
+            )?;
             let mut decision = if run.phase == RunPhase::Settled {
                 Vec::new()
             } else {
@@ -508,10 +433,12 @@ pub fn decide(state: &Projections, command: Command) -> Result<Decision, Subagen
             Ok(decision)
         }
         Command::RunStartFailed { child, diagnostic } => {
-            let run = run(state, child)?;
-            if run.phase != RunPhase::Requested {
-                return Err(out_of_order(child, "only a requested run fails to start"));
-            }
+            let run = run_in(
+                state,
+                child,
+                &[RunPhase::Requested],
+                "only a requested run fails to start",
+            )?;
             Ok(single(
                 StreamId::Session(child),
                 vec![Event::RunStartFailed {
@@ -571,11 +498,143 @@ fn push_to(decision: &mut Decision, stream: StreamId, events: Vec<Event>) {
     }
 }
 
+// ---- preconditions ----------------------------------------------------------
+//
+// One function per rule, shared by `decide` and by `admissible::admit`, which
+// checks a recorded history against the same rules.
+
 fn out_of_order(session: SessionId, what: &str) -> SubagentError {
     SubagentError::BadRequest(format!("{session}: {what}"))
 }
 
-fn live(
+/// `session` is not in use yet (a root's creation).
+pub(crate) fn new_session(state: &Projections, session: SessionId) -> Result<(), SubagentError> {
+    if state.sessions.contains_key(&session) {
+        return Err(SubagentError::BadRequest(format!(
+            "session {session} already exists"
+        )));
+    }
+    Ok(())
+}
+
+/// A provider registration is well-formed and its name is free.
+pub(crate) fn check_registration(
+    state: &Projections,
+    registration: &Event,
+) -> Result<(), SubagentError> {
+    let Event::ProviderRegistered {
+        name,
+        capabilities,
+        route_defaults,
+        ..
+    } = registration
+    else {
+        return Err(SubagentError::BadRequest(
+            "not a provider registration".into(),
+        ));
+    };
+    if name.is_empty() {
+        return Err(SubagentError::BadRequest("provider name is empty".into()));
+    }
+    if let Some(route) = route_defaults {
+        if !capabilities.agent_options {
+            return Err(SubagentError::BadRequest(format!(
+                "provider {name} has agentRouteDefaults but no agentOptions capability"
+            )));
+        }
+        AgentOptions {
+            provider: Some(route.provider.clone()),
+            model: Some(route.model.clone()),
+            ..AgentOptions::default()
+        }
+        .validate()?;
+    }
+    if state
+        .providers
+        .iter()
+        .any(|provider| provider.name == *name)
+    {
+        return Err(SubagentError::DuplicateProvider(name.clone()));
+    }
+    Ok(())
+}
+
+/// The registered provider called `name`.
+pub(crate) fn registered<'a>(
+    state: &'a Projections,
+    name: &str,
+) -> Result<&'a ProviderRecord, SubagentError> {
+    state
+        .providers
+        .iter()
+        .find(|provider| provider.name == name)
+        .ok_or_else(|| SubagentError::UnknownProvider(name.to_owned()))
+}
+
+/// The parent of a start: known, with admission open at it and every
+/// ancestor.
+pub(crate) fn start_parent(
+    state: &Projections,
+    parent: SessionId,
+) -> Result<&SessionRecord, SubagentError> {
+    let record = state
+        .sessions
+        .get(&parent)
+        .ok_or_else(|| SubagentError::ParentUnavailable(format!("unknown parent {parent}")))?;
+    if let Some(closed) = admission_closed_above(state, parent) {
+        return Err(SubagentError::AdmissionClosed(closed.to_string()));
+    }
+    Ok(record)
+}
+
+/// The mode and externality of a child of `provider`.
+pub(crate) fn child_mode(provider: &ProviderRecord) -> (SessionMode, bool) {
+    if provider.continuable {
+        (SessionMode::Continuable, false)
+    } else {
+        (SessionMode::OneShot, true)
+    }
+}
+
+/// The depth of a child of `parent`, within `max_depth`.
+pub(crate) fn child_depth(
+    parent: &SessionRecord,
+    max_depth: Option<u64>,
+) -> Result<u64, SubagentError> {
+    let depth = parent.depth.checked_add(1).ok_or_else(|| {
+        SubagentError::BadRequest(format!("parent {} is at the deepest depth", parent.id))
+    })?;
+    if let Some(max_depth) = max_depth {
+        if max_depth > MAX_SAFE_INTEGER {
+            return Err(SubagentError::InvalidDepth(max_depth.to_string()));
+        }
+        if depth > max_depth {
+            return Err(SubagentError::DepthExceeded { depth, max_depth });
+        }
+    }
+    Ok(depth)
+}
+
+/// `child` names no session and no catalog.
+pub(crate) fn unused_child_id(state: &Projections, child: SessionId) -> Result<(), SubagentError> {
+    if state.sessions.contains_key(&child) || state.catalogs.contains_key(&child) {
+        return Err(SubagentError::BadRequest(format!(
+            "child id {child} is already in use"
+        )));
+    }
+    Ok(())
+}
+
+/// A catalog label is not empty.
+pub(crate) fn nonempty_label(label: &str) -> Result<(), SubagentError> {
+    if label.is_empty() {
+        return Err(SubagentError::BadRequest("label is empty".into()));
+    }
+    Ok(())
+}
+
+/// The live activation of `child` at `epoch`.
+pub(crate) fn live(
     state: &Projections,
     child: SessionId,
     epoch: u64,
@@ -588,7 +647,87 @@ fn live(
         .ok_or_else(|| out_of_order(child, &format!("activation {epoch} is not live")))
 }
 
-fn published(state: &Projections, session: SessionId) -> Result<&LiveActivation, SubagentError> {
+fn live_where<'a>(
+    state: &'a Projections,
+    child: SessionId,
+    epoch: u64,
+    admits: impl Fn(&LiveActivation) -> bool,
+    refusal: &str,
+) -> Result<&'a LiveActivation, SubagentError> {
+    let live = live(state, child, epoch)?;
+    if admits(live) {
+        Ok(live)
+    } else {
+        Err(out_of_order(child, refusal))
+    }
+}
+
+/// The live activation at `epoch`, not yet prepared.
+pub(crate) fn requested_live(
+    state: &Projections,
+    child: SessionId,
+    epoch: u64,
+) -> Result<&LiveActivation, SubagentError> {
+    live_where(
+        state,
+        child,
+        epoch,
+        |live| live.phase == ActivationPhase::Requested,
+        "prepared twice",
+    )
+}
+
+/// The live activation at `epoch`, not yet published.
+pub(crate) fn unpublished_live(
+    state: &Projections,
+    child: SessionId,
+    epoch: u64,
+) -> Result<&LiveActivation, SubagentError> {
+    live_where(
+        state,
+        child,
+        epoch,
+        |live| live.phase != ActivationPhase::Published,
+        "published twice",
+    )
+}
+
+/// The live activation at `epoch`, which may still be abandoned: a
+/// published one is released instead.
+pub(crate) fn abandonable_live(
+    state: &Projections,
+    child: SessionId,
+    epoch: u64,
+) -> Result<&LiveActivation, SubagentError> {
+    live_where(
+        state,
+        child,
+        epoch,
+        |live| live.phase != ActivationPhase::Published,
+        "a published activation is released, not abandoned",
+    )
+}
+
+/// The live activation at `epoch`, with no result yet.
+pub(crate) fn unsettled_live(
+    state: &Projections,
+    child: SessionId,
+    epoch: u64,
+) -> Result<&LiveActivation, SubagentError> {
+    live_where(
+        state,
+        child,
+        epoch,
+        |live| !live.settled,
+        "a settled result is never overwritten",
+    )
+}
+
+/// The session's published live activation.
+pub(crate) fn published(
+    state: &Projections,
+    session: SessionId,
+) -> Result<&LiveActivation, SubagentError> {
     state
         .activations
         .get(&session)
@@ -597,7 +736,25 @@ fn published(state: &Projections, session: SessionId) -> Result<&LiveActivation,
         .ok_or_else(|| out_of_order(session, "no published activation"))
 }
 
-fn running_turn(state: &Projections, session: SessionId) -> Result<u64, SubagentError> {
+/// The turn a published, idle activation starts next, and the activation.
+pub(crate) fn next_turn(
+    state: &Projections,
+    session: SessionId,
+) -> Result<(u64, &LiveActivation), SubagentError> {
+    let activation = published(state, session)?;
+    let turns = state.activations.get(&session);
+    if turns.and_then(|a| a.running_turn).is_some() {
+        return Err(out_of_order(session, "a turn is already running"));
+    }
+    let turn = turns
+        .map_or(0, |a| a.turns)
+        .checked_add(1)
+        .ok_or_else(|| out_of_order(session, "turn numbers are exhausted"))?;
+    Ok((turn, activation))
+}
+
+/// The session's running turn.
+pub(crate) fn running_turn(state: &Projections, session: SessionId) -> Result<u64, SubagentError> {
     published(state, session)?;
     state
         .activations
@@ -606,14 +763,46 @@ fn running_turn(state: &Projections, session: SessionId) -> Result<u64, Subagent
         .ok_or_else(|| out_of_order(session, "no turn is running"))
 }
 
-fn run(
+/// A transcript entry of the session's running turn; returns the turn.
+pub(crate) fn transcript_turn(
     state: &Projections,
+    session: SessionId,
+    entry: &Event,
+) -> Result<u64, SubagentError> {
+    let turn = running_turn(state, session)?;
+    let entry_turn = match entry {
+        Event::AssistantMessage { turn, .. }
+        | Event::ToolCalled { turn, .. }
+        | Event::ToolReturned { turn, .. } => *turn,
+        other => {
+            return Err(SubagentError::BadRequest(format!(
+                "{} is not a transcript entry",
+                other.type_name()
+            )))
+        }
+    };
+    if entry_turn != turn {
+        return Err(out_of_order(session, "transcript entry names another turn"));
+    }
+    Ok(turn)
+}
+
+/// The external run of `child`, in one of `phases`.
+pub(crate) fn run_in<'a>(
+    state: &'a Projections,
     child: SessionId,
-) -> Result<&crate::activation::RunState, SubagentError> {
-    state
+    phases: &[RunPhase],
+    refusal: &str,
+) -> Result<&'a RunState, SubagentError> {
+    let run = state
         .runs
         .get(&child)
-        .ok_or_else(|| out_of_order(child, "no external run"))
+        .ok_or_else(|| out_of_order(child, "no external run"))?;
+    if phases.contains(&run.phase) {
+        Ok(run)
+    } else {
+        Err(out_of_order(child, refusal))
+    }
 }
 
 /// The one-line, status-only account of how a child ended. Never the child's
@@ -648,7 +837,7 @@ fn settle(
         decision.push((
             StreamId::Session(parent),
             vec![Event::MessageAccepted {
-                message_id: MessageId::from_uuid(uuid_for(child, live.epoch)),
+                message_id: settlement_notice_id(child, live.epoch),
                 source: MessageSource::SubagentSettled {
                     summary: summary.clone(),
                     sender_session_id: child,
@@ -711,30 +900,18 @@ fn settle_run(
     decision
 }
 
-/// A deterministic id for the settlement notice of `child`'s `epoch`, so a
+/// The deterministic id of the settlement notice of `child`'s `epoch`, so a
 /// retried decision dedupes instead of notifying twice.
-fn uuid_for(child: SessionId, epoch: u64) -> uuid::Uuid {
-    uuid::Uuid::from_u128(
+#[must_use]
+pub fn settlement_notice_id(child: SessionId, epoch: u64) -> MessageId {
+    MessageId::from_uuid(uuid::Uuid::from_u128(
         child.as_uuid().as_u128() ^ u128::from(epoch).rotate_left(64) ^ 0x5e77_1ed0,
-    )
+    ))
 }
 
 fn start_child(state: &Projections, start: StartChild) -> Result<Decision, SubagentError> {
-    let parent = state.sessions.get(&start.parent).ok_or_else(|| {
-        SubagentError::ParentUnavailable(format!("unknown parent {}", start.parent))
-    })?;
-    let mut ancestor = Some(parent);
-    while let Some(record) = ancestor {
-        if state.admission_closed.contains(&record.id) {
-            return Err(SubagentError::AdmissionClosed(record.id.to_string()));
-        }
-        ancestor = record.parent.and_then(|id| state.sessions.get(&id));
-    }
-    let provider = state
-        .providers
-        .iter()
-        .find(|provider| provider.name == start.provider)
-        .ok_or_else(|| SubagentError::UnknownProvider(start.provider.clone()))?;
+    let parent = start_parent(state, start.parent)?;
+    let provider = registered(state, &start.provider)?;
     provider
         .capabilities
         .check(&provider.name, &start.options)?;
@@ -766,30 +943,10 @@ fn start_child(state: &Projections, start: StartChild) -> Result<Decision, Subag
             .model_selection
             .check(requested, &agent_options)?;
     }
-    let depth = parent.depth + 1;
-    if let Some(max_depth) = start.options.max_depth {
-        if max_depth > MAX_SAFE_INTEGER {
-            return Err(SubagentError::InvalidDepth(max_depth.to_string()));
-        }
-        if depth > max_depth {
-            return Err(SubagentError::DepthExceeded { depth, max_depth });
-        }
-    }
-    if state.sessions.contains_key(&start.child) || state.catalogs.contains_key(&start.child) {
-        return Err(SubagentError::BadRequest(format!(
-            "child id {} is already in use",
-            start.child
-        )));
-    }
-    if start.label.is_empty() {
-        return Err(SubagentError::BadRequest("label is empty".into()));
-    }
-    let mode = if provider.continuable {
-        SessionMode::Continuable
-    } else {
-        SessionMode::OneShot
-    };
-    let external = !provider.continuable;
+    let depth = child_depth(parent, start.options.max_depth)?;
+    unused_child_id(state, start.child)?;
+    nonempty_label(&start.label)?;
+    let (mode, external) = child_mode(provider);
     let descriptor = SubagentDescriptor {
         version: subagent_core::DESCRIPTOR_VERSION,
         provider: provider.name.clone(),
@@ -840,7 +997,7 @@ fn start_child(state: &Projections, start: StartChild) -> Result<Decision, Subag
 }
 
 /// Whether admission is closed below `session` or any of its ancestors.
-fn admission_closed_above(state: &Projections, session: SessionId) -> Option<SessionId> {
+pub(crate) fn admission_closed_above(state: &Projections, session: SessionId) -> Option<SessionId> {
     let mut current = state.sessions.get(&session);
     while let Some(record) = current {
         if state.admission_closed.contains(&record.id) {
@@ -851,14 +1008,22 @@ fn admission_closed_above(state: &Projections, session: SessionId) -> Option<Ses
     None
 }
 
-fn send_message(
+/// How an accepted agent message travels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Route {
+    /// The target is the sender's direct child (else its direct parent).
+    pub(crate) to_child: bool,
+    /// The epoch a cold resume of the target requests, when it has no live
+    /// activation.
+    pub(crate) resume_epoch: Option<u64>,
+}
+
+/// Whether `sender` may message `target` now, and how the message travels.
+pub(crate) fn route_message(
     state: &Projections,
     sender: SessionId,
     target: SessionId,
-    message_id: MessageId,
-    content: Vec<ContentBlock>,
-    delivery: MessageDelivery,
-) -> Result<Decision, SubagentError> {
+) -> Result<Route, SubagentError> {
     let sender_record = state
         .sessions
         .get(&sender)
@@ -891,6 +1056,35 @@ fn send_message(
             "{target} is capturing structured output; its input is closed"
         )));
     }
+    // A child with no live activation is cold-resumed; a root's inbox is read
+    // by its host.
+    let resume_epoch = if to_child && live.is_none() {
+        if let Some(closed) = admission_closed_above(state, sender) {
+            return Err(SubagentError::AdmissionClosed(closed.to_string()));
+        }
+        let epoch = activation
+            .map_or(0, |a| a.epoch)
+            .checked_add(1)
+            .ok_or_else(|| out_of_order(target, "activation epochs are exhausted"))?;
+        Some(epoch)
+    } else {
+        None
+    };
+    Ok(Route {
+        to_child,
+        resume_epoch,
+    })
+}
+
+fn send_message(
+    state: &Projections,
+    sender: SessionId,
+    target: SessionId,
+    message_id: MessageId,
+    content: Vec<ContentBlock>,
+    delivery: MessageDelivery,
+) -> Result<Decision, SubagentError> {
+    let route = route_message(state, sender, target)?;
     let mut events = vec![Event::MessageAccepted {
         message_id,
         source: MessageSource::AgentMessage {
@@ -899,13 +1093,7 @@ fn send_message(
         delivery,
         content,
     }];
-    // A child with no live activation is cold-resumed; a root's inbox is read
-    // by its host.
-    if to_child && live.is_none() {
-        if let Some(closed) = admission_closed_above(state, sender) {
-            return Err(SubagentError::AdmissionClosed(closed.to_string()));
-        }
-        let epoch = activation.map_or(0, |a| a.epoch) + 1;
+    if let Some(epoch) = route.resume_epoch {
         events.push(Event::ActivationRequested {
             epoch,
             delivery: Delivery::Parent,
@@ -913,6 +1101,43 @@ fn send_message(
         });
     }
     Ok(single(StreamId::Session(target), events))
+}
+
+/// Whether `authority` may interrupt `target`: its direct parent as a
+/// user, or a live ancestor.
+pub(crate) fn interrupt_authorized(
+    state: &Projections,
+    target: &SessionRecord,
+    authority: &subagent_core::InterruptAuthority,
+) -> bool {
+    match authority {
+        subagent_core::InterruptAuthority::User { parent_session_id } => {
+            target.parent == Some(*parent_session_id)
+        }
+        subagent_core::InterruptAuthority::Ancestor { agent_session_id } => {
+            let mut ancestor = target.parent;
+            while let Some(id) = ancestor {
+                if id == *agent_session_id {
+                    return true;
+                }
+                ancestor = state.sessions.get(&id).and_then(|parent| parent.parent);
+            }
+            false
+        }
+    }
+}
+
+/// Whether `target` has work an interrupt stops: a running turn of a live
+/// activation, or a started external run.
+pub(crate) fn runs_live_work(state: &Projections, target: SessionId) -> bool {
+    state
+        .activations
+        .get(&target)
+        .is_some_and(|a| a.live.is_some() && a.running_turn.is_some())
+        || state
+            .runs
+            .get(&target)
+            .is_some_and(|run| run.phase == RunPhase::Started)
 }
 
 fn interrupt(
@@ -923,37 +1148,12 @@ fn interrupt(
     let Some(record) = state.sessions.get(&target) else {
         return Ok(Vec::new());
     };
-    let authorized = match authority {
-        subagent_core::InterruptAuthority::User { parent_session_id } => {
-            record.parent == Some(*parent_session_id)
-        }
-        subagent_core::InterruptAuthority::Ancestor { agent_session_id } => {
-            let mut ancestor = record.parent;
-            let mut found = false;
-            while let Some(id) = ancestor {
-                if id == *agent_session_id {
-                    found = true;
-                    break;
-                }
-                ancestor = state.sessions.get(&id).and_then(|parent| parent.parent);
-            }
-            found
-        }
-    };
-    if !authorized {
+    if !interrupt_authorized(state, record, authority) {
         return Err(SubagentError::Unauthorized(format!(
             "the authority does not own {target}"
         )));
     }
-    let running = state
-        .activations
-        .get(&target)
-        .is_some_and(|a| a.live.is_some() && a.running_turn.is_some())
-        || state
-            .runs
-            .get(&target)
-            .is_some_and(|run| run.phase == RunPhase::Started);
-    if !running {
+    if !runs_live_work(state, target) {
         return Ok(Vec::new());
     }
     Ok(single(

@@ -69,7 +69,12 @@ impl<L: EventLog> Checkpointed<L> {
     pub fn catch_up(&mut self) -> Result<u64, ReplayError> {
         let mut count = 0;
         loop {
-            let page = self.log.read_all_page(self.state.position + 1, READ_PAGE)?;
+            // Nothing follows u64::MAX (a checkpoint can claim it only if the
+            // head does too, and no log grows that far).
+            let Some(next) = self.state.position.checked_add(1) else {
+                return Ok(count);
+            };
+            let page = self.log.read_all_page(next, READ_PAGE)?;
             if page.is_empty() {
                 return Ok(count);
             }

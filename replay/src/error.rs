@@ -1,13 +1,17 @@
-//! [`ReplayError`]: failures of the replay tools, each a readable message.
+//! [`ReplayError`]: failures of the replay tools, each a readable message
+//! with a stable code ([`ReplayError::code`]).
+
+use std::path::PathBuf;
 
 use subagent_core::SessionId;
+use subagent_projections::HistoryViolation;
 use subagent_store::StoreError;
 use thiserror::Error;
 
 /// A failure of a replay operation.
 #[derive(Debug, Error)]
 pub enum ReplayError {
-    /// The log could not be read.
+    /// The log could not be read or written.
     #[error(transparent)]
     Store(#[from] StoreError),
     /// A position beyond the end of the log was requested.
@@ -24,6 +28,9 @@ pub enum ReplayError {
     /// Import needs an empty log.
     #[error("the target log is not empty (head {0}); import only into an empty log")]
     NotEmpty(u64),
+    /// Import needs a new or empty directory.
+    #[error("{} exists and is not empty; import only into a new or empty directory", .0.display())]
+    DirectoryNotEmpty(PathBuf),
     /// An import line is not a record, or records are out of order.
     #[error("import line {line}: {reason}")]
     BadImport {
@@ -32,7 +39,42 @@ pub enum ReplayError {
         /// What is wrong.
         reason: String,
     },
-    /// Writing the export failed.
+    /// An import line is longer than the largest event; it was not read whole.
+    #[error("import line {line} is longer than the {limit}-byte event limit")]
+    LineTooLong {
+        /// 1-based line number.
+        line: usize,
+        /// The limit ([`subagent_core::MAX_EVENT_BYTES`]).
+        limit: usize,
+    },
+    /// The imported records are a history the state machine could not have
+    /// produced.
+    #[error("import line {line}: {violation}")]
+    ImpossibleHistory {
+        /// 1-based line number.
+        line: usize,
+        /// The broken rule.
+        violation: HistoryViolation,
+    },
+    /// Reading the import or writing the export failed.
     #[error("io: {0}")]
     Io(#[from] std::io::Error),
+}
+
+impl ReplayError {
+    /// Stable machine-readable code.
+    #[must_use]
+    pub fn code(&self) -> &'static str {
+        match self {
+            ReplayError::Store(err) => err.code(),
+            ReplayError::PositionPastHead { .. } => "replay/position-past-head",
+            ReplayError::UnknownSession(_) => "replay/unknown-session",
+            ReplayError::NotEmpty(_) => "replay/not-empty",
+            ReplayError::DirectoryNotEmpty(_) => "replay/directory-not-empty",
+            ReplayError::BadImport { .. } => "replay/bad-import",
+            ReplayError::LineTooLong { .. } => "replay/line-too-long",
+            ReplayError::ImpossibleHistory { violation, .. } => violation.code(),
+            ReplayError::Io(_) => "replay/io",
+        }
+    }
 }

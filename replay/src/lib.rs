@@ -6,20 +6,24 @@
 //! - [`state_at`]: every projection as it was at a position.
 //! - [`Checkpointed`]: projections kept current from a checkpoint plus the
 //!   log's tail, saving a new checkpoint every N events and on close.
-//! - [`verify`]: rebuilt-from-zero against checkpointed-plus-tail.
+//! - [`verify`]: the history against the state machine's rules, the indexes
+//!   against the records, and rebuilt-from-zero against checkpointed-plus-tail.
 //! - [`diff`]: what changed between two states.
-//! - [`export`] / [`import`]: the log as JSON lines, and back, exactly.
+//! - [`export`] / [`import`]: the log as JSON lines, and back, exactly;
+//!   [`import_directory`]: the same into a new directory, all or nothing.
 
 mod checkpointed;
 mod diff;
 mod error;
+mod indexes;
+mod lines;
 mod transfer;
 mod verify;
 
 pub use checkpointed::{Checkpointed, OpenReport, CHECKPOINT_NAME};
 pub use diff::{diff, structural_diff, Change};
 pub use error::ReplayError;
-pub use transfer::{export, import};
+pub use transfer::{export, import, import_directory};
 pub use verify::{verify, VerifyReport};
 
 use subagent_projections::Projections;

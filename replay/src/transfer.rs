@@ -2,14 +2,28 @@
 //! line, as `subagents log --json` prints them); `import` reads them back
 //! into an empty log so that a second export is identical: same positions,
 //! stream versions, event ids, timestamps and payloads.
+//!
+//! Import refuses, before appending it, any line that is longer than
+//! [`MAX_EVENT_BYTES`] (without reading it whole), is not a record, breaks
+//! the numbering (positions 1, 2, 3, ...; each stream's versions 1, 2, 3,
+//! ... in position order), or makes the history one the state machine could
+//! not have produced ([`HistoryCheck`]). [`import_directory`] makes a whole
+//! import atomic: it builds the log in a hidden sibling directory and renames
+//! it into place only once complete and synced.
 
+use std::collections::HashMap;
 use std::io::{BufRead, Write};
+use std::path::{Path, PathBuf};
 
-use subagent_core::{NewEvent, RecordedEvent, StreamId};
+use subagent_core::{NewEvent, RecordedEvent, StreamId, MAX_EVENT_BYTES};
+use subagent_projections::HistoryCheck;
 use subagent_store::record::decode_body;
-use subagent_store::{AppendTicket, EventLog, EventLogExt, ExpectedVersion};
+use subagent_store::{
+    AppendTicket, Durability, EventLog, EventLogExt, ExpectedVersion, RocksLog, RocksOptions,
+};
 
 use crate::error::ReplayError;
+use crate::lines::BoundedLines;
 
 /// Writes every record of `log` to `out`; returns how many.
 ///
@@ -31,14 +45,20 @@ pub fn export<L: EventLog + ?Sized>(log: &L, out: &mut impl Write) -> Result<u64
 const IMPORT_WINDOW: usize = 4096;
 
 /// Reads an export into `log`, which must be empty; returns how many records.
+/// Every line is checked (see the module doc) before it is appended.
 /// Consecutive records of one stream become one append. Each append names the
 /// exact expected stream version, and its placement is checked against the
 /// positions in the file.
 ///
+/// This writes into `log` as it reads, so records before a bad line may
+/// already be appended: use [`import_directory`] for an all-or-nothing import.
+///
 /// # Errors
-/// [`ReplayError::NotEmpty`]; [`ReplayError::BadImport`] for a line that is
-/// not a record, or records whose positions are not 1, 2, 3, ... in order.
-/// Records before a bad line may already be appended.
+/// [`ReplayError::NotEmpty`]; [`ReplayError::LineTooLong`];
+/// [`ReplayError::BadImport`] for a line that is not a record or breaks the
+/// numbering; [`ReplayError::ImpossibleHistory`] for a history the state
+/// machine could not have produced (including one that ends inside a
+/// decision).
 pub async fn import<L: EventLog + ?Sized>(
     log: &L,
     input: impl BufRead,
@@ -46,62 +66,91 @@ pub async fn import<L: EventLog + ?Sized>(
     if log.head() != 0 {
         return Err(ReplayError::NotEmpty(log.head()));
     }
+    let mut lines = BoundedLines::new(input, MAX_EVENT_BYTES);
+    let mut numbering = Numbering::default();
+    let mut history = HistoryCheck::new();
     let mut pending: Vec<(usize, u64, AppendTicket)> = Vec::new();
     let mut batch: Vec<RecordedEvent> = Vec::new();
     let mut batch_line = 0;
-    let mut count = 0u64;
-    for (index, line) in input.lines().enumerate() {
-        let line_number = index + 1;
-        let line = line?;
-        if line.trim().is_empty() {
+    let mut last_line = 0;
+    while let Some((line, text)) = lines.next_line()? {
+        last_line = line;
+        if text.trim_ascii().is_empty() {
             continue;
         }
-        let record = decode_body(line.as_bytes()).map_err(|err| ReplayError::BadImport {
-            line: line_number,
+        let record = decode_body(text).map_err(|err| ReplayError::BadImport {
+            line,
             reason: err.to_string(),
         })?;
-        if record.position != count + 1 {
-            return Err(ReplayError::BadImport {
-                line: line_number,
-                reason: format!("expected position {}, found {}", count + 1, record.position),
-            });
-        }
-        let continues_batch = batch
-            .last()
-            .is_some_and(|last: &RecordedEvent| last.stream == record.stream);
-        let version_ok = match batch.last() {
-            Some(last) if continues_batch => record.version == last.version + 1,
-            _ => record.version >= 1,
-        };
-        if !version_ok {
-            return Err(ReplayError::BadImport {
-                line: line_number,
-                reason: format!(
-                    "stream version {} of {} is out of sequence",
-                    record.version, record.stream
-                ),
-            });
-        }
-        count += 1;
+        numbering
+            .admit(&record)
+            .map_err(|reason| ReplayError::BadImport { line, reason })?;
+        history
+            .check(&record)
+            .map_err(|violation| ReplayError::ImpossibleHistory { line, violation })?;
         if batch
             .last()
-            .is_some_and(|last: &RecordedEvent| last.stream != record.stream)
+            .is_some_and(|last| last.stream != record.stream)
         {
             pending.push(submit(log, std::mem::take(&mut batch), batch_line));
         }
         if batch.is_empty() {
-            batch_line = line_number;
+            batch_line = line;
         }
         batch.push(record);
         if pending.len() >= IMPORT_WINDOW {
             settle(std::mem::take(&mut pending)).await?;
         }
     }
+    history
+        .finish()
+        .map_err(|violation| ReplayError::ImpossibleHistory {
+            line: last_line,
+            violation,
+        })?;
     if !batch.is_empty() {
         pending.push(submit(log, batch, batch_line));
     }
     settle(pending).await?;
-    Ok(count)
+    Ok(numbering.position)
+}
+
+/// The numbering an import must follow: positions 1, 2, 3, ... and, per
+/// stream, versions 1, 2, 3, ...
+#[derive(Default)]
+struct Numbering {
+    /// The last position admitted.
+    position: u64,
+    /// The last version admitted per stream.
+    versions: HashMap<StreamId, u64>,
+}
+
+impl Numbering {
+    fn admit(&mut self, record: &RecordedEvent) -> Result<(), String> {
+        let position = self
+            .position
+            .checked_add(1)
+            .ok_or("the position passes u64::MAX")?;
+        if record.position != position {
+            return Err(format!(
+                "expected position {position}, found {}",
+                record.position
+            ));
+        }
+        let last = self.versions.get(&record.stream).copied().unwrap_or(0);
+        let version = last
+            .checked_add(1)
+            .ok_or_else(|| format!("the version of {} passes u64::MAX", record.stream))?;
+        if record.version != version {
+            return Err(format!(
+                "stream version {} of {} is out of sequence (expected {version})",
+                record.version, record.stream
+            ));
+        }
+        self.position = position;
+        self.versions.insert(record.stream, version);
+        Ok(())
+    }
 }
 
 fn submit<L: EventLog + ?Sized>(
@@ -111,6 +160,7 @@ fn submit<L: EventLog + ?Sized>(
 ) -> (usize, u64, AppendTicket) {
     let stream: StreamId = batch[0].stream;
     let first_position = batch[0].position;
+    // `Numbering` admitted the version, so it is at least 1.
     let expected = ExpectedVersion::Exact(batch[0].version.saturating_sub(1));
     let events = batch
         .into_iter()
@@ -142,4 +192,83 @@ async fn settle(pending: Vec<(usize, u64, AppendTicket)>) -> Result<(), ReplayEr
         }
     }
     Ok(())
+}
+
+/// Imports an export into a new RocksDB log at `dir`, all or nothing: `dir`
+/// must not exist or be an empty directory. The log is built in a hidden
+/// sibling directory (`.<name>.importing-<random>`), synced, and renamed to
+/// `dir` only once the whole import succeeded. On any failure the sibling is
+/// removed and `dir` is untouched; a killed import leaves only the sibling
+/// (safe to delete), never a partial `dir`. Returns how many records.
+///
+/// # Errors
+/// [`ReplayError::DirectoryNotEmpty`], everything [`import`] refuses, and
+/// IO failures.
+pub async fn import_directory(dir: &Path, input: impl BufRead) -> Result<u64, ReplayError> {
+    match std::fs::read_dir(dir) {
+        Ok(mut entries) => {
+            if entries.next().is_some() {
+                return Err(ReplayError::DirectoryNotEmpty(dir.to_path_buf()));
+            }
+        }
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
+        Err(err) => return Err(err.into()),
+    }
+    let (parent, name) = split(dir)?;
+    let staging = tempfile::Builder::new()
+        .prefix(&format!(".{name}.importing-"))
+        .tempdir_in(&parent)?;
+    // Buffered appends: durability comes from syncing every file below
+    // before the rename, not from one fsync per group commit.
+    let log = RocksLog::open(
+        staging.path(),
+        RocksOptions {
+            durability: Durability::Buffered,
+        },
+    )?;
+    let count = import(&log, input).await?;
+    drop(log);
+    sync_tree(staging.path())?;
+    let staged = staging.keep();
+    if let Err(err) = std::fs::rename(&staged, dir) {
+        let _ = std::fs::remove_dir_all(&staged);
+        return Err(err.into());
+    }
+    sync_directory(&parent)?;
+    Ok(count)
+}
+
+/// The parent directory and the file name of `dir`.
+fn split(dir: &Path) -> Result<(PathBuf, String), ReplayError> {
+    let name = dir
+        .file_name()
+        .and_then(|name| name.to_str())
+        .ok_or_else(|| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("{} does not name a directory", dir.display()),
+            )
+        })?;
+    let parent = match dir.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    Ok((parent, name.to_owned()))
+}
+
+/// Syncs every file below `dir`, then `dir` itself.
+fn sync_tree(dir: &Path) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        if entry.file_type()?.is_dir() {
+            sync_tree(&entry.path())?;
+        } else {
+            std::fs::File::open(entry.path())?.sync_all()?;
+        }
+    }
+    sync_directory(dir)
+}
+
+fn sync_directory(dir: &Path) -> std::io::Result<()> {
+    std::fs::File::open(dir)?.sync_all()
 }

@@ -1,12 +1,20 @@
-//! `verify`: the projections rebuilt from position 0 must equal the stored
-//! checkpoint (at its position) and the checkpoint plus the tail (at the head).
+//! `verify`: everything the log's readers rely on, rebuilt from position 1.
+//! - The history is one the state machine could have produced: every record
+//!   passes [`admit`] (the first that does not is reported with its position
+//!   and the rule it breaks).
+//! - Every index agrees with the records ([`crate::indexes`]).
+//! - The projections rebuilt from position 1 equal the stored checkpoint (at
+//!   its position) and the checkpoint plus the tail (at the head).
 
-use subagent_projections::{checkpoint, Projections};
+use subagent_projections::{
+    admit, admit_end, checkpoint, Expectation, HistoryViolation, Projections,
+};
 use subagent_store::{EventLog, EventLogExt};
 
 use crate::checkpointed::CHECKPOINT_NAME;
 use crate::diff::structural_diff;
 use crate::error::ReplayError;
+use crate::indexes::IndexAudit;
 
 /// The outcome of [`verify`].
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -21,6 +29,10 @@ pub struct VerifyReport {
     pub checkpoint_problem: Option<String>,
     /// Readable differences; empty when everything agrees.
     pub differences: Vec<String>,
+    /// The first record the state machine could not have produced.
+    pub impossible_history: Option<HistoryViolation>,
+    /// Index entries missing, pointing elsewhere, or pointing at nothing.
+    pub index_problems: Vec<String>,
 }
 
 impl VerifyReport {
@@ -28,14 +40,17 @@ impl VerifyReport {
     /// that cannot be used is not).
     #[must_use]
     pub fn is_ok(&self) -> bool {
-        self.differences.is_empty() && self.checkpoint_problem.is_none()
+        self.differences.is_empty()
+            && self.checkpoint_problem.is_none()
+            && self.impossible_history.is_none()
+            && self.index_problems.is_empty()
     }
 }
 
 const MAX_DIFFERENCES: usize = 20;
 
-/// Verifies the log's projections (see the module doc). Every record must
-/// decode, so a corrupt record fails verification with its position.
+/// Verifies the log (see the module doc). Every record must decode, so a
+/// corrupt record fails verification with its position.
 ///
 /// # Errors
 /// A read failure, including a corrupt record.
@@ -57,21 +72,36 @@ pub fn verify<L: EventLog + ?Sized>(log: &L) -> Result<VerifyReport, ReplayError
     report.checkpoint_position = stored.as_ref().map(|state| state.position);
     let mut rebuilt = Projections::new();
     let mut resumed = stored.clone();
+    let mut expected = Expectation::None;
+    let mut indexes = IndexAudit::default();
     for record in log.read_all(1) {
         let record = record?;
         if let Some(stored) = &stored {
-            if record.position == stored.position + 1
+            if stored.position.checked_add(1) == Some(record.position)
                 || (stored.position == 0 && record.position == 1)
             {
                 compare_at(&rebuilt, stored, "checkpoint", &mut report);
             }
         }
+        // After the first impossible record, the state is one the state
+        // machine never held, so later records are not judged against it.
+        if report.impossible_history.is_none() {
+            match admit(&rebuilt, expected, &record) {
+                Ok(next) => expected = next,
+                Err(violation) => report.impossible_history = Some(violation),
+            }
+        }
+        indexes.record(log, &record)?;
         rebuilt.apply(&record);
         if let Some(resumed) = resumed.as_mut() {
             resumed.apply(&record);
         }
         report.events += 1;
     }
+    if report.impossible_history.is_none() {
+        report.impossible_history = admit_end(&rebuilt, expected).err();
+    }
+    report.index_problems = indexes.finish(log)?;
     if let Some(stored) = &stored {
         if stored.position == report.head {
             compare_at(&rebuilt, stored, "checkpoint", &mut report);

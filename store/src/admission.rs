@@ -1,10 +1,13 @@
 //! Append admission: the checks every backend runs, in the same order, before
 //! it writes anything. Pure: the backend supplies the stream's version and an
-//! event-id lookup, and gets back a verdict.
+//! event-id lookup, and gets back a verdict. Then [`place`] numbers the
+//! admitted events (checked: a damaged head or stream index cannot wrap a
+//! number) and [`encode_records`] encodes them, refusing an event larger
+//! than [`MAX_EVENT_BYTES`].
 
 use std::collections::HashSet;
 
-use subagent_core::{EventId, NewEvent, RecordedEvent, StreamId};
+use subagent_core::{EventId, NewEvent, RecordedEvent, StreamId, MAX_EVENT_BYTES};
 
 use crate::error::StoreError;
 use crate::log::{AppendOutcome, ExpectedVersion, StreamAppend};
@@ -183,32 +186,77 @@ where
 /// Turns admitted parts into records: positions from `first_position` on, in
 /// part order, versions from each part's `current + 1`. Returns the records
 /// and one outcome per part. The one place both backends number events.
-#[must_use]
+///
+/// # Errors
+/// [`StoreError::NumberingExhausted`] when a position or version would pass
+/// `u64::MAX` (only a damaged head or stream index gets there).
 pub fn place(
     parts: Vec<StreamAppend>,
     currents: &[u64],
     first_position: u64,
     now: u64,
-) -> (Vec<RecordedEvent>, Vec<AppendOutcome>) {
+) -> Result<(Vec<RecordedEvent>, Vec<AppendOutcome>), StoreError> {
     let mut records = Vec::new();
     let mut outcomes = Vec::with_capacity(parts.len());
-    let mut position = first_position;
+    // `next` is the position the next event gets; it may be one past
+    // `u64::MAX` only once nothing is left to place.
+    let mut next = Some(first_position);
     for (part, &current) in parts.into_iter().zip(currents) {
-        let first = position;
+        let first = next.ok_or(exhausted("position", u64::MAX))?;
         let mut version = current;
         for new in part.events {
-            version += 1;
+            let position = next.ok_or(exhausted("position", u64::MAX))?;
+            version = version
+                .checked_add(1)
+                .ok_or(exhausted("stream version", version))?;
             records.push(new.into_record(position, part.stream, version, now));
-            position += 1;
+            next = position.checked_add(1);
         }
         outcomes.push(AppendOutcome {
             first_position: first,
-            last_position: position - 1,
+            last_position: records.last().map_or(first, |record| record.position),
             stream_version: version,
             deduplicated: false,
         });
     }
-    (records, outcomes)
+    Ok((records, outcomes))
+}
+
+fn exhausted(what: &'static str, value: u64) -> StoreError {
+    StoreError::NumberingExhausted { what, value }
+}
+
+/// The position after `head`, where the next append starts.
+///
+/// # Errors
+/// [`StoreError::NumberingExhausted`] when `head` is `u64::MAX`.
+pub fn next_position(head: u64) -> Result<u64, StoreError> {
+    head.checked_add(1).ok_or(exhausted("position", head))
+}
+
+/// Encodes placed records for storage, refusing any whose body is larger
+/// than [`MAX_EVENT_BYTES`]. Both backends encode through here, before they
+/// change anything, so an oversized event leaves the log untouched.
+///
+/// # Errors
+/// [`StoreError::EventTooLarge`] for the first oversized record; an encoding
+/// failure as [`StoreError::Io`].
+pub fn encode_records(records: &[RecordedEvent]) -> Result<Vec<Vec<u8>>, StoreError> {
+    records
+        .iter()
+        .map(|record| {
+            let bytes = crate::record::encode(record)?;
+            let body = subagent_core::record::body_len(&bytes);
+            if body > MAX_EVENT_BYTES {
+                return Err(StoreError::EventTooLarge {
+                    event_type: record.event.type_name(),
+                    bytes: body,
+                    limit: MAX_EVENT_BYTES,
+                });
+            }
+            Ok(bytes)
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -264,6 +312,38 @@ mod tests {
         assert_eq!(
             admit(&runtime, ExpectedVersion::NoStream, &[removed()], 0, none),
             Ok(Verdict::Write { current: 0 })
+        );
+    }
+
+    #[test]
+    fn numbering_past_u64_max_is_refused_not_wrapped() {
+        let runtime = StreamId::Runtime;
+        let part = |events| StreamAppend {
+            stream: runtime,
+            expected: ExpectedVersion::Any,
+            events,
+        };
+        assert_eq!(
+            place(vec![part(vec![removed()])], &[u64::MAX], 1, 0).unwrap_err(),
+            StoreError::NumberingExhausted {
+                what: "stream version",
+                value: u64::MAX
+            }
+        );
+        // The last position may be u64::MAX; one more event may not.
+        let (records, _) = place(vec![part(vec![removed()])], &[0], u64::MAX, 0).unwrap();
+        assert_eq!(records[0].position, u64::MAX);
+        assert!(matches!(
+            place(vec![part(vec![removed(), removed()])], &[0], u64::MAX, 0),
+            Err(StoreError::NumberingExhausted {
+                what: "position",
+                ..
+            })
+        ));
+        assert_eq!(next_position(u64::MAX - 1), Ok(u64::MAX));
+        assert_eq!(
+            next_position(u64::MAX).unwrap_err().code(),
+            "store/numbering-exhausted"
         );
     }
 

@@ -8,10 +8,14 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use subagent_core::{Event, NewEvent, RecordedEvent, SessionId, StreamId};
+use subagent_core::{
+    ContentBlock, Event, NewEvent, RecordedEvent, SessionId, StreamId, MAX_EVENT_BYTES,
+};
 use tokio_stream::StreamExt;
 
+use crate::admission::IdLocation;
 use crate::error::StoreError;
+use crate::indexes::{IndexDamage, IndexEntry, LogIndex};
 use crate::log::{EventLog, EventLogExt, ExpectedVersion, StreamAppend};
 use crate::subscription::SubscriptionItem;
 
@@ -25,6 +29,10 @@ pub trait Harness: Send + 'static {
     fn reopen(&mut self, log: Self::Log) -> Self::Log;
     /// Flips one bit of byte `byte` of the stored record at `position`.
     fn corrupt(&mut self, log: &Self::Log, position: u64, byte: usize);
+    /// Damages one index entry; false when the backend cannot represent
+    /// that damage (the suite only asks for damage every backend can hold:
+    /// redirecting an entry, adding the next version, deleting the last).
+    fn damage_index(&mut self, log: &Self::Log, damage: IndexDamage) -> bool;
 }
 
 /// A session stream and an event that belongs in it.
@@ -632,6 +640,203 @@ pub async fn atomic_retries_are_idempotent_and_malformed_ones_refused<H: Harness
     assert_eq!(everything(&log), before);
 }
 
+fn stored_entries<L: EventLog>(log: &L, index: LogIndex) -> BTreeSet<String> {
+    log.index_entries(index)
+        .map(|entry| format!("{:?}", entry.expect("index entry decodes")))
+        .collect()
+}
+
+fn derived_entries(records: &[RecordedEvent], index: LogIndex) -> BTreeSet<String> {
+    records
+        .iter()
+        .map(|record| {
+            let entry = match index {
+                LogIndex::Streams => IndexEntry::Stream {
+                    stream: record.stream,
+                    version: record.version,
+                    position: record.position,
+                },
+                LogIndex::EventIds => IndexEntry::EventId {
+                    event_id: record.event_id,
+                    location: IdLocation {
+                        stream: record.stream,
+                        position: record.position,
+                        version: record.version,
+                    },
+                },
+            };
+            format!("{entry:?}")
+        })
+        .collect()
+}
+
+/// The indexes hold exactly one stream entry and one event-id entry per
+/// record, pointing back at it; lookups agree; and the listing shows the
+/// entries as stored, so a damaged entry is visible to `verify`.
+pub async fn index_entries_point_back_at_every_record<H: Harness>(mut harness: H) {
+    let log = harness.open();
+    let (a, b) = (session_stream(), session_stream());
+    append(&log, a, ExpectedVersion::Any, vec![turn(1), turn(2)])
+        .await
+        .unwrap();
+    log.append_atomic(vec![
+        part(b, ExpectedVersion::Any, vec![turn(3)]),
+        part(a, ExpectedVersion::Any, vec![turn(4)]),
+    ])
+    .await
+    .unwrap();
+    let log = harness.reopen(log);
+    let records = everything(&log);
+    for index in [LogIndex::Streams, LogIndex::EventIds] {
+        assert_eq!(
+            stored_entries(&log, index),
+            derived_entries(&records, index)
+        );
+    }
+    for record in &records {
+        assert_eq!(
+            log.indexed_position(&record.stream, record.version)
+                .unwrap(),
+            Some(record.position)
+        );
+        assert_eq!(
+            log.locate_event(&record.event_id).unwrap(),
+            Some(IdLocation {
+                stream: record.stream,
+                position: record.position,
+                version: record.version
+            })
+        );
+    }
+    assert_eq!(log.indexed_position(&a, 4).unwrap(), None);
+    assert_eq!(log.indexed_position(&a, 0).unwrap(), None);
+    assert_eq!(log.locate_event(&turn(9).event_id).unwrap(), None);
+
+    // Damage: redirect a's version 1, add a version 4 to b, forget the last
+    // record's id, and add an id no record has.
+    let stranger = turn(9).event_id;
+    let last = records.last().unwrap();
+    for damage in [
+        IndexDamage::Stream {
+            stream: a,
+            version: 1,
+            position: Some(3),
+        },
+        IndexDamage::Stream {
+            stream: b,
+            version: 2,
+            position: Some(1),
+        },
+        IndexDamage::EventId {
+            event_id: last.event_id,
+            location: None,
+        },
+        IndexDamage::EventId {
+            event_id: stranger,
+            location: Some(IdLocation {
+                stream: a,
+                position: 2,
+                version: 2,
+            }),
+        },
+    ] {
+        assert!(harness.damage_index(&log, damage.clone()), "{damage:?}");
+    }
+    assert_eq!(log.indexed_position(&a, 1).unwrap(), Some(3));
+    assert_eq!(log.indexed_position(&b, 2).unwrap(), Some(1));
+    assert_eq!(log.locate_event(&last.event_id).unwrap(), None);
+    let streams = stored_entries(&log, LogIndex::Streams);
+    assert_eq!(streams.len(), records.len() + 1);
+    assert!(streams.contains(&format!(
+        "{:?}",
+        IndexEntry::Stream {
+            stream: a,
+            version: 1,
+            position: 3
+        }
+    )));
+    let ids = stored_entries(&log, LogIndex::EventIds);
+    assert_eq!(ids.len(), records.len());
+    assert!(ids
+        .iter()
+        .any(|entry| entry.contains(&stranger.to_string())));
+    assert!(!ids
+        .iter()
+        .any(|entry| entry.contains(&last.event_id.to_string())));
+}
+
+/// An event whose record would pass [`MAX_EVENT_BYTES`] is refused with
+/// `store/event-too-large`, alone or as one part of an atomic append, and
+/// nothing is written; one of exactly the limit is accepted.
+pub async fn an_oversized_event_is_refused_and_changes_nothing<H: Harness>(mut harness: H) {
+    let log = harness.open();
+    let stream = session_stream();
+    append(&log, stream, ExpectedVersion::Any, vec![turn(1)])
+        .await
+        .unwrap();
+    let before = everything(&log);
+    // An assistant message whose record body is exactly `size` bytes at
+    // position 2, version 2 (timestamps have 13 digits until 2286).
+    let sized = |size: usize| {
+        let message = |text: String| {
+            NewEvent::new(Event::AssistantMessage {
+                turn: 1,
+                content: vec![ContentBlock::text(text)],
+                usage: None,
+            })
+        };
+        let probe = message(String::new());
+        let empty = serde_json::to_vec(&probe.clone().into_record(2, stream, 2, 1_700_000_000_000))
+            .unwrap()
+            .len();
+        let mut event = message("x".repeat(size - empty));
+        event.event_id = probe.event_id;
+        event
+    };
+    let oversized = sized(MAX_EVENT_BYTES + 1);
+    let err = append(&log, stream, ExpectedVersion::Any, vec![oversized.clone()])
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), "store/event-too-large");
+    assert!(
+        matches!(
+            err,
+            StoreError::EventTooLarge {
+                event_type: "AssistantMessage",
+                bytes,
+                limit: MAX_EVENT_BYTES
+            } if bytes == MAX_EVENT_BYTES + 1
+        ),
+        "{err:?}"
+    );
+    let err = log
+        .append_atomic(vec![
+            part(session_stream(), ExpectedVersion::Any, vec![turn(2)]),
+            part(stream, ExpectedVersion::Any, vec![oversized]),
+        ])
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), "store/event-too-large");
+    assert_eq!(everything(&log), before);
+    assert_eq!(log.stream_version(&stream).unwrap(), 1);
+
+    append(
+        &log,
+        stream,
+        ExpectedVersion::Exact(1),
+        vec![sized(MAX_EVENT_BYTES)],
+    )
+    .await
+    .unwrap();
+    let written = everything(&log);
+    assert_eq!(written.len(), 2);
+    assert_eq!(
+        serde_json::to_vec(&written[1]).unwrap().len(),
+        MAX_EVENT_BYTES,
+        "the accepted record is exactly at the limit"
+    );
+}
+
 /// Generates one `#[tokio::test]` per conformance check for a backend.
 /// `$make` is an expression producing a fresh [`Harness`].
 #[macro_export]
@@ -650,7 +855,9 @@ macro_rules! conformance_suite {
             reopen_keeps_everything,
             a_flipped_byte_is_reported_as_corrupt,
             atomic_appends_write_every_part_or_none,
-            atomic_retries_are_idempotent_and_malformed_ones_refused
+            atomic_retries_are_idempotent_and_malformed_ones_refused,
+            index_entries_point_back_at_every_record,
+            an_oversized_event_is_refused_and_changes_nothing
         );
     };
     (@tests $make:expr; $($name:ident),+) => {

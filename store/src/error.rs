@@ -101,6 +101,33 @@ pub enum StoreError {
         /// The log directory.
         path: String,
     },
+    /// An event's encoded record is larger than [`subagent_core::MAX_EVENT_BYTES`].
+    #[error("{event_type} of {bytes} bytes is larger than the {limit}-byte event limit")]
+    EventTooLarge {
+        /// The event's type name.
+        event_type: &'static str,
+        /// Its encoded record body's size.
+        bytes: usize,
+        /// The limit.
+        limit: usize,
+    },
+    /// A position or stream version would pass `u64::MAX`: the numbers read
+    /// from storage are damaged (no log grows that far).
+    #[error("{what} {value} cannot be incremented: the stored numbering is damaged")]
+    NumberingExhausted {
+        /// What would overflow (`position`, `stream version`).
+        what: &'static str,
+        /// Its value.
+        value: u64,
+    },
+    /// An index entry does not decode.
+    #[error("{index} index entry does not decode: {reason}")]
+    CorruptIndex {
+        /// The index (`streams`, `event_ids`).
+        index: &'static str,
+        /// What was wrong.
+        reason: String,
+    },
     /// A storage IO failure, naming the file and the OS error.
     #[error("storage failure: {0}")]
     Io(String),
@@ -126,6 +153,9 @@ impl StoreError {
             StoreError::Damaged { .. } => "store/damaged",
             StoreError::NotALog { .. } => "store/not-a-log",
             StoreError::ReadOnly { .. } => "store/read-only",
+            StoreError::EventTooLarge { .. } => "store/event-too-large",
+            StoreError::NumberingExhausted { .. } => "store/numbering-exhausted",
+            StoreError::CorruptIndex { .. } => "store/corrupt-index",
             StoreError::Io(_) => "store/io",
             StoreError::Closed => "store/closed",
         }

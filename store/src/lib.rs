@@ -10,10 +10,15 @@
 //! - positions and stream versions start at 1 and have no gaps;
 //! - a retried append of the same event ids is idempotent;
 //! - a record that fails its CRC32C is a typed [`StoreError::Corrupt`], never a
-//!   panic and never a silently skipped event.
+//!   panic and never a silently skipped event;
+//! - an event larger than [`subagent_core::MAX_EVENT_BYTES`] is refused
+//!   ([`StoreError::EventTooLarge`]) and changes nothing;
+//! - the indexes can be listed and looked up ([`indexes`]), so a verifier can
+//!   check them against the records.
 
 mod admission;
 pub mod error;
+pub mod indexes;
 pub mod log;
 pub mod memory;
 pub mod record;
@@ -25,6 +30,7 @@ pub mod conformance;
 
 pub use admission::IdLocation;
 pub use error::StoreError;
+pub use indexes::{IndexDamage, IndexEntries, IndexEntry, LogIndex};
 pub use log::{
     AppendOutcome, AppendTicket, Durability, EventLog, EventLogExt, ExpectedVersion, RecordIter,
     StreamAppend, TransactionTicket,

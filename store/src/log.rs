@@ -13,10 +13,12 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use serde::{Deserialize, Serialize};
-use subagent_core::{NewEvent, RecordedEvent, StreamId};
+use subagent_core::{EventId, NewEvent, RecordedEvent, StreamId};
 use tokio::sync::oneshot;
 
+use crate::admission::IdLocation;
 use crate::error::StoreError;
+use crate::indexes::{IndexEntries, LogIndex};
 use crate::subscription::Subscription;
 
 /// The optimistic-concurrency precondition of an append.
@@ -262,6 +264,23 @@ pub trait EventLog: Send + Sync + 'static {
     /// # Errors
     /// IO failure.
     fn write_checkpoint(&self, name: &str, bytes: &[u8]) -> Result<(), StoreError>;
+
+    /// Every stored entry of `index`, in the backend's key order, for
+    /// verification against the records (see [`crate::indexes`]).
+    fn index_entries(&self, index: LogIndex) -> IndexEntries<'_>;
+
+    /// Where the event-id index says `event_id` is, if it has an entry.
+    ///
+    /// # Errors
+    /// [`StoreError::CorruptIndex`] for an entry that does not decode, or IO failure.
+    fn locate_event(&self, event_id: &EventId) -> Result<Option<IdLocation>, StoreError>;
+
+    /// The position the stream index gives for `version` of `stream`, if it
+    /// has an entry.
+    ///
+    /// # Errors
+    /// [`StoreError::CorruptIndex`] for an entry that does not decode, or IO failure.
+    fn indexed_position(&self, stream: &StreamId, version: u64) -> Result<Option<u64>, StoreError>;
 }
 
 /// Page size of [`EventLogExt`] iterators.
@@ -332,9 +351,14 @@ impl<'a, L: EventLog + ?Sized> RecordIter<'a, L> {
             self.finished = true;
         }
         if let Some(last) = page.last() {
-            match &mut self.cursor {
-                Cursor::All(from) => *from = last.position + 1,
-                Cursor::Stream(_, from) => *from = last.version + 1,
+            let next = match &mut self.cursor {
+                Cursor::All(from) => (from, last.position.checked_add(1)),
+                Cursor::Stream(_, from) => (from, last.version.checked_add(1)),
+            };
+            match next {
+                (from, Some(after)) => *from = after,
+                // Nothing follows u64::MAX (only a damaged log gets there).
+                (_, None) => self.finished = true,
             }
         }
         self.buffer.extend(page);

@@ -10,8 +10,11 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use subagent_core::{EventId, RecordedEvent, StreamId};
 use tokio::sync::watch;
 
-use crate::admission::{admit_transaction, place, IdLocation, TransactionVerdict};
+use crate::admission::{
+    admit_transaction, encode_records, next_position, place, IdLocation, TransactionVerdict,
+};
 use crate::error::StoreError;
+use crate::indexes::{IndexDamage, IndexEntries, IndexEntry, LogIndex};
 use crate::log::{
     good_prefix, AppendOutcome, Durability, EventLog, StreamAppend, TransactionTicket,
 };
@@ -81,6 +84,49 @@ impl MemoryLog {
         true
     }
 
+    /// Test hook: damages one index entry, as a stray write would. This
+    /// backend keeps a stream's index as a list, so only damage that leaves
+    /// no hole is possible: setting an existing version or the next one, or
+    /// deleting the last. Returns false for any other.
+    pub fn damage_index(&self, damage: IndexDamage) -> bool {
+        let mut state = self.state();
+        match damage {
+            IndexDamage::Stream {
+                stream,
+                version,
+                position,
+            } => {
+                let positions = state.streams.entry(stream).or_default();
+                let Ok(index) = usize::try_from(version.saturating_sub(1)) else {
+                    return false;
+                };
+                match position {
+                    _ if version == 0 => false,
+                    Some(position) if index < positions.len() => {
+                        positions[index] = position;
+                        true
+                    }
+                    Some(position) if index == positions.len() => {
+                        positions.push(position);
+                        true
+                    }
+                    None if index + 1 == positions.len() => {
+                        positions.pop();
+                        true
+                    }
+                    _ => false,
+                }
+            }
+            IndexDamage::EventId { event_id, location } => {
+                match location {
+                    Some(location) => state.ids.insert(event_id, location),
+                    None => state.ids.remove(&event_id),
+                };
+                true
+            }
+        }
+    }
+
     fn write(&self, parts: Vec<StreamAppend>) -> Result<Vec<AppendOutcome>, StoreError> {
         let mut state = self.state();
         let verdict = admit_transaction(
@@ -97,13 +143,10 @@ impl MemoryLog {
             TransactionVerdict::AlreadyAppended(outcomes) => return Ok(outcomes),
             TransactionVerdict::Write { currents } => currents,
         };
-        let first_position = state.records.len() as u64 + 1;
-        let (records, outcomes) = place(parts, &currents, first_position, unix_millis());
-        let encoded = records
-            .iter()
-            .map(|record| record::encode(record).map(|bytes| (record, bytes)))
-            .collect::<Result<Vec<_>, _>>()?;
-        for (record, bytes) in encoded {
+        let first_position = next_position(state.records.len() as u64)?;
+        let (records, outcomes) = place(parts, &currents, first_position, unix_millis())?;
+        let encoded = encode_records(&records)?;
+        for (record, bytes) in records.iter().zip(encoded) {
             state.records.push(bytes);
             state
                 .streams
@@ -213,5 +256,52 @@ impl EventLog for MemoryLog {
             .checkpoints
             .insert(name.to_owned(), bytes.to_vec());
         Ok(())
+    }
+
+    fn index_entries(&self, index: LogIndex) -> IndexEntries<'_> {
+        // A snapshot, sorted like the RocksDB backend's key order.
+        let state = self.state();
+        let entries: Vec<IndexEntry> = match index {
+            LogIndex::Streams => {
+                let mut streams: Vec<_> = state.streams.iter().collect();
+                streams.sort_by_key(|(stream, _)| stream.to_string());
+                streams
+                    .into_iter()
+                    .flat_map(|(stream, positions)| {
+                        positions
+                            .iter()
+                            .zip(1..)
+                            .map(|(&position, version)| IndexEntry::Stream {
+                                stream: *stream,
+                                version,
+                                position,
+                            })
+                    })
+                    .collect()
+            }
+            LogIndex::EventIds => {
+                let mut ids: Vec<_> = state.ids.iter().collect();
+                ids.sort_by_key(|(event_id, _)| **event_id);
+                ids.into_iter()
+                    .map(|(event_id, location)| IndexEntry::EventId {
+                        event_id: *event_id,
+                        location: *location,
+                    })
+                    .collect()
+            }
+        };
+        Box::new(entries.into_iter().map(Ok))
+    }
+
+    fn locate_event(&self, event_id: &EventId) -> Result<Option<IdLocation>, StoreError> {
+        Ok(self.state().ids.get(event_id).copied())
+    }
+
+    fn indexed_position(&self, stream: &StreamId, version: u64) -> Result<Option<u64>, StoreError> {
+        let state = self.state();
+        Ok(version
+            .checked_sub(1)
+            .and_then(|index| usize::try_from(index).ok())
+            .and_then(|index| state.streams.get(stream)?.get(index).copied()))
     }
 }

@@ -75,7 +75,18 @@ pub fn spawn<L: EventLog + Clone>(
                     }
                 };
                 for record in page {
-                    next = record.position + 1;
+                    let Some(after) = record.position.checked_add(1) else {
+                        // Only a damaged log has a record at u64::MAX.
+                        let _ = sender.send(Ok(SubscriptionItem::Event(record))).await;
+                        let _ = sender
+                            .send(Err(StoreError::NumberingExhausted {
+                                what: "position",
+                                value: u64::MAX,
+                            }))
+                            .await;
+                        return;
+                    };
+                    next = after;
                     if sender
                         .send(Ok(SubscriptionItem::Event(record)))
                         .await

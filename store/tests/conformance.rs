@@ -2,7 +2,7 @@
 
 mod memory {
     use subagent_store::conformance::Harness;
-    use subagent_store::MemoryLog;
+    use subagent_store::{IndexDamage, MemoryLog};
 
     /// "Reopening" an in-memory log is a new handle over the same storage.
     struct MemoryHarness(Option<MemoryLog>);
@@ -19,6 +19,9 @@ mod memory {
         fn corrupt(&mut self, log: &MemoryLog, position: u64, byte: usize) {
             assert!(log.corrupt_record(position, byte));
         }
+        fn damage_index(&mut self, log: &MemoryLog, damage: IndexDamage) -> bool {
+            log.damage_index(damage)
+        }
     }
 
     subagent_store::conformance_suite!(MemoryHarness(None));
@@ -26,7 +29,7 @@ mod memory {
 
 mod rocks {
     use subagent_store::conformance::Harness;
-    use subagent_store::{RocksLog, RocksOptions};
+    use subagent_store::{IndexDamage, RocksLog, RocksOptions};
     use tempfile::TempDir;
 
     struct RocksHarness(TempDir);
@@ -42,6 +45,10 @@ mod rocks {
         }
         fn corrupt(&mut self, log: &RocksLog, position: u64, byte: usize) {
             log.corrupt_record(position, byte).expect("corrupt");
+        }
+        fn damage_index(&mut self, log: &RocksLog, damage: IndexDamage) -> bool {
+            log.damage_index(damage).expect("damage index");
+            true
         }
     }
 

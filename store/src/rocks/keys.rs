@@ -55,8 +55,25 @@ pub(crate) fn stream_key(stream: &StreamId, version: u64) -> Vec<u8> {
     key
 }
 
+/// The stream and version of a `streams` key; `None` when it does not decode.
+pub(crate) fn decode_stream_key(key: &[u8]) -> Option<(StreamId, u64)> {
+    let split = key.len().checked_sub(9)?;
+    let (name, rest) = key.split_at(split);
+    if rest[0] != 0 {
+        return None;
+    }
+    let stream = std::str::from_utf8(name).ok()?.parse().ok()?;
+    Some((stream, decode_u64(&rest[1..])?))
+}
+
 pub(crate) fn event_id_key(id: &EventId) -> [u8; 16] {
     *id.as_uuid().as_bytes()
+}
+
+/// The event id of an `event_ids` key; `None` when it does not decode.
+pub(crate) fn decode_event_id_key(key: &[u8]) -> Option<EventId> {
+    let bytes: [u8; 16] = key.try_into().ok()?;
+    Some(EventId::from_uuid(uuid::Uuid::from_bytes(bytes)))
 }
 
 pub(crate) fn encode_location(location: &IdLocation) -> Vec<u8> {
@@ -89,6 +106,24 @@ mod tests {
         assert!(stream_key(&stream, 2) < stream_key(&stream, 256));
         assert!(stream_key(&stream, 256).starts_with(&stream_prefix(&stream)));
         assert!(!stream_key(&StreamId::Runtime, 1).starts_with(&stream_prefix(&stream)));
+    }
+
+    #[test]
+    fn index_keys_decode_back_and_garbage_is_refused() {
+        let stream = StreamId::Session(SessionId::new());
+        assert_eq!(
+            decode_stream_key(&stream_key(&stream, 7)),
+            Some((stream, 7))
+        );
+        assert_eq!(
+            decode_stream_key(&stream_key(&StreamId::Runtime, u64::MAX)),
+            Some((StreamId::Runtime, u64::MAX))
+        );
+        assert_eq!(decode_stream_key(b"short"), None);
+        assert_eq!(decode_stream_key(b"runtime\x01\0\0\0\0\0\0\0\x01"), None);
+        let id = EventId::new();
+        assert_eq!(decode_event_id_key(&event_id_key(&id)), Some(id));
+        assert_eq!(decode_event_id_key(b"0123456789abcde"), None);
     }
 
     #[test]

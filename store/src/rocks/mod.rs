@@ -5,6 +5,7 @@
 //! caller's thread. What a directory must hold to be opened, and the
 //! process lock: [`open`].
 
+mod indexes;
 mod keys;
 mod open;
 mod salvage;
@@ -20,10 +21,12 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use rocksdb::{ColumnFamily, DB};
-use subagent_core::{RecordedEvent, StreamId};
+use subagent_core::{EventId, RecordedEvent, StreamId};
 use tokio::sync::watch;
 
+use crate::admission::IdLocation;
 use crate::error::StoreError;
+use crate::indexes::{IndexEntries, LogIndex};
 use crate::log::{good_prefix, Durability, EventLog, StreamAppend, TransactionTicket};
 use crate::record;
 use crate::subscription::{self, Subscription};
@@ -357,7 +360,11 @@ impl EventLog for RocksLog {
                 Err(err) if page.is_empty() => return Err(err),
                 Err(_) => return Ok(page),
             }
-            expected += 1;
+            let Some(after) = expected.checked_add(1) else {
+                // Nothing follows u64::MAX (only a damaged log gets there).
+                return Ok(page);
+            };
+            expected = after;
             iter.next();
         }
         iter.status()
@@ -443,5 +450,17 @@ impl EventLog for RocksLog {
             &options,
         )
         .map_err(|err| map_rocks_error(err, 0, &self.shared.path))
+    }
+
+    fn index_entries(&self, index: LogIndex) -> IndexEntries<'_> {
+        indexes::entries(&self.shared.db, index)
+    }
+
+    fn locate_event(&self, event_id: &EventId) -> Result<Option<IdLocation>, StoreError> {
+        indexes::locate_event(&self.shared.db, event_id)
+    }
+
+    fn indexed_position(&self, stream: &StreamId, version: u64) -> Result<Option<u64>, StoreError> {
+        indexes::indexed_position(&self.shared.db, stream, version)
     }
 }

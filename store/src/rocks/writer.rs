@@ -20,11 +20,13 @@ use tracing::{debug, warn};
 
 use super::keys::{self, CF_EVENT_IDS, CF_LOG, CF_META, CF_STREAMS};
 use super::{family, map_rocks_error, read_stream_version};
-use crate::admission::{admit_transaction, place, IdLocation, TransactionVerdict};
+use crate::admission::{
+    admit_transaction, encode_records, next_position as position_after, place, IdLocation,
+    TransactionVerdict,
+};
 use crate::error::StoreError;
 use crate::log::{AppendOutcome, Durability, StreamAppend};
 use crate::memory::unix_millis;
-use crate::record;
 
 /// The most requests folded into one group commit.
 pub(crate) const MAX_GROUP_REQUESTS: usize = 1024;
@@ -143,10 +145,18 @@ impl Writer {
             }
             return;
         }
+        let mut next_position = match position_after(self.head) {
+            Ok(next) => next,
+            Err(exhausted) => {
+                for request in group {
+                    let _ = request.reply.send(Err(exhausted.clone()));
+                }
+                return;
+            }
+        };
         let mut batch = WriteBatch::default();
         let mut overlay = GroupOverlay::default();
         let mut replies = Vec::with_capacity(group.len());
-        let mut next_position = self.head + 1;
         let recorded_at = unix_millis();
         for AppendRequest { parts, reply } in group {
             let result = self.stage(
@@ -242,12 +252,13 @@ impl Writer {
             family(&self.db, CF_STREAMS)?,
             family(&self.db, CF_EVENT_IDS)?,
         );
-        let (records, outcomes) = place(parts, &currents, *next_position, recorded_at);
-        let encoded = records
-            .iter()
-            .map(|record| record::encode(record).map(|bytes| (record, bytes)))
-            .collect::<Result<Vec<_>, _>>()?;
-        for (record, bytes) in encoded {
+        let (records, outcomes) = place(parts, &currents, *next_position, recorded_at)?;
+        let encoded = encode_records(&records)?;
+        let after = match records.last() {
+            Some(last) => position_after(last.position)?,
+            None => *next_position,
+        };
+        for (record, bytes) in records.iter().zip(encoded) {
             let location = IdLocation {
                 stream: record.stream,
                 position: record.position,
@@ -267,7 +278,7 @@ impl Writer {
             overlay.ids.insert(record.event_id, location);
             overlay.versions.insert(record.stream, record.version);
         }
-        *next_position += records.len() as u64;
+        *next_position = after;
         Ok(outcomes)
     }
 }

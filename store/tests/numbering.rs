@@ -1,0 +1,42 @@
+//! Numbers read from disk are never trusted to have room: a stream index
+//! damaged to version `u64::MAX` refuses the next append with a typed error
+//! instead of panicking the writer thread (which used to take every later
+//! append down with it).
+
+use subagent_core::{Event, NewEvent, SessionId, StreamId};
+use subagent_store::{EventLog, EventLogExt, ExpectedVersion, IndexDamage, RocksLog, RocksOptions};
+
+#[tokio::test]
+async fn a_stream_version_at_u64_max_is_refused_and_the_log_keeps_working() {
+    let dir = tempfile::tempdir().unwrap();
+    let stream = StreamId::Session(SessionId::new());
+    let turn = |turn| NewEvent::new(Event::TurnStarted { turn, epoch: 1 });
+    {
+        let log = RocksLog::open(dir.path(), RocksOptions::default()).unwrap();
+        log.append(stream, ExpectedVersion::Any, vec![turn(1)])
+            .await
+            .unwrap();
+        log.damage_index(IndexDamage::Stream {
+            stream,
+            version: u64::MAX,
+            position: Some(1),
+        })
+        .unwrap();
+    }
+    let log = RocksLog::open(dir.path(), RocksOptions::default()).unwrap();
+    assert_eq!(log.stream_version(&stream).unwrap(), u64::MAX);
+    let err = log
+        .append(stream, ExpectedVersion::Any, vec![turn(2)])
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), "store/numbering-exhausted", "{err}");
+    assert_eq!(log.head(), 1);
+    // The writer is still alive: another stream appends fine.
+    let other = StreamId::Session(SessionId::new());
+    let outcome = log
+        .append(other, ExpectedVersion::NoStream, vec![turn(3)])
+        .await
+        .unwrap();
+    assert_eq!(outcome.first_position, 2);
+    assert_eq!(log.read_all(1).count(), 2);
+}
