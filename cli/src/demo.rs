@@ -132,7 +132,7 @@ pub fn run(data: &Path, hold_ms: u64) -> CliResult {
         let root = runtime.open_root("demo root").await?;
         println!("[1/7] root session {}", root.session());
         let signal = CancellationToken::new();
-        runtime.set_persona_variables([("project".to_owned(), "subagents".to_owned())].into());
+        runtime.set_persona_variables([("project".to_owned(), "subagents".to_owned())].into())?;
         let mut research_spec = spec("spawn", "research", "Summarize DESIGN.md", Delivery::Parent);
         research_spec.request.options.tool_filter =
             Some(ToolRestriction::Deny(vec!["shell".into()]));

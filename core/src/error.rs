@@ -62,6 +62,12 @@ pub enum ErrorCode {
     /// Several branches of one operation failed; see the aggregated errors.
     #[serde(rename = "subagent/aggregate")]
     Aggregate,
+    /// The runtime was closed: it accepts no further calls.
+    #[serde(rename = "subagent/closed")]
+    Closed,
+    /// The root session is already held open by this runtime.
+    #[serde(rename = "subagent/root-held")]
+    RootHeld,
     /// The request is malformed.
     #[serde(rename = "gateway/bad-request")]
     BadRequest,
@@ -75,7 +81,7 @@ pub enum ErrorCode {
 
 impl ErrorCode {
     /// Every code, for exhaustive tests and documentation.
-    pub const ALL: [ErrorCode; 20] = [
+    pub const ALL: [ErrorCode; 22] = [
         ErrorCode::Unauthorized,
         ErrorCode::NotResumable,
         ErrorCode::DeliveryUnavailable,
@@ -93,6 +99,8 @@ impl ErrorCode {
         ErrorCode::RouteNotAllowed,
         ErrorCode::AdmissionClosed,
         ErrorCode::Aggregate,
+        ErrorCode::Closed,
+        ErrorCode::RootHeld,
         ErrorCode::BadRequest,
         ErrorCode::Cancelled,
         ErrorCode::Internal,
@@ -119,6 +127,8 @@ impl ErrorCode {
             ErrorCode::RouteNotAllowed => "subagent/route-not-allowed",
             ErrorCode::AdmissionClosed => "subagent/admission-closed",
             ErrorCode::Aggregate => "subagent/aggregate",
+            ErrorCode::Closed => "subagent/closed",
+            ErrorCode::RootHeld => "subagent/root-held",
             ErrorCode::BadRequest => "gateway/bad-request",
             ErrorCode::Cancelled => "gateway/cancelled",
             ErrorCode::Internal => "gateway/internal",
@@ -196,9 +206,16 @@ pub enum SubagentError {
     /// See [`ErrorCode::AdmissionClosed`].
     #[error("admission below {0} is closed")]
     AdmissionClosed(String),
-    /// See [`ErrorCode::Aggregate`].
-    #[error("{} branches failed", .0.len())]
+    /// See [`ErrorCode::Aggregate`]. The text names the first
+    /// [`AGGREGATE_CAUSES_SHOWN`] causes with their codes, then how many more.
+    #[error("{}", aggregate_text(.0))]
     Aggregate(Vec<SubagentError>),
+    /// See [`ErrorCode::Closed`].
+    #[error("the runtime is closed")]
+    Closed,
+    /// See [`ErrorCode::RootHeld`].
+    #[error("root {0} is already held open by this runtime")]
+    RootHeld(String),
     /// See [`ErrorCode::BadRequest`].
     #[error("bad request: {0}")]
     BadRequest(String),
@@ -210,7 +227,50 @@ pub enum SubagentError {
     Internal(String),
 }
 
+/// How many causes an aggregate's text names before "and N more".
+pub const AGGREGATE_CAUSES_SHOWN: usize = 3;
+
+/// The text of an aggregate: the count, then each of the first
+/// [`AGGREGATE_CAUSES_SHOWN`] causes as `code: message`, then how many more.
+/// A nested aggregate is bounded the same way, so the text stays bounded.
+fn aggregate_text(causes: &[SubagentError]) -> String {
+    use std::fmt::Write as _;
+    let noun = if causes.len() == 1 {
+        "branch"
+    } else {
+        "branches"
+    };
+    let mut text = format!("{} {noun} failed", causes.len());
+    for (index, cause) in causes.iter().take(AGGREGATE_CAUSES_SHOWN).enumerate() {
+        let separator = if index == 0 { ": " } else { "; " };
+        let _ = write!(text, "{separator}[{}] {cause}", cause.code());
+    }
+    if causes.len() > AGGREGATE_CAUSES_SHOWN {
+        let _ = write!(text, "; and {} more", causes.len() - AGGREGATE_CAUSES_SHOWN);
+    }
+    text
+}
+
 impl SubagentError {
+    /// An infrastructure fault (`gateway/internal`) caused by `source`. The
+    /// message is `source`'s text followed by each of its own sources
+    /// (`a: b: c`), so the root cause is never dropped; a source whose text
+    /// its parent already includes is not repeated.
+    #[must_use]
+    pub fn internal_from(source: &(dyn std::error::Error + 'static)) -> SubagentError {
+        let mut text = source.to_string();
+        let mut next = source.source();
+        while let Some(cause) = next {
+            let cause_text = cause.to_string();
+            if !cause_text.is_empty() && !text.contains(&cause_text) {
+                text.push_str(": ");
+                text.push_str(&cause_text);
+            }
+            next = cause.source();
+        }
+        SubagentError::Internal(text)
+    }
+
     /// The same error with every free-text message passed through `clean`
     /// (codes, ids and numbers kept): how a provider's error is made safe
     /// before it reaches a caller or the log.
@@ -231,6 +291,7 @@ impl SubagentError {
             SubagentError::InvalidPersona(m) => SubagentError::InvalidPersona(clean(&m)),
             SubagentError::RouteNotAllowed(m) => SubagentError::RouteNotAllowed(clean(&m)),
             SubagentError::AdmissionClosed(m) => SubagentError::AdmissionClosed(clean(&m)),
+            SubagentError::RootHeld(m) => SubagentError::RootHeld(clean(&m)),
             SubagentError::BadRequest(m) => SubagentError::BadRequest(clean(&m)),
             SubagentError::Internal(m) => SubagentError::Internal(clean(&m)),
             SubagentError::Aggregate(errors) => SubagentError::Aggregate(
@@ -246,9 +307,9 @@ impl SubagentError {
                 provider: clean(&provider),
                 capability,
             },
-            unchanged @ (SubagentError::DepthExceeded { .. } | SubagentError::Cancelled) => {
-                unchanged
-            }
+            unchanged @ (SubagentError::DepthExceeded { .. }
+            | SubagentError::Cancelled
+            | SubagentError::Closed) => unchanged,
         }
     }
 
@@ -273,6 +334,8 @@ impl SubagentError {
             SubagentError::RouteNotAllowed(_) => ErrorCode::RouteNotAllowed,
             SubagentError::AdmissionClosed(_) => ErrorCode::AdmissionClosed,
             SubagentError::Aggregate(_) => ErrorCode::Aggregate,
+            SubagentError::Closed => ErrorCode::Closed,
+            SubagentError::RootHeld(_) => ErrorCode::RootHeld,
             SubagentError::BadRequest(_) => ErrorCode::BadRequest,
             SubagentError::Cancelled => ErrorCode::Cancelled,
             SubagentError::Internal(_) => ErrorCode::Internal,
@@ -311,5 +374,77 @@ mod tests {
         };
         assert_eq!(unsupported.code(), ErrorCode::CapabilityUnsupported);
         assert!(unsupported.to_string().contains("outputSchema"));
+    }
+
+    #[test]
+    fn an_aggregate_names_its_first_causes_with_their_codes_then_counts_the_rest() {
+        let disk_full =
+            || SubagentError::Internal("storage failure: No space left on device".into());
+        let one = SubagentError::Aggregate(vec![disk_full()]);
+        assert_eq!(
+            one.to_string(),
+            "1 branch failed: [gateway/internal] internal error: storage failure: \
+             No space left on device"
+        );
+        let three = SubagentError::Aggregate(vec![
+            disk_full(),
+            SubagentError::Unauthorized("no live agent x".into()),
+            SubagentError::Closed,
+        ]);
+        assert_eq!(
+            three.to_string(),
+            "3 branches failed: [gateway/internal] internal error: storage failure: \
+             No space left on device; [subagent/unauthorized] unauthorized: no live agent x; \
+             [subagent/closed] the runtime is closed"
+        );
+        let many = SubagentError::Aggregate((0..7).map(|_| disk_full()).collect());
+        let text = many.to_string();
+        assert!(
+            text.starts_with("7 branches failed: [gateway/internal]"),
+            "{text}"
+        );
+        assert_eq!(text.matches("No space left on device").count(), 3, "{text}");
+        assert!(text.ends_with("; and 4 more"), "{text}");
+    }
+
+    #[test]
+    fn a_nested_aggregate_stays_bounded() {
+        let leaf = || SubagentError::Internal("x".repeat(100));
+        let inner = || SubagentError::Aggregate((0..50).map(|_| leaf()).collect());
+        let outer = SubagentError::Aggregate((0..50).map(|_| inner()).collect());
+        let text = outer.to_string();
+        // 3 inner aggregates of 3 leaves each, never 2,500.
+        assert_eq!(text.matches(&"x".repeat(100)).count(), 9);
+        assert!(text.len() < 2_000, "{} bytes", text.len());
+        assert!(text.contains("and 47 more"));
+    }
+
+    #[test]
+    fn an_internal_error_keeps_its_source_chain() {
+        #[derive(Debug)]
+        struct Outer(std::io::Error);
+        impl std::fmt::Display for Outer {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("writing the batch")
+            }
+        }
+        impl std::error::Error for Outer {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                Some(&self.0)
+            }
+        }
+        let error =
+            SubagentError::internal_from(&Outer(std::io::Error::other("No space left on device")));
+        assert_eq!(error.code(), ErrorCode::Internal);
+        assert_eq!(
+            error.to_string(),
+            "internal error: writing the batch: No space left on device"
+        );
+        // A source its parent already prints is not repeated.
+        let io = std::io::Error::other("disk full");
+        assert_eq!(
+            SubagentError::internal_from(&io).to_string(),
+            "internal error: disk full"
+        );
     }
 }

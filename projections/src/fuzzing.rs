@@ -208,6 +208,24 @@ impl FuzzWorld {
     }
 
     fn command(&mut self, op: u8, arg: &mut impl FnMut() -> u8) -> Command {
+        // Ops 22 and 23 were added later; every other byte keeps the
+        // meaning it had, so the committed corpora still say what they said.
+        match op {
+            22 => {
+                let child = self.session(arg());
+                return Command::Fail {
+                    child,
+                    epoch: self.epoch(child, arg()),
+                    diagnostic: Diagnostic::new("model endpoint down"),
+                };
+            }
+            23 => {
+                return Command::ReopenRoot {
+                    session: self.session(arg()),
+                }
+            }
+            _ => {}
+        }
         match op % 22 {
             0 => {
                 let session = SessionId::from_uuid(self.fresh());

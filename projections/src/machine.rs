@@ -112,6 +112,23 @@ pub enum Command {
         /// A cleanup failure, recorded beside the result.
         cleanup_error: Option<Diagnostic>,
     },
+    /// The activation's agent or driver failed: the agent could not be
+    /// built (a model endpoint down, a persona that no longer renders) or a
+    /// turn could not go on. A model or transport failure is a result with
+    /// stop reason `error` (the spec's `SubagentResult`), so an unsettled
+    /// epoch settles `error` with `diagnostic` (and its parent is notified
+    /// as for any settlement); a settled result is kept and the diagnostic
+    /// is recorded beside it. A running turn ends `error`, and the activation
+    /// is released: nothing is left live to swallow messages, pending ones
+    /// stay pending, and the next send cold-resumes the child.
+    Fail {
+        /// The child.
+        child: SessionId,
+        /// Its epoch.
+        epoch: u64,
+        /// Safe failure detail (already redacted).
+        diagnostic: Diagnostic,
+    },
     /// An activation ended before publication.
     Abandon {
         /// The child.
@@ -180,9 +197,18 @@ pub enum Command {
         /// The parent.
         parent: SessionId,
     },
-    /// Settle explicitly everything that was live when the host stopped, and
-    /// end the registrations of the previous host's providers.
+    /// Settle explicitly everything that was live when the host stopped, end
+    /// the registrations of the previous host's providers, and end every
+    /// drain's admission cutoff (no parent of the previous host is in the
+    /// registry any more).
     Recover,
+    /// A host takes an existing root session back (after a restart). Records
+    /// nothing: holding a root is a fact of one live runtime, not of the log.
+    /// The log only has to show that `session` is a root.
+    ReopenRoot {
+        /// The root session.
+        session: SessionId,
+    },
 }
 
 /// A request to start a child.
@@ -374,6 +400,58 @@ pub fn decide(state: &Projections, command: Command) -> Result<Decision, Subagen
                 }],
             );
             Ok(decision)
+        }
+        Command::Fail {
+            child,
+            epoch,
+            diagnostic,
+        } => {
+            let live = live(state, child, epoch)?;
+            let mut decision = Vec::new();
+            if let Some(turn) = state.activations.get(&child).and_then(|a| a.running_turn) {
+                push_to(
+                    &mut decision,
+                    StreamId::Session(child),
+                    vec![Event::TurnEnded {
+                        turn,
+                        stop_reason: SubagentStopReason::Error,
+                    }],
+                );
+            }
+            let cleanup_error = if live.settled {
+                Some(diagnostic)
+            } else {
+                let failed = SubagentResult {
+                    output: Vec::new(),
+                    structured: None,
+                    diagnostic: Some(diagnostic),
+                    stop_reason: SubagentStopReason::Error,
+                };
+                for (stream, events) in settle(state, child, live, failed) {
+                    push_to(&mut decision, stream, events);
+                }
+                None
+            };
+            push_to(
+                &mut decision,
+                StreamId::Session(child),
+                vec![Event::ActivationReleased {
+                    epoch,
+                    cleanup_error,
+                }],
+            );
+            Ok(decision)
+        }
+        Command::ReopenRoot { session } => {
+            let record = state.sessions.get(&session).ok_or_else(|| {
+                SubagentError::ParentUnavailable(format!("unknown root session {session}"))
+            })?;
+            if record.parent.is_some() {
+                return Err(SubagentError::Unauthorized(format!(
+                    "{session} is a child session; only a root is held by the host"
+                )));
+            }
+            Ok(Vec::new())
         }
         Command::Abandon {
             child,
@@ -1223,6 +1301,17 @@ fn recover(state: &Projections) -> Decision {
         .collect();
     if !removed.is_empty() {
         push_to(&mut decision, StreamId::Runtime, removed);
+    }
+    // A cutoff lasts until its parent leaves the registry; the previous
+    // host's registry is gone, so every cutoff ends (a reopened root would
+    // otherwise stay closed for good).
+    let reopened: Vec<Event> = state
+        .admission_closed
+        .iter()
+        .map(|parent| Event::AdmissionReopened { parent: *parent })
+        .collect();
+    if !reopened.is_empty() {
+        push_to(&mut decision, StreamId::Runtime, reopened);
     }
     if abandoned + failed > 0 {
         push_to(

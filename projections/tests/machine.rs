@@ -1235,3 +1235,170 @@ fn a_depth_cap_counts_the_durable_lineage() {
     );
     world.run(Command::StartChild(capped(child, 2)));
 }
+
+#[test]
+fn a_failed_agent_settles_error_notifies_its_parent_and_releases_so_a_send_cold_resumes() {
+    let mut world = World::new();
+    let root = world.root();
+    let child = world.start(root, "spawn", Delivery::Parent);
+    let prompt = MessageId::new();
+    world.run(prepared(child, prompt));
+    // The agent could not be built: no publication, no turn.
+    let recorded = world.run(Command::Fail {
+        child,
+        epoch: 1,
+        diagnostic: Diagnostic::new("creating the agent failed: model endpoint down"),
+    });
+    assert_eq!(
+        types(&recorded),
+        vec!["ActivationSettled", "ActivationReleased", "MessageAccepted"]
+    );
+    let (epoch, result) = world.state.activations[&child].last_result.clone().unwrap();
+    assert_eq!(epoch, 1);
+    assert_eq!(result.stop_reason, SubagentStopReason::Error);
+    assert!(result.output.is_empty());
+    assert_eq!(
+        result.diagnostic.unwrap().as_str(),
+        "creating the agent failed: model endpoint down"
+    );
+    assert_eq!(world.state.activity(child), Activity::Inactive, "released");
+    assert_eq!(
+        world.state.pending_messages(child),
+        vec![prompt],
+        "the unclaimed prompt stays pending for the next activation"
+    );
+    // The parent is told, status only, as for any settlement.
+    let notice = recorded
+        .iter()
+        .find_map(|(stream, event)| match event {
+            Event::MessageAccepted {
+                source: MessageSource::SubagentSettled { summary, .. },
+                ..
+            } if *stream == subagent_core::StreamId::Session(root) => Some(summary.clone()),
+            _ => None,
+        })
+        .expect("a settlement notice to the parent");
+    assert_eq!(
+        notice,
+        settlement_summary("task", &result_of(&world, child))
+    );
+    assert!(notice.ends_with("error"), "{notice}");
+    // Nothing is left live: the failed epoch cannot fail or settle again,
+    // and the next send cold-resumes a new epoch that claims both messages.
+    assert_eq!(
+        world.reject(Command::Fail {
+            child,
+            epoch: 1,
+            diagnostic: Diagnostic::new("again"),
+        }),
+        ErrorCode::BadRequest
+    );
+    assert_eq!(
+        types(&world.run(send(root, child))),
+        vec!["MessageAccepted", "ActivationRequested"]
+    );
+    assert_eq!(world.state.pending_messages(child).len(), 2);
+}
+
+fn result_of(world: &World, child: SessionId) -> SubagentResult {
+    world.state.activations[&child]
+        .last_result
+        .clone()
+        .unwrap()
+        .1
+}
+
+#[test]
+fn a_failure_after_settlement_keeps_the_result_and_records_the_cause_beside_it() {
+    let mut world = World::new();
+    let root = world.root();
+    let child = world.start(root, "spawn", Delivery::Caller);
+    world.run(prepared(child, MessageId::new()));
+    world.run(Command::Published {
+        child,
+        epoch: 1,
+        run_id: SubagentRunId::new(),
+    });
+    world.run(Command::BeginTurn { session: child });
+    world.run(Command::EndTurn {
+        session: child,
+        stop_reason: SubagentStopReason::Completed,
+    });
+    world.run(Command::Settle {
+        child,
+        epoch: 1,
+        result: SubagentResult::completed(vec![ContentBlock::text("done")]),
+    });
+    world.run(send(root, child));
+    world.run(Command::BeginTurn { session: child });
+    let recorded = world.run(Command::Fail {
+        child,
+        epoch: 1,
+        diagnostic: Diagnostic::new("transport lost"),
+    });
+    assert_eq!(types(&recorded), vec!["TurnEnded", "ActivationReleased"]);
+    assert!(matches!(
+        &recorded[0].1,
+        Event::TurnEnded {
+            stop_reason: SubagentStopReason::Error,
+            ..
+        }
+    ));
+    assert_eq!(
+        result_of(&world, child).stop_reason,
+        SubagentStopReason::Completed,
+        "a settled result is never overwritten"
+    );
+    let activation = &world.state.activations[&child];
+    assert_eq!(
+        activation
+            .last_cleanup_error
+            .as_ref()
+            .map(|(epoch, error)| (*epoch, error.as_str())),
+        Some((1, "transport lost"))
+    );
+    assert_eq!(world.state.activity(child), Activity::Inactive);
+}
+
+#[test]
+fn only_a_known_root_session_is_reopened_and_reopening_records_nothing() {
+    let mut world = World::new();
+    let root = world.root();
+    let child = world.start(root, "spawn", Delivery::Caller);
+    assert!(world.run(Command::ReopenRoot { session: root }).is_empty());
+    assert_eq!(
+        world.reject(Command::ReopenRoot { session: child }),
+        ErrorCode::Unauthorized
+    );
+    assert_eq!(
+        world.reject(Command::ReopenRoot {
+            session: SessionId::new()
+        }),
+        ErrorCode::ParentUnavailable
+    );
+}
+
+#[test]
+fn recovery_ends_every_admission_cutoff_of_the_previous_host() {
+    let mut world = World::new();
+    let root = world.root();
+    let child = world.start(root, "spawn", Delivery::Caller);
+    world.run(Command::CloseAdmission { parent: root });
+    world.run(Command::CloseAdmission { parent: child });
+    let recorded = world.run(Command::Recover);
+    let reopened: Vec<SessionId> = recorded
+        .iter()
+        .filter_map(|(_, event)| match event {
+            Event::AdmissionReopened { parent } => Some(*parent),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(reopened.len(), 2);
+    assert!(reopened.contains(&root) && reopened.contains(&child));
+    assert!(world.state.admission_closed.is_empty());
+    // A root taken back after the restart admits children again (once the
+    // new host registered its providers).
+    world.run(Command::ReopenRoot { session: root });
+    world.register_capable("spawn");
+    world.start(root, "spawn", Delivery::Caller);
+}

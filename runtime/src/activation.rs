@@ -13,6 +13,9 @@ use tokio_util::sync::CancellationToken;
 pub(crate) struct DriverHandle {
     pub(crate) child: SessionId,
     pub(crate) parent: SessionId,
+    /// The activation epoch this handle addresses: disposing it never
+    /// touches a later epoch (a cold resume after this one ended).
+    pub(crate) epoch: u64,
     /// Cancels the driver's remaining work (dispose, drain, restart).
     pub(crate) stop: CancellationToken,
     pub(crate) task: Mutex<Option<JoinHandle<()>>>,
@@ -31,10 +34,11 @@ pub(crate) struct DriverHandle {
 }
 
 impl DriverHandle {
-    pub(crate) fn new(child: SessionId, parent: SessionId) -> Arc<DriverHandle> {
+    pub(crate) fn new(child: SessionId, parent: SessionId, epoch: u64) -> Arc<DriverHandle> {
         Arc::new(DriverHandle {
             child,
             parent,
+            epoch,
             stop: CancellationToken::new(),
             task: Mutex::new(None),
             result: watch::channel(None).0,
@@ -97,10 +101,12 @@ impl SubagentActivation {
     }
 
     /// Resolves with the execution's result, independently of resource
-    /// release.
+    /// release. A model or transport failure, including an agent that could
+    /// not be built, is a result with stop reason `error` and a diagnostic.
     ///
     /// # Errors
-    /// An infrastructure fault the result cannot represent as a stop reason.
+    /// An infrastructure fault the result cannot represent as a stop reason
+    /// (for example, the log failed, so the result could not be recorded).
     pub async fn result(&self) -> Result<SubagentResult, SubagentError> {
         let mut receiver = self.handle.result.subscribe();
         let settled = receiver
@@ -113,10 +119,13 @@ impl SubagentActivation {
     }
 
     /// Stops and releases this activation and its owned descendants,
-    /// child-first, and waits for quiescence. Idempotent.
+    /// child-first, and waits for quiescence. Idempotent: an activation
+    /// already released (by an earlier dispose, a drain, its own failure, or
+    /// the runtime's `close`) is a no-op.
     ///
     /// # Errors
-    /// `gateway/internal` if the release could not be recorded.
+    /// `gateway/internal` if the release could not be recorded;
+    /// `subagent/closed` if the runtime closed without releasing it.
     pub async fn dispose(&self) -> Result<(), SubagentError> {
         self.runtime.dispose_driver(&self.handle).await
     }

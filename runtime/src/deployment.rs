@@ -65,31 +65,52 @@ impl Deployment {
 impl SubagentRuntime {
     /// Registers the deployment's persona variables. A child's persona may
     /// name only these; it is validated at start and rendered for the agent.
-    pub fn set_persona_variables(&self, variables: BTreeMap<String, String>) {
+    ///
+    /// # Errors
+    /// `subagent/closed`.
+    pub fn set_persona_variables(
+        &self,
+        variables: BTreeMap<String, String>,
+    ) -> Result<(), SubagentError> {
+        self.ensure_open()?;
         self.inner
             .deployment
             .update(|settings| settings.persona_variables = variables);
+        Ok(())
     }
 
     /// Replaces the model selection settings read by later starts.
-    pub fn set_model_selection(&self, selection: ModelSelectionSettings) {
+    ///
+    /// # Errors
+    /// `subagent/closed`.
+    pub fn set_model_selection(
+        &self,
+        selection: ModelSelectionSettings,
+    ) -> Result<(), SubagentError> {
+        self.ensure_open()?;
         self.inner
             .deployment
             .update(|settings| settings.model_selection = selection);
+        Ok(())
     }
 
     /// The current model selection (`subagentModelSelection.current()`): a
     /// detached copy.
-    #[must_use]
-    pub fn model_selection(&self) -> ModelSelectionSettings {
-        self.inner.deployment.snapshot().model_selection.clone()
+    ///
+    /// # Errors
+    /// `subagent/closed`.
+    pub fn model_selection(&self) -> Result<ModelSelectionSettings, SubagentError> {
+        self.ensure_open()?;
+        Ok(self.inner.deployment.snapshot().model_selection.clone())
     }
 
     /// Sets the user's delegation-depth setting (`None`: no cap).
     ///
     /// # Errors
     /// `subagent/invalid-depth` above 2^53 - 1; the setting is unchanged.
+    /// `subagent/closed`.
     pub fn set_max_depth_setting(&self, setting: Option<u64>) -> Result<(), SubagentError> {
+        self.ensure_open()?;
         subagent_core::resolve_max_depth(None, setting)?;
         *lock(&self.inner.deployment.max_depth) = setting;
         Ok(())
@@ -99,19 +120,23 @@ impl SubagentRuntime {
     /// (`resolveMaxDepth`); the rule is [`subagent_core::resolve_max_depth`].
     ///
     /// # Errors
-    /// `subagent/invalid-depth` for a limit above 2^53 - 1.
+    /// `subagent/invalid-depth` for a limit above 2^53 - 1; `subagent/closed`.
     pub fn resolve_max_depth(
         &self,
         configured: Option<DepthPolicy>,
     ) -> Result<Option<u64>, SubagentError> {
+        self.ensure_open()?;
         let setting = *lock(&self.inner.deployment.max_depth);
         subagent_core::resolve_max_depth(configured, setting)
     }
 
     /// The host's tools (what a filter may name).
-    #[must_use]
-    pub fn tools(&self) -> &[ToolDefinition] {
-        &self.inner.deployment.tools
+    ///
+    /// # Errors
+    /// `subagent/closed`.
+    pub fn tools(&self) -> Result<&[ToolDefinition], SubagentError> {
+        self.ensure_open()?;
+        Ok(&self.inner.deployment.tools)
     }
 
     /// A redactor for text about `session`: the environment's values, and

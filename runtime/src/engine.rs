@@ -26,11 +26,12 @@
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use subagent_core::{NewEvent, RecordedEvent, StreamId, SubagentError};
 use subagent_projections::{checkpoint, decide, Command, Projections};
 use subagent_store::{EventLog, EventLogExt, ExpectedVersion, StreamAppend};
+use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, warn};
 
 struct Pipeline {
@@ -40,6 +41,10 @@ struct Pipeline {
     versions: HashMap<StreamId, u64>,
     /// Events committed since the last checkpoint.
     since_checkpoint: u64,
+    /// Set by [`Engine::seal`] when the runtime closes: every later command
+    /// is refused with `subagent/closed`, so nothing is recorded after the
+    /// closing checkpoint.
+    sealed: bool,
 }
 
 /// How the projections were opened.
@@ -58,14 +63,27 @@ pub(crate) struct Engine {
     log: Arc<dyn EventLog>,
     pipeline: Mutex<Pipeline>,
     failed: AtomicBool,
+    /// Why the log failed: kept so every later refusal names the cause.
+    failure: OnceLock<String>,
+    /// Cancelled when the log fails: whoever waits for durability (a
+    /// durable read, a checkpoint) stops waiting for a head that will never
+    /// come.
+    broken: CancellationToken,
     checkpoint_every: u64,
     /// Held while a checkpoint is written: one at a time, so the newest
     /// snapshot is always written last.
     checkpointing: Arc<tokio::sync::Mutex<()>>,
 }
 
+/// An infrastructure fault described by `err`'s text. For a value that is a
+/// `std::error::Error` with sources, [`internal_error`] keeps the chain.
 pub(crate) fn internal(err: impl std::fmt::Display) -> SubagentError {
     SubagentError::Internal(err.to_string())
+}
+
+/// An infrastructure fault caused by `err`, with its whole source chain.
+pub(crate) fn internal_error(err: impl std::error::Error + 'static) -> SubagentError {
+    SubagentError::internal_from(&err)
 }
 
 impl Engine {
@@ -79,7 +97,7 @@ impl Engine {
     ) -> Result<(Engine, OpenStats), SubagentError> {
         let stored = log
             .read_checkpoint(checkpoint::CHECKPOINT_NAME)
-            .map_err(internal)?;
+            .map_err(internal_error)?;
         let mut stats = OpenStats::default();
         let mut state = match checkpoint::usable(stored.as_deref(), log.head()) {
             Ok(stored) => {
@@ -94,7 +112,7 @@ impl Engine {
         };
         let mut versions = HashMap::new();
         for record in log.read_all(state.position + 1) {
-            let record = record.map_err(internal)?;
+            let record = record.map_err(internal_error)?;
             versions.insert(record.stream, record.version);
             state.apply(&record);
             stats.tail_events += 1;
@@ -105,8 +123,11 @@ impl Engine {
                 state,
                 versions,
                 since_checkpoint: 0,
+                sealed: false,
             }),
             failed: AtomicBool::new(false),
+            failure: OnceLock::new(),
+            broken: CancellationToken::new(),
             checkpoint_every,
             checkpointing: Arc::new(tokio::sync::Mutex::new(())),
         };
@@ -119,8 +140,24 @@ impl Engine {
     /// # Errors
     /// `gateway/internal` on storage failure.
     pub(crate) async fn checkpoint(&self) -> Result<(), SubagentError> {
+        if self.failed.load(Ordering::Acquire) {
+            // The projections hold decisions that never became durable.
+            return Err(self.refusal());
+        }
         let _writing = self.checkpointing.lock().await;
-        save_checkpoint(Arc::clone(&self.log), self.snapshot_for_checkpoint()).await
+        save_checkpoint(
+            Arc::clone(&self.log),
+            self.snapshot_for_checkpoint(),
+            self.broken.clone(),
+        )
+        .await
+        .map_err(|err| {
+            if self.failed.load(Ordering::Acquire) {
+                self.refusal()
+            } else {
+                err
+            }
+        })
     }
 
     /// The periodic checkpoint: written by a background task, so no command
@@ -132,10 +169,11 @@ impl Engine {
         };
         let snapshot = self.snapshot_for_checkpoint();
         let log = Arc::clone(&self.log);
+        let broken = self.broken.clone();
         tokio::spawn(async move {
             let _writing = writing;
             // A failed checkpoint only costs a longer refold at the next open.
-            if let Err(err) = save_checkpoint(log, snapshot).await {
+            if let Err(err) = save_checkpoint(log, snapshot, broken).await {
                 warn!(error = %err, "saving the projections checkpoint failed");
             }
         });
@@ -169,20 +207,27 @@ impl Engine {
     /// reflect is durable.
     ///
     /// # Errors
-    /// `gateway/internal` if the log closed first.
+    /// `gateway/internal` if the log closed or failed first (naming the
+    /// failure: the answer may reflect a transition that never became
+    /// durable).
     pub(crate) async fn read_durable<T>(
         &self,
         query: impl FnOnce(&Projections) -> T,
     ) -> Result<T, SubagentError> {
+        if self.failed.load(Ordering::Acquire) {
+            return Err(self.refusal());
+        }
         let (answer, position) = {
             let pipeline = self.pipeline();
             (query(&pipeline.state), pipeline.state.position)
         };
         let mut durable = self.log.watch_head();
-        durable
-            .wait_for(|head| *head >= position)
-            .await
-            .map_err(|_| internal("the log closed"))?;
+        tokio::select! {
+            reached = durable.wait_for(|head| *head >= position) => {
+                reached.map_err(|_| internal("the log closed"))?;
+            }
+            () = self.broken.cancelled() => return Err(self.refusal()),
+        }
         Ok(answer)
     }
 
@@ -197,10 +242,13 @@ impl Engine {
         command: Command,
     ) -> Result<Vec<RecordedEvent>, SubagentError> {
         if self.failed.load(Ordering::Acquire) {
-            return Err(internal("the log failed; reopen the runtime to recover"));
+            return Err(self.refusal());
         }
         let (ticket, records, checkpoint_due) = {
             let mut pipeline = self.pipeline();
+            if pipeline.sealed {
+                return Err(SubagentError::Closed);
+            }
             let decision = decide(&pipeline.state, command)?;
             if decision.is_empty() {
                 return Ok(Vec::new());
@@ -215,7 +263,7 @@ impl Engine {
                 let version = match pipeline.versions.entry(stream) {
                     Entry::Occupied(entry) => entry.into_mut(),
                     Entry::Vacant(entry) => {
-                        entry.insert(self.log.stream_version(&stream).map_err(internal)?)
+                        entry.insert(self.log.stream_version(&stream).map_err(internal_error)?)
                     }
                 };
                 for new in &events {
@@ -257,9 +305,27 @@ impl Engine {
     }
 
     fn fail(&self, reason: impl std::fmt::Display) -> SubagentError {
+        let reason = reason.to_string();
+        // The first failure is the cause; later ones follow from it.
+        let _ = self.failure.set(reason.clone());
         self.failed.store(true, Ordering::Release);
+        self.broken.cancel();
         error!(%reason, "append failed; the engine stops accepting commands");
         internal(reason)
+    }
+
+    /// The refusal of a command after the log failed, naming the cause.
+    fn refusal(&self) -> SubagentError {
+        let cause = self.failure.get().map_or("unknown cause", String::as_str);
+        internal(format!(
+            "the log failed earlier ({cause}); reopen the runtime to recover"
+        ))
+    }
+
+    /// Refuses every later command with `subagent/closed`: nothing can be
+    /// recorded after this, so a checkpoint written next is final.
+    pub(crate) fn seal(&self) {
+        self.pipeline().sealed = true;
     }
 }
 
@@ -276,19 +342,26 @@ impl std::ops::Deref for StateGuard<'_> {
 
 /// Writes `snapshot` as the projections checkpoint once everything it
 /// reflects is durable; the encoding and the write run off the async workers.
+/// Gives up when `broken` fires first: the snapshot holds decisions that
+/// will never be durable, so it must never be written.
 async fn save_checkpoint(
     log: Arc<dyn EventLog>,
     snapshot: Projections,
+    broken: CancellationToken,
 ) -> Result<(), SubagentError> {
     let mut durable = log.watch_head();
-    durable
-        .wait_for(|head| *head >= snapshot.position)
-        .await
-        .map_err(|_| internal("the log closed"))?;
+    tokio::select! {
+        reached = durable.wait_for(|head| *head >= snapshot.position) => {
+            reached.map_err(|_| internal("the log closed"))?;
+        }
+        () = broken.cancelled() => {
+            return Err(internal("the log failed before the checkpoint's events became durable"));
+        }
+    }
     tokio::task::spawn_blocking(move || {
         log.write_checkpoint(checkpoint::CHECKPOINT_NAME, &checkpoint::encode(&snapshot))
-            .map_err(internal)
+            .map_err(internal_error)
     })
     .await
-    .map_err(internal)?
+    .map_err(internal_error)?
 }

@@ -20,7 +20,7 @@ use crate::activation::{DriverHandle, SubagentActivation};
 use crate::capacity::{Capacity, CapacityLimits};
 use crate::deployment::Deployment;
 use crate::drivers::{ExternalDriver, LocalDriver};
-use crate::engine::{internal, Engine};
+use crate::engine::{internal_error, Engine};
 use crate::seam::{AgentHost, ContinuableCreateRequest, ResolvedStartRequest, SubagentProvider};
 
 /// An opaque live agent handle: the authority to delegate from a session.
@@ -101,19 +101,44 @@ impl ProviderRegistration {
     }
 }
 
+/// The runtime's admission gate: whether it is closed, and how many
+/// materializations (starts and cold resumes between their admission and
+/// their driver's registration) are in flight. One value behind one lock, so
+/// no materialization can enter after `close` shut the gate and counted the
+/// ones inside.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Gate {
+    pub(crate) closed: bool,
+    pub(crate) in_flight: usize,
+}
+
 /// Counts one materialization in flight for as long as it lives.
-struct Materializing<'a>(&'a tokio::sync::watch::Sender<usize>);
+struct Materializing<'a>(&'a tokio::sync::watch::Sender<Gate>);
 
 impl<'a> Materializing<'a> {
-    fn new(counter: &'a tokio::sync::watch::Sender<usize>) -> Self {
-        counter.send_modify(|count| *count += 1);
-        Materializing(counter)
+    /// Enters the gate.
+    ///
+    /// # Errors
+    /// `subagent/closed` once the runtime is closing.
+    fn enter(gate: &'a tokio::sync::watch::Sender<Gate>) -> Result<Self, SubagentError> {
+        let entered = gate.send_if_modified(|gate| {
+            if gate.closed {
+                return false;
+            }
+            gate.in_flight += 1;
+            true
+        });
+        if entered {
+            Ok(Materializing(gate))
+        } else {
+            Err(SubagentError::Closed)
+        }
     }
 }
 
 impl Drop for Materializing<'_> {
     fn drop(&mut self) {
-        self.0.send_modify(|count| *count -= 1);
+        self.0.send_modify(|gate| gate.in_flight -= 1);
     }
 }
 
@@ -152,11 +177,19 @@ pub(crate) struct Inner {
     /// Persona variables, model selection, depth setting, tools, redaction.
     pub(crate) deployment: Deployment,
     pub(crate) capacity: Capacity,
-    /// Starts and cold resumes between their admission and their driver's
-    /// registration; a drain waits for them to land before releasing.
-    pub(crate) materializing: tokio::sync::watch::Sender<usize>,
+    /// Whether the runtime is closed, and the starts and cold resumes
+    /// between their admission and their driver's registration (a drain or
+    /// `close` waits for them to land before releasing).
+    pub(crate) gate: tokio::sync::watch::Sender<Gate>,
+    /// Serializes `close` calls: a second one waits for the first.
+    closing: tokio::sync::Mutex<()>,
+    /// Cancelled once `close` is done: inbox readers and scoped notice
+    /// forwarders end, and with them their hold on the log.
+    shutdown: CancellationToken,
     pub(crate) host: Arc<dyn AgentHost>,
     pub(crate) providers: Mutex<Vec<Arc<dyn SubagentProvider>>>,
+    /// The roots this runtime holds open (`open_root`, `reopen_root`). Not a
+    /// durable fact: a hold lasts as long as this runtime (ARCHITECTURE.md).
     pub(crate) roots: Mutex<HashSet<SessionId>>,
     pub(crate) drivers: Mutex<HashMap<SessionId, Arc<DriverHandle>>>,
     pub(crate) notices: broadcast::Sender<Notice>,
@@ -229,7 +262,9 @@ impl SubagentRuntime {
                 engine,
                 capacity: Capacity::new(limits),
                 deployment: Deployment::new(host.tools()),
-                materializing: tokio::sync::watch::channel(0).0,
+                gate: tokio::sync::watch::channel(Gate::default()).0,
+                closing: tokio::sync::Mutex::new(()),
+                shutdown: CancellationToken::new(),
                 host,
                 providers: Mutex::new(Vec::new()),
                 roots: Mutex::new(HashSet::new()),
@@ -246,13 +281,43 @@ impl SubagentRuntime {
         ))
     }
 
-    /// Clean shutdown: disposes every live activation child-first, ends the
-    /// provider registrations, then saves a projections checkpoint, so the
-    /// next open has nothing to recover and no tail to fold.
+    /// Clean shutdown. From the moment it is called every public operation
+    /// of the runtime and of its handles is refused with `subagent/closed`
+    /// (see [`ensure_open`](Self::ensure_open) for the few accessors that
+    /// stay). Starts and cold resumes already admitted land first; then every
+    /// live activation is released child-first, every held root is closed
+    /// (ending a drain's cutoff below it), the provider registrations end,
+    /// the engine is sealed so nothing more can be recorded, and a
+    /// projections checkpoint is saved, so the next open has nothing to
+    /// recover and no tail to fold. Inbox readers and scoped notice streams
+    /// end.
+    ///
+    /// Idempotent: closing a closed runtime waits for the first close to
+    /// finish and returns `Ok`.
     ///
     /// # Errors
-    /// The disposals' aggregate error, or a storage failure.
+    /// One `subagent/aggregate` naming every release, removal or storage
+    /// step that failed; the runtime is closed regardless.
     pub async fn close(&self) -> Result<(), SubagentError> {
+        let _closing = self.inner.closing.lock().await;
+        let first = self.inner.gate.send_if_modified(|gate| {
+            if gate.closed {
+                return false;
+            }
+            gate.closed = true;
+            true
+        });
+        if !first {
+            return Ok(());
+        }
+        // Starts and cold resumes admitted before the gate shut register
+        // their drivers first, so they are released too.
+        let _ = self
+            .inner
+            .gate
+            .subscribe()
+            .wait_for(|gate| gate.in_flight == 0)
+            .await;
         let live: Vec<Arc<DriverHandle>> = lock(&self.inner.drivers).values().cloned().collect();
         let mut failures = Vec::new();
         for driver in live {
@@ -260,14 +325,62 @@ impl SubagentRuntime {
                 failures.push(err);
             }
         }
-        // Registrations end with the host: record it now rather than at the next open.
-        for name in self.list() {
-            if let Err(err) = self.remove_provider(&name).await {
+        // Whatever could not be released is stopped and forgotten; the next
+        // open settles what the log still shows live.
+        let stranded: Vec<Arc<DriverHandle>> =
+            lock(&self.inner.drivers).drain().map(|(_, d)| d).collect();
+        for driver in stranded {
+            driver.stop_and_join().await;
+        }
+        // Held roots leave the registry with the host: a drain's cutoff
+        // below them ends (a reopened root admits children again).
+        let roots: Vec<SessionId> = lock(&self.inner.roots).drain().collect();
+        for root in roots {
+            if let Err(err) = self
+                .inner
+                .engine
+                .commit(Command::ReopenAdmission { parent: root })
+                .await
+            {
                 failures.push(err);
             }
         }
-        self.inner.engine.checkpoint().await?;
+        // Registrations end with the host: record it now rather than at the next open.
+        for name in self.provider_names() {
+            if let Err(err) = self.unregister(&name).await {
+                failures.push(err);
+            }
+        }
+        self.inner.engine.seal();
+        if let Err(err) = self.inner.engine.checkpoint().await {
+            failures.push(err);
+        }
+        self.inner.shutdown.cancel();
         aggregate(failures)
+    }
+
+    /// Refuses every call once [`close`](Self::close) has begun.
+    ///
+    /// Every public operation starts here, except what can neither act nor
+    /// observe anything live: [`projections`](Self::projections) and
+    /// [`log`](Self::log), the audit face (a closed runtime's final state and
+    /// its log stay readable), [`is_closed`](Self::is_closed), and `close`
+    /// itself, which is idempotent.
+    ///
+    /// # Errors
+    /// `subagent/closed`.
+    pub(crate) fn ensure_open(&self) -> Result<(), SubagentError> {
+        if self.inner.gate.borrow().closed {
+            Err(SubagentError::Closed)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Whether [`close`](Self::close) has begun.
+    #[must_use]
+    pub fn is_closed(&self) -> bool {
+        self.inner.gate.borrow().closed
     }
 
     /// A snapshot of every projection as of the last acknowledged command,
@@ -285,22 +398,32 @@ impl SubagentRuntime {
 
     /// Lifecycle notifications (`subagent/start`, `subagent/end`, provider
     /// added/removed). Filter `Start`/`End` by `parent` for a scoped audience.
-    #[must_use]
-    pub fn notices(&self) -> broadcast::Receiver<Notice> {
-        self.inner.notices.subscribe()
+    ///
+    /// # Errors
+    /// `subagent/closed`.
+    pub fn notices(&self) -> Result<broadcast::Receiver<Notice>, SubagentError> {
+        self.ensure_open()?;
+        Ok(self.inner.notices.subscribe())
     }
 
     /// `subagent/start` and `subagent/end` of `parent`'s own delegations
     /// only: the scoped audience of one delegating parent. Ends when the
-    /// runtime is dropped; a subscriber that falls more than 1024 notices
-    /// behind skips the oldest.
-    #[must_use]
-    pub fn notices_for(&self, parent: SessionId) -> mpsc::Receiver<Notice> {
-        let mut all = self.notices();
+    /// runtime is closed or dropped; a subscriber that falls more than 1024
+    /// notices behind skips the oldest.
+    ///
+    /// # Errors
+    /// `subagent/closed`.
+    pub fn notices_for(&self, parent: SessionId) -> Result<mpsc::Receiver<Notice>, SubagentError> {
+        let mut all = self.notices()?;
+        let shutdown = self.inner.shutdown.clone();
         let (sender, receiver) = mpsc::channel(256);
         tokio::spawn(async move {
             loop {
-                let notice = match all.recv().await {
+                let received = tokio::select! {
+                    received = all.recv() => received,
+                    () = shutdown.cancelled() => return,
+                };
+                let notice = match received {
                     Ok(notice) => notice,
                     Err(broadcast::error::RecvError::Lagged(_)) => continue,
                     Err(broadcast::error::RecvError::Closed) => return,
@@ -316,7 +439,7 @@ impl SubagentRuntime {
                 }
             }
         });
-        receiver
+        Ok(receiver)
     }
 
     pub(crate) fn notify(&self, notice: Notice) {
@@ -324,10 +447,12 @@ impl SubagentRuntime {
         let _ = self.inner.notices.send(notice);
     }
 
-    /// Records a host root session and returns its live handle.
+    /// Records a new host root session and returns its live handle. To take
+    /// an existing root back (after a restart), use
+    /// [`reopen_root`](Self::reopen_root).
     ///
     /// # Errors
-    /// `gateway/internal` on storage failure.
+    /// `subagent/closed`; `gateway/internal` on storage failure.
     pub async fn open_root(&self, label: &str) -> Result<LiveAgent, SubagentError> {
         self.open_root_with(label, None).await
     }
@@ -337,13 +462,14 @@ impl SubagentRuntime {
     /// options and a provider's route defaults merge over them).
     ///
     /// # Errors
-    /// `gateway/bad-request` for malformed options; `gateway/internal` on
-    /// storage failure.
+    /// `subagent/closed`; `gateway/bad-request` for malformed options;
+    /// `gateway/internal` on storage failure.
     pub async fn open_root_with(
         &self,
         label: &str,
         agent_options: Option<AgentOptions>,
     ) -> Result<LiveAgent, SubagentError> {
+        self.ensure_open()?;
         let session = SessionId::new();
         self.inner
             .engine
@@ -357,13 +483,51 @@ impl SubagentRuntime {
         Ok(LiveAgent { session })
     }
 
-    /// Closes a root: its handle is refused from now on, and a drain's
-    /// admission cutoff below it ends.
+    /// Takes an existing root session back: after a restart, the host
+    /// re-opens the root it had and, through the returned handle, messages,
+    /// drains, lists and waits for the children that root delegated to
+    /// (an inactive child is cold-resumed by a message, as always).
+    ///
+    /// The log is the authority: `session` must be recorded as a root. Its
+    /// options and catalog are the durable ones. A root is held by one
+    /// handle holder at a time: within this runtime, a root already held
+    /// (opened or reopened, and not closed since) is refused; across
+    /// processes, the log's directory lock already keeps a second runtime
+    /// off the same log. Holding is not recorded (ARCHITECTURE.md says why).
     ///
     /// # Errors
+    /// `subagent/closed`; `subagent/parent-unavailable` for a session the log
+    /// does not know; `subagent/unauthorized` for a child session (its
+    /// authority comes from its own activation); `subagent/root-held` when
+    /// this runtime already holds it.
+    pub async fn reopen_root(&self, session: SessionId) -> Result<LiveAgent, SubagentError> {
+        self.ensure_open()?;
+        self.inner
+            .engine
+            .commit(Command::ReopenRoot { session })
+            .await?;
+        if !lock(&self.inner.roots).insert(session) {
+            return Err(SubagentError::RootHeld(session.to_string()));
+        }
+        Ok(LiveAgent { session })
+    }
+
+    /// Closes a root: its handle is refused from now on, and a drain's
+    /// admission cutoff below it ends. It can be taken back with
+    /// [`reopen_root`](Self::reopen_root).
+    ///
+    /// # Errors
+    /// `subagent/unauthorized` when `root` is not a root this runtime holds
+    /// (a child's handle, or a root already closed); `subagent/closed`;
     /// `gateway/internal` on storage failure.
     pub async fn close_root(&self, root: &LiveAgent) -> Result<(), SubagentError> {
-        lock(&self.inner.roots).remove(&root.session);
+        self.ensure_open()?;
+        if !lock(&self.inner.roots).remove(&root.session) {
+            return Err(SubagentError::Unauthorized(format!(
+                "{} is not a root this runtime holds",
+                root.session
+            )));
+        }
         self.inner
             .engine
             .commit(Command::ReopenAdmission {
@@ -383,7 +547,7 @@ impl SubagentRuntime {
     /// `subagent/unauthorized` (stale sender, not adjacent),
     /// `subagent/not-resumable` (external or uninterpretable target),
     /// `subagent/delivery-unavailable` (structured capture closed its input),
-    /// `subagent/admission-closed`, `gateway/cancelled`.
+    /// `subagent/admission-closed`, `gateway/cancelled`, `subagent/closed`.
     pub async fn send_message(
         &self,
         sender: &LiveAgent,
@@ -412,7 +576,7 @@ impl SubagentRuntime {
         } else {
             None
         };
-        let _materializing = Materializing::new(&self.inner.materializing);
+        let _materializing = Materializing::enter(&self.inner.gate)?;
         let message_id = MessageId::new();
         let records = self
             .inner
@@ -445,7 +609,7 @@ impl SubagentRuntime {
     }
 
     fn cold_resume(&self, child: SessionId, permits: Option<crate::capacity::Permits>) {
-        let (parent, label, provider) = {
+        let (parent, label, provider, epoch) = {
             let state = self.inner.engine.state();
             let Some(record) = state.sessions.get(&child) else {
                 return;
@@ -454,9 +618,10 @@ impl SubagentRuntime {
                 record.parent.unwrap_or(child),
                 record.label.clone(),
                 record.provider.clone().unwrap_or_default(),
+                state.activations.get(&child).map_or(0, |a| a.epoch),
             )
         };
-        let handle = DriverHandle::new(child, parent);
+        let handle = DriverHandle::new(child, parent, epoch);
         *lock(&handle.permits) = permits;
         lock(&self.inner.drivers).insert(child, Arc::clone(&handle));
         let driver = LocalDriver {
@@ -466,6 +631,7 @@ impl SubagentRuntime {
             label,
             signal: CancellationToken::new(),
             resumed: true,
+            epoch,
         };
         *lock(&handle.task) = Some(tokio::spawn(driver.run()));
     }
@@ -478,12 +644,14 @@ impl SubagentRuntime {
     /// execution. An absent or idle target is an accepted no-op.
     ///
     /// # Errors
-    /// `subagent/unauthorized` when the authority does not own the target.
+    /// `subagent/unauthorized` when the authority does not own the target;
+    /// `subagent/closed`.
     pub async fn interrupt(
         &self,
         target: SessionId,
         authority: InterruptAuthority<'_>,
     ) -> Result<(), SubagentError> {
+        self.ensure_open()?;
         let durable = match authority {
             InterruptAuthority::User { parent_session_id } => {
                 subagent_core::InterruptAuthority::User { parent_session_id }
@@ -524,7 +692,8 @@ impl SubagentRuntime {
     ///
     /// # Errors
     /// `subagent/unauthorized` when the parent is stale or a resident target
-    /// belongs to another parent (nothing is released then).
+    /// belongs to another parent (nothing is released then);
+    /// `subagent/closed`.
     pub async fn drain_children(
         &self,
         parent: &LiveAgent,
@@ -561,9 +730,11 @@ impl SubagentRuntime {
     /// live.
     ///
     /// # Errors
-    /// `subagent/unauthorized` for a stale parent; otherwise one aggregate
-    /// error after every branch settled, if any failed.
+    /// `subagent/unauthorized` for a stale parent; `subagent/closed`;
+    /// otherwise one aggregate error after every branch settled, if any
+    /// failed.
     pub async fn drain_descendants(&self, parents: &[LiveAgent]) -> Result<(), SubagentError> {
+        self.ensure_open()?;
         for parent in parents {
             self.authorize(parent)?;
         }
@@ -576,8 +747,8 @@ impl SubagentRuntime {
                 .await?;
         }
         // Starts admitted before the cutoff land first, so they are drained too.
-        let mut materializing = self.inner.materializing.subscribe();
-        let _ = materializing.wait_for(|count| *count == 0).await;
+        let mut gate = self.inner.gate.subscribe();
+        let _ = gate.wait_for(|gate| gate.in_flight == 0).await;
         let forests: Vec<Arc<DriverHandle>> = {
             let drivers = lock(&self.inner.drivers);
             let below = |driver: &DriverHandle| {
@@ -627,7 +798,7 @@ impl SubagentRuntime {
     /// cancelling it. Returns whether any work was observed.
     ///
     /// # Errors
-    /// `subagent/unauthorized` for a stale parent.
+    /// `subagent/unauthorized` for a stale parent; `subagent/closed`.
     pub async fn wait_for_children(&self, parent: &LiveAgent) -> Result<bool, SubagentError> {
         self.authorize(parent)?;
         let children: Vec<Arc<DriverHandle>> = lock(&self.inner.drivers)
@@ -643,6 +814,7 @@ impl SubagentRuntime {
     }
 
     fn authorize(&self, agent: &LiveAgent) -> Result<(), SubagentError> {
+        self.ensure_open()?;
         let live_root = lock(&self.inner.roots).contains(&agent.session);
         let live_child = lock(&self.inner.drivers)
             .get(&agent.session)
@@ -660,13 +832,15 @@ impl SubagentRuntime {
     /// Registers a provider; it is recorded in the log and announced.
     ///
     /// # Errors
-    /// `subagent/duplicate-provider`, `gateway/bad-request` for an empty name.
+    /// `subagent/duplicate-provider`, `gateway/bad-request` for an empty name,
+    /// `subagent/closed`.
     /// The returned [`ProviderRegistration`] is the disposer: `remove()` it
     /// to unregister. Dropping it leaves the provider registered.
     pub async fn register_provider(
         &self,
         provider: Arc<dyn SubagentProvider>,
     ) -> Result<ProviderRegistration, SubagentError> {
+        self.ensure_open()?;
         let registration = Event::ProviderRegistered {
             name: provider.name().to_owned(),
             capabilities: provider.capabilities(),
@@ -693,8 +867,10 @@ impl SubagentRuntime {
     /// history is read from the session's own stream, so its cost does not
     /// grow with the rest of the log; live messages follow without a gap.
     ///
+    /// The stream ends when the runtime is closed (or the receiver dropped).
+    ///
     /// # Errors
-    /// `subagent/unauthorized` for a stale handle.
+    /// `subagent/unauthorized` for a stale handle; `subagent/closed`.
     pub fn inbox(&self, agent: &LiveAgent) -> Result<mpsc::Receiver<InboxMessage>, SubagentError> {
         self.authorize(agent)?;
         let stream = StreamId::Session(agent.session);
@@ -703,8 +879,9 @@ impl SubagentRuntime {
         let head = self.log().head();
         let mut subscription = self.log().subscribe(head + 1);
         let log = Arc::clone(self.log());
+        let shutdown = self.inner.shutdown.clone();
         let (sender, receiver) = mpsc::channel(256);
-        tokio::spawn(async move {
+        tokio::spawn(shutdown.run_until_cancelled_owned(async move {
             use tokio_stream::StreamExt;
             for record in log.read_stream(stream, 1) {
                 let Ok(record) = record else { return };
@@ -723,15 +900,21 @@ impl SubagentRuntime {
                     return;
                 }
             }
-        });
+        }));
         Ok(receiver)
     }
 
     /// Removes a provider: new starts are refused; accepted runs continue.
     ///
     /// # Errors
-    /// `subagent/unknown-provider`.
+    /// `subagent/unknown-provider`, `subagent/closed`.
     pub async fn remove_provider(&self, name: &str) -> Result<(), SubagentError> {
+        self.ensure_open()?;
+        self.unregister(name).await
+    }
+
+    /// Records a provider's removal (also on `close`, past the gate).
+    async fn unregister(&self, name: &str) -> Result<(), SubagentError> {
         self.inner
             .engine
             .commit(Command::RemoveProvider {
@@ -743,9 +926,19 @@ impl SubagentRuntime {
         Ok(())
     }
 
-    /// The provider registered as `name`.
-    #[must_use]
-    pub fn get_provider(&self, name: &str) -> Option<Arc<dyn SubagentProvider>> {
+    /// The provider registered as `name` (`None` when absent).
+    ///
+    /// # Errors
+    /// `subagent/closed`.
+    pub fn get_provider(
+        &self,
+        name: &str,
+    ) -> Result<Option<Arc<dyn SubagentProvider>>, SubagentError> {
+        self.ensure_open()?;
+        Ok(self.provider(name))
+    }
+
+    fn provider(&self, name: &str) -> Option<Arc<dyn SubagentProvider>> {
         lock(&self.inner.providers)
             .iter()
             .find(|provider| provider.name() == name)
@@ -753,8 +946,15 @@ impl SubagentRuntime {
     }
 
     /// Registered provider names in insertion order.
-    #[must_use]
-    pub fn list(&self) -> Vec<String> {
+    ///
+    /// # Errors
+    /// `subagent/closed`.
+    pub fn list(&self) -> Result<Vec<String>, SubagentError> {
+        self.ensure_open()?;
+        Ok(self.provider_names())
+    }
+
+    fn provider_names(&self) -> Vec<String> {
         lock(&self.inner.providers)
             .iter()
             .map(|provider| provider.name().to_owned())
@@ -762,21 +962,34 @@ impl SubagentRuntime {
     }
 
     /// The parent's durable catalog, in parent event order.
-    pub async fn list_children(&self, parent: SessionId) -> Vec<SubagentListEntry> {
+    ///
+    /// # Errors
+    /// `subagent/closed`; `gateway/internal` when the log failed (naming
+    /// the cause), so an answer that cannot be made durable is never given.
+    pub async fn list_children(
+        &self,
+        parent: SessionId,
+    ) -> Result<Vec<SubagentListEntry>, SubagentError> {
+        self.ensure_open()?;
         self.inner
             .engine
             .read_durable(|state| state.list_children(parent))
             .await
-            .unwrap_or_default()
     }
 
     /// The root's complete subtree, stable pre-order.
-    pub async fn list_descendants(&self, root: SessionId) -> Vec<SubagentDescendantListEntry> {
+    ///
+    /// # Errors
+    /// As [`list_children`](Self::list_children).
+    pub async fn list_descendants(
+        &self,
+        root: SessionId,
+    ) -> Result<Vec<SubagentDescendantListEntry>, SubagentError> {
+        self.ensure_open()?;
         self.inner
             .engine
             .read_durable(|state| state.list_descendants(root))
             .await
-            .unwrap_or_default()
     }
 
     /// Starts a local continuable child (provider with `prepare_continuable`)
@@ -788,9 +1001,14 @@ impl SubagentRuntime {
     /// run. A `signal` fired before that point abandons the start (recorded)
     /// and returns `gateway/cancelled`.
     ///
+    /// A local child whose agent then fails (cannot be built, or its model
+    /// or transport fails) is not a start failure: it settles through
+    /// [`SubagentActivation::result`] with stop reason `error`.
+    ///
     /// # Errors
     /// `subagent/unauthorized` for a stale parent, the start rejections of
-    /// the state machine, `gateway/cancelled`, or the provider's failure.
+    /// the state machine, `gateway/cancelled`, `subagent/closed`, or the
+    /// provider's failure.
     pub async fn start_activation(
         &self,
         parent: &LiveAgent,
@@ -799,7 +1017,7 @@ impl SubagentRuntime {
     ) -> Result<SubagentActivation, SubagentError> {
         self.authorize(parent)?;
         let provider = self
-            .get_provider(&spec.provider)
+            .provider(&spec.provider)
             .ok_or_else(|| SubagentError::UnknownProvider(spec.provider.clone()))?;
         let child = match (spec.child_id, provider.is_continuable()) {
             (Some(reserved), true) => reserved,
@@ -809,7 +1027,7 @@ impl SubagentRuntime {
         // Capacity may delay the start; the signal owns the wait.
         let permits = self.inner.capacity.admit(parent.session, &signal).await?;
         self.authorize(parent)?;
-        let materializing = Materializing::new(&self.inner.materializing);
+        let materializing = Materializing::enter(&self.inner.gate)?;
         let settings = self.inner.deployment.snapshot();
         self.inner
             .engine
@@ -824,7 +1042,8 @@ impl SubagentRuntime {
                 settings,
             }))
             .await?;
-        let handle = DriverHandle::new(child, parent.session);
+        // A new child's first activation is epoch 1.
+        let handle = DriverHandle::new(child, parent.session, 1);
         *lock(&handle.permits) = Some(permits);
         lock(&self.inner.drivers).insert(child, Arc::clone(&handle));
         // Registered: a drain from now on finds and releases it.
@@ -843,7 +1062,7 @@ impl SubagentRuntime {
                 runtime: self.clone(),
             }),
             Err(err) => {
-                lock(&self.inner.drivers).remove(&child);
+                self.unregister_driver(&handle);
                 Err(err)
             }
         }
@@ -855,7 +1074,10 @@ impl SubagentRuntime {
     ) -> Result<Vec<Value>, SubagentError> {
         let mut history = Vec::new();
         for record in self.log().read_stream(StreamId::Session(parent), 1) {
-            history.push(serde_json::to_value(&record.map_err(internal)?.event).map_err(internal)?);
+            history.push(
+                serde_json::to_value(&record.map_err(internal_error)?.event)
+                    .map_err(internal_error)?,
+            );
         }
         Ok(history)
     }
@@ -934,6 +1156,7 @@ impl SubagentRuntime {
             label: spec.label,
             signal,
             resumed: false,
+            epoch: 1,
         };
         let task = tokio::spawn(driver.run());
         *lock(&handle.task) = Some(task);
@@ -1036,33 +1259,38 @@ impl SubagentRuntime {
             }
         }
         handle.stop_and_join().await;
-        let live_epoch = self
+        // Only this handle's epoch: a later one (a cold resume after this
+        // activation ended) is not this handle's to release.
+        let live = self
             .inner
             .engine
             .state()
             .activations
             .get(&handle.child)
-            .and_then(|a| a.live.as_ref().map(|live| live.epoch));
-        if let Some(epoch) = live_epoch {
+            .and_then(|a| a.live.as_ref())
+            .is_some_and(|live| live.epoch == handle.epoch);
+        if live {
             self.inner
                 .engine
                 .commit(Command::Release {
                     child: handle.child,
-                    epoch,
+                    epoch: handle.epoch,
                     cleanup_error: None,
                 })
                 .await?;
-            let state = self.inner.engine.state();
-            if let Some((_, result)) = state
-                .activations
-                .get(&handle.child)
-                .and_then(|a| a.last_result.clone())
-            {
-                handle.settle(Ok(result));
-            }
         }
-        lock(&self.inner.drivers).remove(&handle.child);
-        lock(&handle.permits).take();
+        let settled = self
+            .inner
+            .engine
+            .state()
+            .activations
+            .get(&handle.child)
+            .and_then(|a| a.last_result.clone())
+            .filter(|(epoch, _)| *epoch == handle.epoch);
+        if let Some((_, result)) = settled {
+            handle.settle(Ok(result));
+        }
+        self.unregister_driver(handle);
         // The disposed child leaves the registry: a drain's cutoff below it ends.
         self.inner
             .engine
@@ -1072,5 +1300,20 @@ impl SubagentRuntime {
             .await?;
         *disposed = true;
         aggregate(failures)
+    }
+
+    /// Takes `handle` out of the registry (if it is still the one registered
+    /// for its child: a cold resume may have registered a newer one) and
+    /// returns its capacity.
+    pub(crate) fn unregister_driver(&self, handle: &Arc<DriverHandle>) {
+        let mut drivers = lock(&self.inner.drivers);
+        if drivers
+            .get(&handle.child)
+            .is_some_and(|registered| Arc::ptr_eq(registered, handle))
+        {
+            drivers.remove(&handle.child);
+        }
+        drop(drivers);
+        lock(&handle.permits).take();
     }
 }

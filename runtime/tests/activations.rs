@@ -378,7 +378,7 @@ async fn cancelling_before_publication_fails_the_start_and_records_the_abandoned
         .err()
         .unwrap();
     assert_eq!(err.code(), ErrorCode::Cancelled);
-    let children = runtime.list_children(root.session()).await;
+    let children = runtime.list_children(root.session()).await.unwrap();
     assert_eq!(children.len(), 1, "the reservation stays in the catalog");
     let types: Vec<_> = events_of(&log, StreamId::Session(children[0].entry.child_id))
         .iter()
@@ -417,8 +417,11 @@ async fn a_fork_child_is_seeded_with_the_parent_completed_turn_prefix() {
 async fn the_registry_lists_in_insertion_order_and_removal_blocks_only_new_starts() {
     let log = MemoryLog::new();
     let runtime = runtime(&log).await;
-    assert_eq!(runtime.list(), vec!["spawn", "fork", "process", "exit3"]);
-    assert!(runtime.get_provider("fork").is_some());
+    assert_eq!(
+        runtime.list().unwrap(),
+        vec!["spawn", "fork", "process", "exit3"]
+    );
+    assert!(runtime.get_provider("fork").unwrap().is_some());
     let err = runtime
         .register_provider(Arc::new(SpawnProvider))
         .await
@@ -430,7 +433,7 @@ async fn the_registry_lists_in_insertion_order_and_removal_blocks_only_new_start
         .await
         .unwrap();
     runtime.remove_provider("process").await.unwrap();
-    assert!(runtime.get_provider("process").is_none());
+    assert!(runtime.get_provider("process").unwrap().is_none());
     assert_eq!(
         running.result().await.unwrap().stop_reason,
         SubagentStopReason::Completed,
@@ -448,7 +451,7 @@ async fn the_registry_lists_in_insertion_order_and_removal_blocks_only_new_start
 async fn start_and_end_notices_pair_by_run_id_and_name_the_parent() {
     let log = MemoryLog::new();
     let runtime = runtime(&log).await;
-    let mut notices = runtime.notices();
+    let mut notices = runtime.notices().unwrap();
     let root = runtime.open_root("host").await.unwrap();
     let activation = start(&runtime, &root, spec("spawn", "research", Delivery::Caller))
         .await
@@ -545,7 +548,7 @@ fn reopening_after_the_host_died_settles_live_work_explicitly() {
             .iter()
             .any(|e| e.type_name() == "HostRecovered"));
         assert!(
-            runtime.list().is_empty(),
+            runtime.list().unwrap().is_empty(),
             "providers are registered again by the new host"
         );
         let (_, again) = SubagentRuntime::open(Arc::new(log.clone()), Arc::new(host()))
@@ -570,7 +573,7 @@ async fn dispose_releases_descendants_before_their_ancestors() {
     )
     .await
     .unwrap();
-    let tree = runtime.list_descendants(root.session()).await;
+    let tree = runtime.list_descendants(root.session()).await.unwrap();
     assert_eq!(
         tree.iter()
             .map(|e| (e.entry.entry.child_id, e.depth))
@@ -824,7 +827,7 @@ async fn an_external_start_cancelled_before_publication_fails_and_is_recorded() 
         .err()
         .unwrap();
     assert_eq!(err.code(), ErrorCode::Cancelled);
-    let child = runtime.list_children(root.session()).await[0]
+    let child = runtime.list_children(root.session()).await.unwrap()[0]
         .entry
         .child_id;
     let types: Vec<_> = events_of(&log, StreamId::Session(child))
@@ -837,7 +840,7 @@ async fn an_external_start_cancelled_before_publication_fails_and_is_recorded() 
     );
     assert_eq!(registration.name(), "blocked");
     registration.remove().await.unwrap();
-    assert!(runtime.get_provider("blocked").is_none());
+    assert!(runtime.get_provider("blocked").unwrap().is_none());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -868,7 +871,7 @@ async fn concurrent_starts_pipeline_into_a_log_that_replays_to_the_same_answers(
     for task in tasks {
         assert_eq!(task.await.unwrap(), SubagentStopReason::Completed);
     }
-    let answered = runtime.list_descendants(root.session()).await;
+    let answered = runtime.list_descendants(root.session()).await.unwrap();
     assert_eq!(answered.len(), 32);
     let records: Vec<_> = log.read_all(1).map(|r| r.unwrap()).collect();
     assert_eq!(records.len() as u64, log.head());
@@ -897,7 +900,7 @@ async fn a_reserved_child_id_is_used_and_scoped_notices_reach_only_that_parent()
     let runtime = runtime(&log).await;
     let root = runtime.open_root("host").await.unwrap();
     let other = runtime.open_root("other host").await.unwrap();
-    let mut mine = runtime.notices_for(root.session());
+    let mut mine = runtime.notices_for(root.session()).unwrap();
     let reserved = subagent_core::SessionId::new();
     let mut reserved_spec = spec("spawn", "research", Delivery::Caller);
     reserved_spec.child_id = Some(reserved);
@@ -946,11 +949,9 @@ async fn a_clean_close_checkpoints_so_reopening_folds_no_tail_and_a_bad_checkpoi
             .await
             .unwrap();
         activation.result().await.unwrap();
+        let listed = runtime.list_descendants(root.session()).await.unwrap();
         runtime.close().await.unwrap();
-        (
-            root.session(),
-            runtime.list_descendants(root.session()).await,
-        )
+        (root.session(), listed)
     };
     let log = open();
     let head = log.head();
@@ -960,7 +961,7 @@ async fn a_clean_close_checkpoints_so_reopening_folds_no_tail_and_a_bad_checkpoi
     assert_eq!(report.opened.checkpoint_position, Some(head));
     assert_eq!(report.opened.tail_events, 0);
     assert_eq!(report.events, 0, "a clean close leaves nothing to recover");
-    assert_eq!(runtime.list_descendants(root).await, listed);
+    assert_eq!(runtime.list_descendants(root).await.unwrap(), listed);
     drop(runtime);
     log.write_checkpoint(
         subagent_projections::checkpoint::CHECKPOINT_NAME,
@@ -972,7 +973,7 @@ async fn a_clean_close_checkpoints_so_reopening_folds_no_tail_and_a_bad_checkpoi
         .unwrap();
     assert!(report.opened.discarded_checkpoint.is_some());
     assert_eq!(report.opened.tail_events, head);
-    assert_eq!(runtime.list_descendants(root).await, listed);
+    assert_eq!(runtime.list_descendants(root).await.unwrap(), listed);
 }
 
 /// Records the persona each agent is built with.
@@ -999,11 +1000,13 @@ async fn a_persona_is_validated_at_start_and_rendered_for_the_child_alone() {
         .register_provider(Arc::new(SpawnProvider))
         .await
         .unwrap();
-    runtime.set_persona_variables(
-        [("user".to_owned(), "Ada".to_owned())]
-            .into_iter()
-            .collect(),
-    );
+    runtime
+        .set_persona_variables(
+            [("user".to_owned(), "Ada".to_owned())]
+                .into_iter()
+                .collect(),
+        )
+        .unwrap();
     let root = runtime.open_root("host").await.unwrap();
     let head = log.head();
     let mut bad = spec("spawn", "x", Delivery::Caller);

@@ -1,7 +1,8 @@
 //! Model-based tests of the whole runtime (`proptest-state-machine`).
 //!
 //! [`Model`] is a reference model written from `../shared/spec/` in plain
-//! Rust: a list of sessions with their parent, kind and liveness, the
+//! Rust: a list of sessions with their parent, kind and liveness (a root is
+//! live while the host holds it: opened, or taken back after a restart), the
 //! registered providers and the parents whose admission a drain closed. It
 //! does not use `decide` or the projections. Each generated transition is
 //! applied to the model and to a real [`SubagentRuntime`] driven by the
@@ -96,9 +97,10 @@ struct ModelSession {
     live: bool,
     /// The live activation captures structured output (input closed).
     captures: bool,
-    /// Bumped by every activation; an activation handle is current only
-    /// while its generation is.
-    generation: u32,
+    /// The host holds this child's current activation handle (from its
+    /// start, in this runtime generation, before any cold resume): only then
+    /// does `Dispose` release it.
+    disposable: bool,
 }
 
 /// What a transition answers.
@@ -162,6 +164,14 @@ enum Transition {
     /// The host dies without closing (every task is dropped), and a new
     /// host reopens the log.
     Crash,
+    /// The host takes a root session back (`reopen_root`).
+    ReopenRoot {
+        session: usize,
+    },
+    /// The host closes a root it holds (`close_root`).
+    CloseRoot {
+        session: usize,
+    },
 }
 
 impl ModelSession {
@@ -173,7 +183,7 @@ impl ModelSession {
             kind: Kind::Root,
             live: true,
             captures: false,
-            generation: 1,
+            disposable: false,
         }
     }
 }
@@ -220,13 +230,15 @@ impl Model {
     }
 
     /// A new host: every session stops being live, old handles go stale,
-    /// a new root opens and the host's providers register again.
+    /// every drain's cutoff ends with the registry it belonged to, a new
+    /// root opens and the host's providers register again.
     fn reopen(&mut self) {
         for session in &mut self.sessions {
             session.live = false;
             session.captures = false;
-            session.generation = 0;
+            session.disposable = false;
         }
+        self.closed.clear();
         self.providers = HOST_PROVIDERS.into_iter().collect();
         self.restarts += 1;
         self.sessions.push(ModelSession::root());
@@ -285,7 +297,7 @@ impl Model {
                     kind,
                     live: true,
                     captures: *option == StartOption::OutputSchema,
-                    generation: 1,
+                    disposable: true,
                 });
                 Ok
             }
@@ -313,7 +325,8 @@ impl Model {
                     let record = &mut self.sessions[target];
                     record.live = true;
                     record.captures = false;
-                    record.generation += 1;
+                    // A new activation: the start's handle addresses the old one.
+                    record.disposable = false;
                 }
                 Ok
             }
@@ -341,7 +354,7 @@ impl Model {
                 // The handle from the start is current only in the same
                 // runtime generation and before any cold resume.
                 let record = &self.sessions[*child];
-                if record.live && record.generation == 1 {
+                if record.live && record.disposable {
                     self.release(*child);
                 }
                 Ok
@@ -426,6 +439,30 @@ impl Model {
                 self.reopen();
                 recovered
             }
+            Transition::ReopenRoot { session } => {
+                // The log is the authority: only a root session is reopened,
+                // and only while no one holds it.
+                let record = &mut self.sessions[*session];
+                if record.kind != Kind::Root {
+                    Err(ErrorCode::Unauthorized)
+                } else if record.live {
+                    Err(ErrorCode::RootHeld)
+                } else {
+                    record.live = true;
+                    Ok
+                }
+            }
+            Transition::CloseRoot { session } => {
+                let record = &mut self.sessions[*session];
+                if record.kind != Kind::Root || !record.live {
+                    return Err(ErrorCode::Unauthorized);
+                }
+                // Its children stay as they are; the root leaves the
+                // registry, which ends a drain's cutoff below it.
+                record.live = false;
+                self.closed.remove(session);
+                Ok
+            }
         }
     }
 }
@@ -496,6 +533,10 @@ impl ReferenceStateMachine for ModelMachine {
             .filter(|id| state.sessions[*id].kind != Kind::Root)
             .collect();
         let session = 0..sessions;
+        let roots: Vec<usize> = (0..sessions)
+            .filter(|id| state.sessions[*id].kind == Kind::Root)
+            .collect();
+        let root = proptest::sample::select(roots);
         let delegator = proptest::sample::select(delegating);
         let child = if children.is_empty() {
             Just(0usize).boxed()
@@ -523,6 +564,10 @@ impl ReferenceStateMachine for ModelMachine {
             1 => provider().prop_map(Transition::Remove),
             1 => Just(Transition::Restart),
             1 => Just(Transition::Crash),
+            2 => root.clone().prop_map(|session| Transition::ReopenRoot { session }),
+            1 => root.prop_map(|session| Transition::CloseRoot { session }),
+            1 => session.clone().prop_map(|session| Transition::ReopenRoot { session }),
+            1 => session.prop_map(|session| Transition::CloseRoot { session }),
         ]
         .boxed()
     }
@@ -543,6 +588,9 @@ impl ReferenceStateMachine for ModelMachine {
             }
             Transition::DrainChildren { parent, children } => {
                 state.delegating(*parent) && children.iter().all(exists)
+            }
+            Transition::ReopenRoot { session } | Transition::CloseRoot { session } => {
+                exists(session)
             }
             Transition::Register(_)
             | Transition::Remove(_)
@@ -698,7 +746,9 @@ impl<B: Backend + Default> System<B> {
                 .expect("the runtime opens");
             runtime
         });
-        runtime.set_persona_variables([("user".to_owned(), "Ada".to_owned())].into());
+        runtime
+            .set_persona_variables([("user".to_owned(), "Ada".to_owned())].into())
+            .expect("an open runtime takes settings");
         let root = self
             .tokio
             .block_on(runtime.open_root("root"))
@@ -852,6 +902,27 @@ impl<B: Backend + Default> System<B> {
             },
             Transition::Restart => {
                 self.tokio.block_on(runtime.close()).expect("a clean close");
+                // Nothing works after close, and nothing more is recorded.
+                let head = runtime.log().head();
+                let closed = |outcome: Result<(), SubagentError>| {
+                    assert_eq!(outcome.map_err(|e| e.code()), Err(ErrorCode::Closed));
+                };
+                closed(self.tokio.block_on(runtime.open_root("late")).map(|_| ()));
+                closed(
+                    self.tokio
+                        .block_on(runtime.register_provider(provider_object(Provider::Spawn)))
+                        .map(|_| ()),
+                );
+                closed(
+                    self.tokio
+                        .block_on(runtime.start_activation(
+                            &self.handle(self.sessions.len() - 1),
+                            Self::spec(Provider::Spawn, StartOption::None),
+                            CancellationToken::new(),
+                        ))
+                        .map(|_| ()),
+                );
+                assert_eq!(runtime.log().head(), head, "recorded after close");
                 self.activations.clear();
                 self.registrations.clear();
                 self.runtime = None;
@@ -871,6 +942,23 @@ impl<B: Backend + Default> System<B> {
                 self.open();
                 self.recovered_since(head)
             }
+            Transition::ReopenRoot { session } => {
+                match self
+                    .tokio
+                    .block_on(runtime.reopen_root(self.sessions[*session]))
+                {
+                    Ok(root) => {
+                        assert_eq!(root.session(), self.sessions[*session]);
+                        self.handles.insert(*session, root);
+                        Outcome::Ok
+                    }
+                    Err(err) => Outcome::Err(err.code()),
+                }
+            }
+            Transition::CloseRoot { session } => unit(
+                self.tokio
+                    .block_on(runtime.close_root(&self.handle(*session))),
+            ),
         }
     }
 
@@ -931,6 +1019,7 @@ impl<B: Backend + Default> System<B> {
             let listed: Vec<usize> = self
                 .tokio
                 .block_on(self.runtime().list_children(*session))
+                .expect("the catalog lists")
                 .iter()
                 .map(|listed| id_of[&listed.entry.child_id])
                 .collect();
@@ -975,7 +1064,10 @@ impl<B: Backend + Default> System<B> {
         // Invariant 9: the descendant listing is a pre-order with consistent
         // parents and depths.
         for root in &rebuilt.roots {
-            let listing = self.tokio.block_on(self.runtime().list_descendants(*root));
+            let listing = self
+                .tokio
+                .block_on(self.runtime().list_descendants(*root))
+                .expect("the tree lists");
             let mut seen: HashMap<SessionId, u64> = HashMap::from([(*root, 0)]);
             for entry in &listing {
                 let parent_depth = seen

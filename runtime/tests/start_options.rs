@@ -148,7 +148,7 @@ async fn a_tool_filter_hides_restricted_tools_and_refuses_their_calls_down_the_l
     let (log, runtime, probe) = open(host).await;
     let root = runtime.open_root("host").await.unwrap();
     assert_eq!(
-        runtime.tools().len(),
+        runtime.tools().unwrap().len(),
         3,
         "read_file, shell (scripted) and write_file"
     );
@@ -260,17 +260,22 @@ async fn a_child_runs_with_options_merged_over_its_parents_within_the_model_sele
         })
     };
     // Selection starts disabled: a route override is refused.
-    assert_eq!(runtime.model_selection(), ModelSelectionSettings::default());
+    assert_eq!(
+        runtime.model_selection().unwrap(),
+        ModelSelectionSettings::default()
+    );
     let head = log.head();
     let refused = start(&runtime, &root, pick("opus")).await.err().unwrap();
     assert_eq!(refused.code(), ErrorCode::RouteNotAllowed);
-    runtime.set_model_selection(ModelSelectionSettings {
-        enabled: true,
-        allowed_routes: vec![AgentRoute {
-            provider: "anthropic".into(),
-            model: "opus".into(),
-        }],
-    });
+    runtime
+        .set_model_selection(ModelSelectionSettings {
+            enabled: true,
+            allowed_routes: vec![AgentRoute {
+                provider: "anthropic".into(),
+                model: "opus".into(),
+            }],
+        })
+        .unwrap();
     let outside = start(&runtime, &root, pick("haiku")).await.err().unwrap();
     assert_eq!(outside.code(), ErrorCode::RouteNotAllowed);
     assert_eq!(log.head(), head, "rejections recorded nothing");

@@ -2,6 +2,14 @@
 //! history, publishes it, runs turns while its inbox has work (taking
 //! steering at step boundaries and parking after an interrupt), settles the
 //! epoch on its first turn, then stays live until stopped.
+//!
+//! When the driver cannot go on (the host cannot build the agent, a persona
+//! no longer renders, the history cannot be read), the failure is a result,
+//! not a silent stop: it records [`Command::Fail`], which settles the epoch
+//! `error` with a redacted diagnostic (notifying the parent as any
+//! settlement does) and releases the activation, and then it leaves the
+//! registry. Nothing stays live to swallow messages; the next send
+//! cold-resumes the child.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -19,10 +27,31 @@ use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
 use crate::activation::DriverHandle;
-use crate::engine::internal;
+use crate::engine::{internal, internal_error};
 use crate::runtime::{lock, Notice, SubagentRuntime};
 use crate::seam::{AgentSpec, ToolCall, ToolOutput, ToolPort, TranscriptItem, TurnInput};
 use crate::tools::visible_tools;
+
+/// Why a driver stopped short: what it was doing, and the error.
+struct Failure {
+    doing: &'static str,
+    error: SubagentError,
+}
+
+impl From<SubagentError> for Failure {
+    fn from(error: SubagentError) -> Self {
+        Failure {
+            doing: "running the activation",
+            error,
+        }
+    }
+}
+
+impl Failure {
+    fn during(doing: &'static str) -> impl FnOnce(SubagentError) -> Failure {
+        move |error| Failure { doing, error }
+    }
+}
 
 /// Drives one continuable activation: build the agent, publish, run turns
 /// while the inbox has work, settle on the first turn's end, then stay live
@@ -36,13 +65,127 @@ pub(crate) struct LocalDriver {
     pub(crate) signal: CancellationToken,
     /// Whether this is a cold resume (a later epoch): it prepares itself.
     pub(crate) resumed: bool,
+    /// The epoch this driver runs.
+    pub(crate) epoch: u64,
 }
 
 impl LocalDriver {
     pub(crate) async fn run(self) {
-        if let Err(err) = self.drive().await {
-            warn!(child = %self.handle.child, error = %err, "local driver failed");
-            self.handle.settle(Err(err));
+        if let Err(failure) = self.drive().await {
+            self.fail(failure).await;
+        }
+    }
+
+    /// Records that this activation failed and takes it out of the registry:
+    /// its live children are released first (child-first), then
+    /// [`Command::Fail`] settles the epoch `error` (or records the cause
+    /// beside a result already settled) and releases it, the parent is woken
+    /// for the settlement notice, and `result()` resolves with the settled
+    /// result. Only if even that cannot be recorded (the log failed) does
+    /// `result()` resolve with the error, naming both causes.
+    async fn fail(&self, failure: Failure) {
+        let child = self.handle.child;
+        let runtime = &self.runtime;
+        let Failure { doing, error } = failure;
+        warn!(child = %child, epoch = self.epoch, error = %error, "{doing} failed");
+        let children: Vec<Arc<DriverHandle>> = lock(&runtime.inner.drivers)
+            .values()
+            .filter(|driver| driver.parent == child)
+            .cloned()
+            .collect();
+        for driver in children {
+            if let Err(err) = runtime.dispose_driver(&driver).await {
+                warn!(child = %driver.child, error = %err, "releasing a child of a failed activation failed");
+            }
+        }
+        let (published, run_id) = {
+            let state = runtime.inner.engine.state();
+            let live = state
+                .activations
+                .get(&child)
+                .and_then(|a| a.live.as_ref())
+                .filter(|live| live.epoch == self.epoch);
+            (
+                live.is_some_and(|live| {
+                    live.phase == subagent_projections::ActivationPhase::Published
+                }),
+                live.and_then(|live| live.run_id),
+            )
+        };
+        // Host and agent text is cleaned before it is recorded or returned.
+        let diagnostic = runtime.clean_diagnostic(child, &format!("{doing} failed: {error}"));
+        let recorded = runtime
+            .inner
+            .engine
+            .commit(Command::Fail {
+                child,
+                epoch: self.epoch,
+                diagnostic: diagnostic.clone(),
+            })
+            .await;
+        // Out of the registry before anyone hears of it: once `result()`
+        // resolves, the handle is stale and the capacity is back.
+        self.runtime.unregister_driver(&self.handle);
+        if recorded.is_ok() {
+            // The failed child left the registry: a drain's cutoff below it ends.
+            if let Err(err) = runtime
+                .inner
+                .engine
+                .commit(Command::ReopenAdmission { parent: child })
+                .await
+            {
+                warn!(child = %child, error = %err, "ending the admission cutoff below a failed activation failed");
+            }
+        }
+        match recorded {
+            Ok(records) => {
+                let settled = records.iter().find_map(|record| match &record.event {
+                    Event::ActivationSettled { result, .. } => Some(result.clone()),
+                    _ => None,
+                });
+                if let Some(result) = &settled {
+                    // A parent-delivered settlement notice is a message to the parent.
+                    runtime.wake(self.handle.parent);
+                    // `subagent/end` pairs with the `subagent/start` of a
+                    // published child; an agent that was never built had none.
+                    if let (true, Some(run_id)) = (published, run_id) {
+                        runtime.notify(Notice::End {
+                            parent: self.handle.parent,
+                            info: SubagentRunEndInfo {
+                                run_id,
+                                provider: self.provider.clone(),
+                                id: child,
+                                local: true,
+                                stop_reason: result.stop_reason.clone(),
+                                last_assistant_message: None,
+                            },
+                        });
+                    }
+                }
+                let result = settled.or_else(|| {
+                    runtime
+                        .inner
+                        .engine
+                        .state()
+                        .activations
+                        .get(&child)
+                        .and_then(|a| a.last_result.clone())
+                        .filter(|(epoch, _)| *epoch == self.epoch)
+                        .map(|(_, result)| result)
+                });
+                match result {
+                    Some(result) => self.handle.settle(Ok(result)),
+                    None => self
+                        .handle
+                        .settle(Err(SubagentError::Internal(diagnostic.to_string()))),
+                }
+            }
+            Err(unrecorded) => {
+                let error = runtime.clean_error(child, error);
+                self.handle.settle(Err(SubagentError::Internal(format!(
+                    "{doing} failed: {error}; recording the failure failed: {unrecorded}"
+                ))));
+            }
         }
     }
 
@@ -50,24 +193,20 @@ impl LocalDriver {
         self.runtime.session_history(self.handle.child).await
     }
 
-    async fn drive(&self) -> Result<(), SubagentError> {
+    async fn drive(&self) -> Result<(), Failure> {
         let engine = &self.runtime.inner.engine;
         let child = self.handle.child;
         if self.resumed {
-            let epoch = engine
-                .state()
-                .activations
-                .get(&child)
-                .map_or(0, |a| a.epoch);
             engine
                 .commit(Command::Prepared {
                     child,
-                    epoch,
+                    epoch: self.epoch,
                     prompt: None,
                     seed: None,
                     seed_source: None,
                 })
-                .await?;
+                .await
+                .map_err(Failure::during("preparing the resumed activation"))?;
         }
         let (descriptor, epoch, output_schema) = {
             let state = engine.state();
@@ -79,7 +218,8 @@ impl LocalDriver {
                 .activations
                 .get(&child)
                 .and_then(|a| a.live.clone())
-                .ok_or_else(|| internal("activation is not live"))?;
+                .filter(|live| live.epoch == self.epoch)
+                .ok_or_else(|| internal(format!("activation {} is not live", self.epoch)))?;
             (descriptor, live.epoch, live.output_schema)
         };
         // The persona was validated at start; render it with today's variables
@@ -89,7 +229,8 @@ impl LocalDriver {
             .as_ref()
             .and_then(|descriptor| descriptor.persona.as_deref())
             .map(|template| subagent_core::persona::render(template, &settings.persona_variables))
-            .transpose()?;
+            .transpose()
+            .map_err(Failure::during("rendering the persona"))?;
         let tools = visible_tools(
             &self.runtime.inner.deployment.tools,
             &engine.state().tool_lineage(child),
@@ -98,12 +239,21 @@ impl LocalDriver {
             session: child,
             label: self.label.clone(),
             descriptor,
-            history: self.history().await?,
+            history: self
+                .history()
+                .await
+                .map_err(Failure::during("reading the history"))?,
             output_schema: output_schema.clone(),
             persona,
             tools,
         };
-        let mut agent = self.runtime.inner.host.create(spec).await?;
+        let mut agent = self
+            .runtime
+            .inner
+            .host
+            .create(spec)
+            .await
+            .map_err(Failure::during("creating the agent"))?;
         let run_id = SubagentRunId::from_uuid(*child.as_uuid());
         engine
             .commit(Command::Published {
@@ -321,7 +471,7 @@ impl LocalDriver {
             .log()
             .read_stream(StreamId::Session(self.handle.child), from)
         {
-            let record = record.map_err(internal)?;
+            let record = record.map_err(internal_error)?;
             if record.version >= until {
                 break;
             }

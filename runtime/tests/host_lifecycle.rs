@@ -1,0 +1,975 @@
+//! The host's side of the runtime's life, each test named after the behaviour
+//! it checks: an agent that cannot be built settles as an `error` result,
+//! `close()` refuses every later call, a restarted host takes its root back,
+//! and a storage failure names its cause.
+
+mod common;
+
+use common::start;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use subagent_core::{
+    ContentBlock, Delivery, ErrorCode, Event, MessageSource, ModelSelectionSettings, SessionId,
+    StreamId, SubagentActivationSpec, SubagentError, SubagentStopReason,
+};
+use subagent_projections::Activity;
+use subagent_runtime::providers::SpawnProvider;
+use subagent_runtime::scripted::Step;
+use subagent_runtime::seam::BoxFuture;
+use subagent_runtime::{
+    Agent, AgentHost, AgentSpec, CapacityLimits, InterruptAuthority, Notice, Script, ScriptedHost,
+    SubagentActivation, SubagentRuntime,
+};
+use subagent_store::{
+    Durability, EventLog, EventLogExt, MemoryLog, RocksLog, RocksOptions, StoreError, StreamAppend,
+    Subscription, TransactionTicket,
+};
+use tokio_util::sync::CancellationToken;
+
+// ---- helpers ------------------------------------------------------------------
+
+/// The scripts: a default two-turn agent, a slow one, and a parent that
+/// answers every turn.
+fn scripts() -> ScriptedHost {
+    ScriptedHost::new(Script {
+        turns: vec![
+            vec![Step::Say("first".into())],
+            vec![Step::Say("again".into())],
+        ],
+    })
+    .with(
+        "slow",
+        Script {
+            turns: vec![vec![Step::Say("working".into()), Step::SleepMs(60_000)]],
+        },
+    )
+}
+
+/// A host whose model endpoint can go down: while `down`, or for a session
+/// labelled `broken`, building an agent fails with a message that carries a
+/// credential (which must never reach the log or a caller).
+struct FlakyHost {
+    scripts: ScriptedHost,
+    down: AtomicBool,
+    creations: Mutex<Vec<String>>,
+}
+
+const ENDPOINT_DOWN: &str =
+    "model endpoint down: POST https://models.example/v1 api_key=sk-live-0123456789abcdef refused";
+
+impl FlakyHost {
+    fn new() -> Arc<FlakyHost> {
+        Arc::new(FlakyHost {
+            scripts: scripts(),
+            down: AtomicBool::new(false),
+            creations: Mutex::new(Vec::new()),
+        })
+    }
+
+    fn set_down(&self, down: bool) {
+        self.down.store(down, Ordering::SeqCst);
+    }
+}
+
+impl AgentHost for FlakyHost {
+    fn create(&self, spec: AgentSpec) -> BoxFuture<'static, Result<Box<dyn Agent>, SubagentError>> {
+        self.creations.lock().unwrap().push(spec.label.clone());
+        if self.down.load(Ordering::SeqCst) || spec.label == "broken" {
+            return Box::pin(async { Err(SubagentError::Internal(ENDPOINT_DOWN.into())) });
+        }
+        self.scripts.create(spec)
+    }
+
+    fn tools(&self) -> Vec<subagent_runtime::ToolDefinition> {
+        self.scripts.tools()
+    }
+}
+
+async fn flaky_runtime(log: &MemoryLog) -> (SubagentRuntime, Arc<FlakyHost>) {
+    let host = FlakyHost::new();
+    let (runtime, _) = SubagentRuntime::open(Arc::new(log.clone()), host.clone())
+        .await
+        .unwrap();
+    runtime
+        .register_provider(Arc::new(SpawnProvider))
+        .await
+        .unwrap();
+    (runtime, host)
+}
+
+fn spec(label: &str, delivery: Delivery) -> SubagentActivationSpec {
+    SubagentActivationSpec::with_text_prompt("spawn", label, "task", delivery)
+}
+
+fn events(log: &dyn EventLog, session: SessionId) -> Vec<Event> {
+    log.read_stream(StreamId::Session(session), 1)
+        .map(|record| record.unwrap().event)
+        .collect()
+}
+
+fn count(events: &[Event], name: &str) -> usize {
+    events.iter().filter(|e| e.type_name() == name).count()
+}
+
+async fn until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+fn text(content: &str) -> Vec<ContentBlock> {
+    vec![ContentBlock::text(content)]
+}
+
+/// The settlement notices in `session`'s stream, by the child they are about.
+fn notices_about(log: &dyn EventLog, session: SessionId, child: SessionId) -> Vec<String> {
+    events(log, session)
+        .into_iter()
+        .filter_map(|event| match event {
+            Event::MessageAccepted {
+                source:
+                    MessageSource::SubagentSettled {
+                        summary,
+                        sender_session_id,
+                    },
+                ..
+            } if sender_session_id == child => Some(summary),
+            _ => None,
+        })
+        .collect()
+}
+
+// ---- 5: an agent that cannot be built -------------------------------------------
+
+#[tokio::test]
+async fn an_agent_that_cannot_be_built_settles_error_notifies_the_parent_and_is_released() {
+    let log = MemoryLog::new();
+    let (runtime, host) = flaky_runtime(&log).await;
+    let root = runtime.open_root("host").await.unwrap();
+    let mut inbox = runtime.inbox(&root).unwrap();
+    let mut notices = runtime.notices_for(root.session()).unwrap();
+    host.set_down(true);
+    let activation = start(&runtime, &root, spec("worker", Delivery::Parent))
+        .await
+        .expect("the prompt was accepted: the failure settles through the result");
+    let child = activation.child_id();
+    let prompt = activation.message_id().expect("a local child's prompt id");
+
+    // The result is the settled failure, not an infrastructure error.
+    let result = activation.result().await.expect("a result, not Err");
+    assert_eq!(result.stop_reason, SubagentStopReason::Error);
+    assert!(result.output.is_empty());
+    let diagnostic = result.diagnostic.clone().expect("a diagnostic").to_string();
+    assert!(
+        diagnostic.contains("creating the agent failed")
+            && diagnostic.contains("model endpoint down"),
+        "{diagnostic}"
+    );
+    assert!(
+        !diagnostic.contains("sk-live-0123456789abcdef"),
+        "the credential is redacted: {diagnostic}"
+    );
+
+    // Recorded durably: settled `error`, then released; never published.
+    let child_events = events(&log, child);
+    let settled = child_events.iter().find_map(|event| match event {
+        Event::ActivationSettled { epoch: 1, result } => Some(result.clone()),
+        _ => None,
+    });
+    assert_eq!(
+        settled.as_ref(),
+        Some(&result),
+        "the log holds what result() returned"
+    );
+    assert_eq!(count(&child_events, "ActivationReleased"), 1);
+    assert_eq!(count(&child_events, "ActivationPublished"), 0);
+    assert!(
+        !serde_json::to_string(&child_events)
+            .unwrap()
+            .contains("sk-live-0123456789abcdef"),
+        "no credential in the log"
+    );
+
+    // The parent is notified as for any settlement: a status-only notice.
+    let notice = tokio::time::timeout(Duration::from_secs(5), inbox.recv())
+        .await
+        .expect("the notice arrives")
+        .expect("the inbox is open");
+    assert!(matches!(
+        notice.source,
+        MessageSource::SubagentSettled { sender_session_id, .. } if sender_session_id == child
+    ));
+    assert!(
+        subagent_core::content::plain_text(&notice.content).ends_with("error"),
+        "{:?}",
+        notice.content
+    );
+    // No `subagent/start` was announced (no agent was ever published), so
+    // no unpaired `subagent/end` either.
+    assert!(matches!(
+        notices.try_recv(),
+        Err(tokio::sync::mpsc::error::TryRecvError::Empty)
+    ));
+
+    // Nothing stays live to swallow messages; the prompt stays pending.
+    let state = runtime.projections();
+    assert_eq!(state.activity(child), Activity::Inactive);
+    assert!(state.live_activations().is_empty());
+    assert_eq!(state.pending_messages(child), vec![prompt]);
+    let refused = runtime
+        .send_message(
+            &activation.agent(),
+            root.session(),
+            text("from a dead agent"),
+            CancellationToken::new(),
+        )
+        .await
+        .expect_err("the failed activation's handle is stale");
+    assert_eq!(refused.code(), ErrorCode::Unauthorized);
+    assert!(
+        !runtime.wait_for_children(&root).await.unwrap(),
+        "no live child work"
+    );
+
+    // Once the endpoint is back, a send cold-resumes the child, and its first
+    // turn takes the original prompt and the new message, in order.
+    host.set_down(false);
+    let later = runtime
+        .send_message(&root, child, text("try again"), CancellationToken::new())
+        .await
+        .unwrap();
+    until("the resumed turn", || {
+        count(&events(&log, child), "TurnEnded") == 1
+    })
+    .await;
+    let claimed = events(&log, child)
+        .into_iter()
+        .find_map(|event| match event {
+            Event::MessagesClaimed { ids, turn: 1 } => Some(ids),
+            _ => None,
+        });
+    assert_eq!(claimed, Some(vec![prompt, later]));
+
+    // Disposing the failed activation's handle does not touch the resumed
+    // epoch (a handle addresses its own activation only).
+    activation.dispose().await.unwrap();
+    let state = runtime.projections();
+    assert_eq!(
+        state.activations[&child].live.as_ref().map(|l| l.epoch),
+        Some(2)
+    );
+    runtime.drain_children(&root, &[child]).await.unwrap();
+    assert_eq!(runtime.projections().activity(child), Activity::Inactive);
+    common::assert_inbox_invariants(&log);
+    runtime.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_live_parent_is_woken_by_the_failure_notice_of_its_child() {
+    let log = MemoryLog::new();
+    let (runtime, _host) = flaky_runtime(&log).await;
+    let root = runtime.open_root("host").await.unwrap();
+    let parent = start(&runtime, &root, spec("coordinator", Delivery::Caller))
+        .await
+        .unwrap();
+    parent.result().await.unwrap();
+    let parent_id = parent.child_id();
+    assert_eq!(count(&events(&log, parent_id), "TurnStarted"), 1);
+    // The parent delegates to a child whose agent cannot be built.
+    let broken = start(&runtime, &parent.agent(), spec("broken", Delivery::Parent))
+        .await
+        .unwrap();
+    let result = broken.result().await.unwrap();
+    assert_eq!(result.stop_reason, SubagentStopReason::Error);
+    // The idle parent runs a turn on the notice, as for any settlement.
+    until("the parent's turn on the notice", || {
+        count(&events(&log, parent_id), "TurnEnded") == 2
+    })
+    .await;
+    let notice = notices_about(&log, parent_id, broken.child_id());
+    assert_eq!(notice.len(), 1);
+    assert!(runtime.projections().pending_messages(parent_id).is_empty());
+    parent.dispose().await.unwrap();
+    common::assert_inbox_invariants(&log);
+}
+
+#[tokio::test]
+async fn a_cold_resume_whose_agent_cannot_be_built_settles_error_and_the_message_waits() {
+    let log = MemoryLog::new();
+    let (runtime, host) = flaky_runtime(&log).await;
+    let root = runtime.open_root("host").await.unwrap();
+    let activation = start(&runtime, &root, spec("worker", Delivery::Caller))
+        .await
+        .unwrap();
+    activation.result().await.unwrap();
+    activation.dispose().await.unwrap();
+    let child = activation.child_id();
+
+    host.set_down(true);
+    let message = runtime
+        .send_message(&root, child, text("more"), CancellationToken::new())
+        .await
+        .expect("accepted: the resume's failure settles, it does not refuse");
+    until("the resumed epoch to fail", || {
+        count(&events(&log, child), "ActivationReleased") == 2
+    })
+    .await;
+    let failed = events(&log, child)
+        .into_iter()
+        .find_map(|event| match event {
+            Event::ActivationSettled { epoch: 2, result } => Some(result),
+            _ => None,
+        })
+        .expect("the resumed epoch settled");
+    assert_eq!(failed.stop_reason, SubagentStopReason::Error);
+    assert!(failed.diagnostic.as_ref().is_some_and(
+        |d| d.as_str().contains("model endpoint down") && !d.as_str().contains("sk-live")
+    ));
+    // A resume reports to the parent (its delivery is `parent`).
+    let notices = notices_about(&log, root.session(), child);
+    assert_eq!(notices.len(), 1, "{notices:?}");
+    let state = runtime.projections();
+    assert_eq!(state.activity(child), Activity::Inactive);
+    assert_eq!(state.pending_messages(child), vec![message]);
+
+    // The next send resumes again and the message is finally taken.
+    host.set_down(false);
+    let next = runtime
+        .send_message(&root, child, text("and this"), CancellationToken::new())
+        .await
+        .unwrap();
+    until("the third epoch's turn", || {
+        count(&events(&log, child), "TurnEnded") == 2
+    })
+    .await;
+    let claimed = events(&log, child)
+        .into_iter()
+        .find_map(|event| match event {
+            Event::MessagesClaimed { ids, turn: 2 } => Some(ids),
+            _ => None,
+        });
+    assert_eq!(claimed, Some(vec![message, next]));
+    runtime.close().await.unwrap();
+    common::assert_inbox_invariants(&log);
+}
+
+// ---- 6: close() closes ----------------------------------------------------------
+
+fn assert_closed<T: std::fmt::Debug>(what: &str, outcome: Result<T, SubagentError>) {
+    match outcome {
+        Err(err) => assert_eq!(err.code(), ErrorCode::Closed, "{what}: {err}"),
+        Ok(value) => panic!("{what} succeeded after close: {value:?}"),
+    }
+}
+
+#[tokio::test]
+async fn after_close_every_entry_point_is_refused_with_subagent_closed() {
+    let log = MemoryLog::new();
+    let (runtime, _host) = flaky_runtime(&log).await;
+    let registration = runtime
+        .register_provider(Arc::new(subagent_runtime::providers::ForkProvider))
+        .await
+        .unwrap();
+    let root = runtime.open_root("host").await.unwrap();
+    let idle = start(&runtime, &root, spec("worker", Delivery::Parent))
+        .await
+        .unwrap();
+    idle.result().await.unwrap();
+    let running = start(&runtime, &root, spec("slow", Delivery::Caller))
+        .await
+        .unwrap();
+    until("the slow child to run", || {
+        runtime.projections().activity(running.child_id()) == Activity::Running
+    })
+    .await;
+    let mut inbox = runtime.inbox(&root).unwrap();
+    let mut scoped = runtime.notices_for(root.session()).unwrap();
+    let mut all = runtime.notices().unwrap();
+
+    runtime.close().await.unwrap();
+    assert!(runtime.is_closed());
+    let head = log.head();
+    // Closing again is a no-op.
+    runtime.close().await.unwrap();
+
+    // Every activation was released by the close, child-first; results stand.
+    assert_eq!(
+        running.result().await.unwrap().stop_reason,
+        SubagentStopReason::Aborted
+    );
+    assert_eq!(
+        idle.result().await.unwrap().stop_reason,
+        SubagentStopReason::Completed
+    );
+    let state = runtime.projections();
+    assert!(state.live_activations().is_empty());
+    assert!(
+        state.providers.is_empty(),
+        "registrations ended with the host"
+    );
+
+    let child = idle.agent();
+    let signal = CancellationToken::new;
+    assert_closed("open_root", runtime.open_root("late").await);
+    assert_closed("open_root_with", runtime.open_root_with("late", None).await);
+    assert_closed("reopen_root", runtime.reopen_root(root.session()).await);
+    assert_closed("close_root", runtime.close_root(&root).await);
+    assert_closed(
+        "start_activation (root)",
+        start(&runtime, &root, spec("worker", Delivery::Parent))
+            .await
+            .map(|a| a.child_id()),
+    );
+    assert_closed(
+        "start_activation (child)",
+        start(&runtime, &child, spec("worker", Delivery::Parent))
+            .await
+            .map(|a| a.child_id()),
+    );
+    assert_closed(
+        "send_message (to a child)",
+        runtime
+            .send_message(&root, idle.child_id(), text("hi"), signal())
+            .await,
+    );
+    assert_closed(
+        "send_message (to the parent)",
+        runtime
+            .send_message(&child, root.session(), text("hi"), signal())
+            .await,
+    );
+    assert_closed(
+        "interrupt (user)",
+        runtime
+            .interrupt(
+                running.child_id(),
+                InterruptAuthority::User {
+                    parent_session_id: root.session(),
+                },
+            )
+            .await,
+    );
+    assert_closed(
+        "interrupt (ancestor)",
+        runtime
+            .interrupt(running.child_id(), InterruptAuthority::Ancestor(&root))
+            .await,
+    );
+    assert_closed(
+        "drain_children",
+        runtime.drain_children(&root, &[idle.child_id()]).await,
+    );
+    assert_closed(
+        "drain_descendants",
+        runtime.drain_descendants(std::slice::from_ref(&root)).await,
+    );
+    assert_closed(
+        "drain_descendants (none)",
+        runtime.drain_descendants(&[]).await,
+    );
+    assert_closed("wait_for_children", runtime.wait_for_children(&root).await);
+    assert_closed(
+        "register_provider",
+        runtime
+            .register_provider(Arc::new(SpawnProvider))
+            .await
+            .map(|r| r.name().to_owned()),
+    );
+    assert_closed("remove_provider", runtime.remove_provider("fork").await);
+    assert_closed("ProviderRegistration::remove", registration.remove().await);
+    assert_closed("inbox", runtime.inbox(&root).map(|_| ()));
+    assert_closed("inbox (child)", runtime.inbox(&child).map(|_| ()));
+    assert_closed("notices", runtime.notices().map(|_| ()));
+    assert_closed(
+        "notices_for",
+        runtime.notices_for(root.session()).map(|_| ()),
+    );
+    assert_closed(
+        "get_provider",
+        runtime.get_provider("spawn").map(|p| p.is_some()),
+    );
+    assert_closed("list", runtime.list());
+    assert_closed("list_children", runtime.list_children(root.session()).await);
+    assert_closed(
+        "list_descendants",
+        runtime.list_descendants(root.session()).await,
+    );
+    assert_closed(
+        "set_persona_variables",
+        runtime.set_persona_variables([("user".to_owned(), "Ada".to_owned())].into()),
+    );
+    assert_closed(
+        "set_model_selection",
+        runtime.set_model_selection(ModelSelectionSettings::default()),
+    );
+    assert_closed("model_selection", runtime.model_selection());
+    assert_closed(
+        "set_max_depth_setting",
+        runtime.set_max_depth_setting(Some(2)),
+    );
+    assert_closed("resolve_max_depth", runtime.resolve_max_depth(None));
+    assert_closed("tools", runtime.tools().map(<[_]>::len));
+    // A clone is the same runtime.
+    assert_closed("a clone", runtime.clone().open_root("late").await);
+    assert_eq!(log.head(), head, "nothing was recorded after close");
+
+    // The handles' own outcomes stay readable; disposing again is a no-op.
+    idle.dispose().await.unwrap();
+    running.dispose().await.unwrap();
+    assert_eq!(log.head(), head);
+
+    // Readers opened before the close end with it.
+    for ended in [
+        tokio::time::timeout(Duration::from_secs(5), async {
+            while inbox.recv().await.is_some() {}
+        })
+        .await,
+        tokio::time::timeout(Duration::from_secs(5), async {
+            while scoped.recv().await.is_some() {}
+        })
+        .await,
+    ] {
+        assert!(ended.is_ok(), "a reader outlived the close");
+    }
+    // The broadcast saw the close's own provider removals, and nothing after.
+    let mut removed = Vec::new();
+    while let Ok(notice) = all.try_recv() {
+        if let Notice::ProviderRemoved(name) = notice {
+            removed.push(name);
+        }
+    }
+    assert_eq!(removed, vec!["spawn".to_owned(), "fork".to_owned()]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn starts_and_sends_racing_close_are_refused_or_released_never_left_live() {
+    for round in 0..20 {
+        let log = MemoryLog::new();
+        let (runtime, _host) = flaky_runtime(&log).await;
+        let root = runtime.open_root("host").await.unwrap();
+        let resident = start(&runtime, &root, spec("worker", Delivery::Caller))
+            .await
+            .unwrap();
+        resident.result().await.unwrap();
+        resident.dispose().await.unwrap();
+        let mut racers = Vec::new();
+        for _ in 0..4 {
+            let (runtime, root) = (runtime.clone(), root.clone());
+            racers.push(tokio::spawn(async move {
+                start(&runtime, &root, spec("slow", Delivery::Parent))
+                    .await
+                    .map(|activation| activation.child_id())
+            }));
+        }
+        {
+            let (runtime, root, child) = (runtime.clone(), root.clone(), resident.child_id());
+            racers.push(tokio::spawn(async move {
+                runtime
+                    .send_message(&root, child, text("wake up"), CancellationToken::new())
+                    .await
+                    .map(|_| child)
+            }));
+        }
+        tokio::task::yield_now().await;
+        runtime.close().await.unwrap();
+        for racer in racers {
+            match racer.await.unwrap() {
+                Ok(_) => {}
+                Err(err) => assert!(
+                    matches!(err.code(), ErrorCode::Closed | ErrorCode::Cancelled),
+                    "round {round}: {err}"
+                ),
+            }
+        }
+        let head = log.head();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert_eq!(log.head(), head, "round {round}: recorded after close");
+        let records: Vec<_> = log.read_all(1).map(|r| r.unwrap()).collect();
+        let rebuilt = subagent_projections::Projections::fold(&records);
+        assert!(
+            rebuilt.live_activations().is_empty(),
+            "round {round}: {:?} live after close",
+            rebuilt.live_activations()
+        );
+        common::assert_inbox_invariants(&log);
+    }
+}
+
+// ---- 7: a restarted host takes its root back ------------------------------------
+
+/// Opens the RocksDB log in `dir`, waiting for the previous handle to go.
+fn open_rocks(dir: &std::path::Path) -> RocksLog {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match RocksLog::open(dir, RocksOptions::default()) {
+            Ok(log) => return log,
+            Err(StoreError::Locked { .. }) if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Err(err) => panic!("opening the log: {err}"),
+        }
+    }
+}
+
+async fn host_over(log: &RocksLog) -> SubagentRuntime {
+    host_reporting(log).await.0
+}
+
+/// [`host_over`], with what opening had to recover.
+async fn host_reporting(log: &RocksLog) -> (SubagentRuntime, subagent_runtime::RecoveryReport) {
+    let (runtime, report) = SubagentRuntime::open(Arc::new(log.clone()), Arc::new(scripts()))
+        .await
+        .unwrap();
+    runtime
+        .register_provider(Arc::new(SpawnProvider))
+        .await
+        .unwrap();
+    (runtime, report)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_host_reopens_its_root_and_messages_drains_and_lists_its_children() {
+    let dir = tempfile::tempdir().unwrap();
+    // The first host delegates twice, then shuts down cleanly.
+    let (root_id, first, second) = {
+        let log = open_rocks(dir.path());
+        let runtime = host_over(&log).await;
+        let root = runtime.open_root("host").await.unwrap();
+        let mut ids = Vec::new();
+        for label in ["one", "two"] {
+            let activation = start(&runtime, &root, spec(label, Delivery::Parent))
+                .await
+                .unwrap();
+            activation.result().await.unwrap();
+            ids.push(activation.child_id());
+        }
+        // One process per log: a second opener is locked out.
+        assert!(matches!(
+            RocksLog::open(dir.path(), RocksOptions::default()),
+            Err(StoreError::Locked { .. })
+        ));
+        runtime.close().await.unwrap();
+        (root.session(), ids[0], ids[1])
+    };
+
+    // The second host takes the same root back.
+    let log = open_rocks(dir.path());
+    let runtime = host_over(&log).await;
+    let root = runtime.reopen_root(root_id).await.unwrap();
+    assert_eq!(root.session(), root_id);
+    let held = runtime.reopen_root(root_id).await.unwrap_err();
+    assert_eq!(held.code(), ErrorCode::RootHeld, "{held}");
+    let child_session = runtime.reopen_root(first).await.unwrap_err();
+    assert_eq!(child_session.code(), ErrorCode::Unauthorized);
+    let unknown = runtime.reopen_root(SessionId::new()).await.unwrap_err();
+    assert_eq!(unknown.code(), ErrorCode::ParentUnavailable);
+    let fresh = runtime.open_root("another").await.unwrap();
+    assert_eq!(
+        runtime
+            .reopen_root(fresh.session())
+            .await
+            .unwrap_err()
+            .code(),
+        ErrorCode::RootHeld,
+        "a root opened by this runtime is held too"
+    );
+
+    // It lists its children from the durable catalog ...
+    let listed: Vec<SessionId> = runtime
+        .list_children(root_id)
+        .await
+        .unwrap()
+        .iter()
+        .map(|entry| entry.entry.child_id)
+        .collect();
+    assert_eq!(listed, vec![first, second]);
+    assert_eq!(runtime.list_descendants(root_id).await.unwrap().len(), 2);
+    let agents = runtime.projections().list_agents(root_id);
+    assert_eq!(
+        agents.len(),
+        2,
+        "both inactive children are listed as agents"
+    );
+    // ... messages one (a cold resume in a new epoch) ...
+    let mut inbox = runtime.inbox(&root).unwrap();
+    runtime
+        .send_message(&root, first, text("follow up"), CancellationToken::new())
+        .await
+        .unwrap();
+    until("the resumed turn", || {
+        count(&events(&log, first), "TurnEnded") == 2
+    })
+    .await;
+    assert!(runtime.wait_for_children(&root).await.unwrap());
+    // The resumed epoch's settlement reaches the reopened root's inbox.
+    let mut about_first = 0;
+    while let Ok(Some(message)) =
+        tokio::time::timeout(Duration::from_millis(500), inbox.recv()).await
+    {
+        if matches!(message.source, MessageSource::SubagentSettled { sender_session_id, .. } if sender_session_id == first)
+        {
+            about_first += 1;
+        }
+    }
+    assert_eq!(about_first, 2, "the first epoch's notice and the resume's");
+    // ... drains them ...
+    runtime
+        .drain_children(&root, &[first, second])
+        .await
+        .unwrap();
+    let state = runtime.projections();
+    assert_eq!(state.activity(first), Activity::Inactive);
+    assert_eq!(
+        count(&events(&log, first), "ActivationReleased"),
+        2,
+        "both epochs released"
+    );
+    // ... and delegates anew.
+    let third = start(&runtime, &root, spec("three", Delivery::Parent))
+        .await
+        .unwrap();
+    third.result().await.unwrap();
+    assert_eq!(runtime.list_children(root_id).await.unwrap().len(), 3);
+
+    // A drain's cutoff below the root ends with the host, so the next host
+    // can delegate from it again; and a closed root can be taken back.
+    runtime
+        .drain_descendants(std::slice::from_ref(&root))
+        .await
+        .unwrap();
+    assert_eq!(
+        start(&runtime, &root, spec("four", Delivery::Parent))
+            .await
+            .map(|a| a.child_id())
+            .unwrap_err()
+            .code(),
+        ErrorCode::AdmissionClosed
+    );
+    runtime.close_root(&root).await.unwrap();
+    assert_eq!(
+        runtime.close_root(&root).await.unwrap_err().code(),
+        ErrorCode::Unauthorized,
+        "a closed root's handle is stale"
+    );
+    let root = runtime.reopen_root(root_id).await.unwrap();
+    let after_close_root = start(&runtime, &root, spec("five", Delivery::Caller))
+        .await
+        .expect("closing the root ended the cutoff");
+    after_close_root.result().await.unwrap();
+    runtime
+        .drain_descendants(std::slice::from_ref(&root))
+        .await
+        .unwrap();
+    runtime.close().await.unwrap();
+    // The directory is free once the runtime and every handle that holds it
+    // (an activation holds its runtime) are gone.
+    drop((runtime, third, after_close_root, log));
+
+    let log = open_rocks(dir.path());
+    let (runtime, report) = host_reporting(&log).await;
+    assert_eq!(
+        report.events, 0,
+        "the close ended the held root's cutoff itself: nothing to recover"
+    );
+    let root = runtime.reopen_root(root_id).await.unwrap();
+    let fourth = start(&runtime, &root, spec("four", Delivery::Parent))
+        .await
+        .expect("the cutoff ended with the previous host");
+    fourth.result().await.unwrap();
+    runtime.close().await.unwrap();
+}
+
+#[test]
+fn after_a_crash_the_reopened_root_finds_its_children_abandoned_and_resumable() {
+    let log = MemoryLog::new();
+    let (root_id, child) = {
+        // The first host dies with its tokio runtime, its child mid-turn and
+        // admission closed below the root by a drain in progress.
+        let tokio = tokio::runtime::Runtime::new().unwrap();
+        tokio.block_on(async {
+            let (runtime, _) = SubagentRuntime::open(Arc::new(log.clone()), Arc::new(scripts()))
+                .await
+                .unwrap();
+            runtime
+                .register_provider(Arc::new(SpawnProvider))
+                .await
+                .unwrap();
+            let root = runtime.open_root("host").await.unwrap();
+            let slow = start(&runtime, &root, spec("slow", Delivery::Parent))
+                .await
+                .unwrap();
+            until("the slow child to run", || {
+                runtime.projections().activity(slow.child_id()) == Activity::Running
+            })
+            .await;
+            (root.session(), slow.child_id())
+        })
+    };
+    let tokio = tokio::runtime::Runtime::new().unwrap();
+    tokio.block_on(async {
+        let (runtime, report) = SubagentRuntime::open(Arc::new(log.clone()), Arc::new(scripts()))
+            .await
+            .unwrap();
+        assert!(report.events > 0, "recovery settled the live child");
+        runtime
+            .register_provider(Arc::new(SpawnProvider))
+            .await
+            .unwrap();
+        let root = runtime.reopen_root(root_id).await.unwrap();
+        assert_eq!(runtime.projections().activity(child), Activity::Inactive);
+        runtime
+            .send_message(&root, child, text("carry on"), CancellationToken::new())
+            .await
+            .unwrap();
+        until("the resumed child to run", || {
+            runtime.projections().activity(child) == Activity::Running
+        })
+        .await;
+        runtime.drain_children(&root, &[child]).await.unwrap();
+        assert!(runtime.projections().live_activations().is_empty());
+        runtime.close().await.unwrap();
+    });
+}
+
+// ---- 11: a storage failure names its cause ----------------------------------------
+
+/// A memory log whose disk fills up on demand: every append then fails with
+/// the IO error RocksDB would report.
+#[derive(Clone)]
+struct FillingLog {
+    inner: MemoryLog,
+    full: Arc<AtomicBool>,
+}
+
+const DISK_FULL: &str = "IO error: No space left on device: While appending to file";
+
+impl EventLog for FillingLog {
+    fn append_atomic(&self, parts: Vec<StreamAppend>) -> TransactionTicket {
+        if self.full.load(Ordering::SeqCst) {
+            return TransactionTicket::ready(Err(StoreError::Io(DISK_FULL.into())));
+        }
+        self.inner.append_atomic(parts)
+    }
+    fn read_all_page(
+        &self,
+        from: u64,
+        limit: usize,
+    ) -> Result<Vec<subagent_core::RecordedEvent>, StoreError> {
+        self.inner.read_all_page(from, limit)
+    }
+    fn read_stream_page(
+        &self,
+        stream: &StreamId,
+        from: u64,
+        limit: usize,
+    ) -> Result<Vec<subagent_core::RecordedEvent>, StoreError> {
+        self.inner.read_stream_page(stream, from, limit)
+    }
+    fn stream_version(&self, stream: &StreamId) -> Result<u64, StoreError> {
+        self.inner.stream_version(stream)
+    }
+    fn head(&self) -> u64 {
+        self.inner.head()
+    }
+    fn watch_head(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.inner.watch_head()
+    }
+    fn subscribe(&self, from: u64) -> Subscription {
+        self.inner.subscribe(from)
+    }
+    fn durability(&self) -> Durability {
+        self.inner.durability()
+    }
+    fn read_checkpoint(&self, name: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        self.inner.read_checkpoint(name)
+    }
+    fn write_checkpoint(&self, name: &str, bytes: &[u8]) -> Result<(), StoreError> {
+        if self.full.load(Ordering::SeqCst) {
+            return Err(StoreError::Io(DISK_FULL.into()));
+        }
+        self.inner.write_checkpoint(name, bytes)
+    }
+}
+
+#[tokio::test]
+async fn a_full_disk_is_named_in_every_failure_it_causes() {
+    let full = Arc::new(AtomicBool::new(false));
+    let log = FillingLog {
+        inner: MemoryLog::new(),
+        full: Arc::clone(&full),
+    };
+    let (runtime, _) = SubagentRuntime::open_with(
+        Arc::new(log.clone()),
+        Arc::new(scripts()),
+        CapacityLimits::default(),
+    )
+    .await
+    .unwrap();
+    runtime
+        .register_provider(Arc::new(SpawnProvider))
+        .await
+        .unwrap();
+    let root = runtime.open_root("host").await.unwrap();
+    let mut children: Vec<SubagentActivation> = Vec::new();
+    for label in ["a", "b", "c"] {
+        let child = start(&runtime, &root, spec(label, Delivery::Caller))
+            .await
+            .unwrap();
+        child.result().await.unwrap();
+        children.push(child);
+    }
+    full.store(true, Ordering::SeqCst);
+
+    // Releasing three children fails on every branch; the aggregate names
+    // each cause, and each names the full disk.
+    let ids: Vec<SessionId> = children.iter().map(SubagentActivation::child_id).collect();
+    let drained = runtime.drain_children(&root, &ids).await.unwrap_err();
+    assert_eq!(drained.code(), ErrorCode::Aggregate);
+    let text = drained.to_string();
+    assert!(
+        text.starts_with("3 branches failed: [gateway/internal]"),
+        "{text}"
+    );
+    assert_eq!(text.matches("No space left on device").count(), 3, "{text}");
+    // Every later refusal still names the first cause.
+    let drained = runtime
+        .drain_descendants(std::slice::from_ref(&root))
+        .await
+        .unwrap_err();
+    assert_eq!(drained.code(), ErrorCode::Internal);
+    assert!(
+        drained.to_string().contains("No space left on device"),
+        "{drained}"
+    );
+    let later = runtime.open_root("later").await.unwrap_err();
+    assert_eq!(later.code(), ErrorCode::Internal);
+    assert!(
+        later.to_string().contains("No space left on device"),
+        "{later}"
+    );
+    let listed = runtime.list_children(root.session()).await.unwrap_err();
+    assert!(
+        listed.to_string().contains("No space left on device"),
+        "{listed}"
+    );
+
+    // Close does not hang on a checkpoint that can never be durable, and its
+    // error says why.
+    let closed = tokio::time::timeout(Duration::from_secs(10), runtime.close())
+        .await
+        .expect("close returns")
+        .unwrap_err();
+    assert!(
+        closed.to_string().contains("No space left on device"),
+        "{closed}"
+    );
+    assert_eq!(
+        runtime.open_root("after").await.unwrap_err().code(),
+        ErrorCode::Closed
+    );
+}
