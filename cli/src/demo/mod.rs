@@ -5,9 +5,18 @@
 //! and the descendant tree, each result and the log head are printed. Every
 //! run adds a new root to the same log; a log left by a killed run is
 //! recovered on open.
+//!
+//! Each step's output is flushed as the step completes. A wait for a step
+//! ends early with the runtime's reported failure (see [`failures`]), so an
+//! error names its cause (e.g. the store's file and OS error) rather than a
+//! timeout.
 
+mod failures;
+
+use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 use subagent_core::{
     content::plain_text, ContentBlock, Delivery, Event, StreamId, SubagentActivationSpec,
@@ -20,6 +29,8 @@ use subagent_runtime::{Script, ScriptedHost, SubagentActivation, SubagentRuntime
 use subagent_store::{EventLog, EventLogExt, RocksLog, RocksOptions};
 use tokio_util::sync::CancellationToken;
 
+use self::failures::{FailureRecorder, FailureWatch};
+use crate::error::CliError;
 use crate::CliResult;
 
 fn spec(provider: &str, label: &str, prompt: &str, delivery: Delivery) -> SubagentActivationSpec {
@@ -76,38 +87,69 @@ fn scripts(hold_ms: u64) -> ScriptedHost {
         )
 }
 
-/// Polls the log's projections until `done` holds (at most 10 s).
-async fn wait_for(log: &RocksLog, what: &str, done: impl Fn(&Projections) -> bool) -> CliResult {
-    for _ in 0..1000 {
+/// How long the demo waits for one step.
+const STEP_TIMEOUT: Duration = Duration::from_secs(10);
+/// How often a wait polls the log.
+const POLL_EVERY: Duration = Duration::from_millis(10);
+
+/// Polls the log's projections until `done` holds.
+///
+/// # Errors
+/// [`CliError::DemoStepFailed`] as soon as `failures` holds a reported
+/// failure (checked before each poll); a read failure of the log;
+/// [`CliError::DemoTimeout`] after `timeout` with neither.
+async fn wait_for(
+    log: &RocksLog,
+    failures: &FailureWatch,
+    what: &'static str,
+    timeout: Duration,
+    done: impl Fn(&Projections) -> bool,
+) -> CliResult {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if let Some(cause) = failures.first() {
+            return Err(CliError::DemoStepFailed { what, cause }.into());
+        }
         let records: Vec<_> = log.read_all(1).collect::<Result<_, _>>()?;
         if done(&Projections::fold(&records)) {
             return Ok(());
         }
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        if tokio::time::Instant::now() >= deadline {
+            return Err(CliError::DemoTimeout {
+                what,
+                seconds: timeout.as_secs(),
+            }
+            .into());
+        }
+        tokio::time::sleep(POLL_EVERY).await;
     }
-    Err(format!("timed out waiting for {what}").into())
 }
 
 fn text(value: &str) -> Vec<ContentBlock> {
     vec![ContentBlock::text(value)]
 }
 
-async fn finish(name: &str, activation: &SubagentActivation) -> CliResult {
+async fn finish(out: &mut dyn Write, name: &str, activation: &SubagentActivation) -> CliResult {
     let result = activation.result().await?;
-    println!(
+    writeln!(
+        out,
         "  {name:<11} {:<10} {}",
         result.stop_reason.to_string(),
         plain_text(&result.output)
-    );
+    )?;
     Ok(())
 }
 
-/// Runs the demo. `hold_ms` keeps the research child working that much
-/// longer, so a crash drill can kill the process while work is live.
+/// Runs the demo, writing its report to `out`. `hold_ms` keeps the research
+/// child working that much longer, so a crash drill can kill the process
+/// while work is live.
 ///
 /// # Errors
-/// Storage failures and runtime rejections.
-pub fn run(data: &Path, hold_ms: u64) -> CliResult {
+/// Storage failures, runtime rejections and failures, write failures.
+pub fn run(data: &Path, hold_ms: u64, out: &mut dyn Write) -> CliResult {
+    let failures = FailureWatch::default();
+    // Only the first subscriber of the process is installed; the demo runs once.
+    let _ = tracing::subscriber::set_global_default(FailureRecorder::new(failures.clone()));
     let log = RocksLog::open(data, RocksOptions::default())?;
     let tokio = tokio::runtime::Runtime::new()?;
     let shared: Arc<dyn EventLog> = Arc::new(log.clone());
@@ -115,10 +157,11 @@ pub fn run(data: &Path, hold_ms: u64) -> CliResult {
     let root = tokio.block_on(async {
         let (runtime, recovery) = SubagentRuntime::open(shared, Arc::new(scripts(hold_ms))).await?;
         if recovery.events > 0 {
-            println!(
+            writeln!(
+                out,
                 "recovered the previous run: {} recovery events appended",
                 recovery.events
-            );
+            )?;
         }
         runtime.register_provider(Arc::new(SpawnProvider)).await?;
         runtime.register_provider(Arc::new(ForkProvider)).await?;
@@ -130,7 +173,7 @@ pub fn run(data: &Path, hold_ms: u64) -> CliResult {
             )))
             .await?;
         let root = runtime.open_root("demo root").await?;
-        println!("[1/7] root session {}", root.session());
+        writeln!(out, "[1/7] root session {}", root.session())?;
         let signal = CancellationToken::new();
         runtime.set_persona_variables([("project".to_owned(), "subagents".to_owned())].into());
         let mut research_spec = spec("spawn", "research", "Summarize DESIGN.md", Delivery::Parent);
@@ -140,10 +183,11 @@ pub fn run(data: &Path, hold_ms: u64) -> CliResult {
         let research = runtime
             .start_activation(&root, research_spec, signal.clone())
             .await?;
-        println!(
+        writeln!(
+                out,
             "[2/7] spawned {} (research: persona, tool filter denying shell)",
             research.child_id()
-        );
+        )?;
         let review = runtime
             .start_activation(
                 &root,
@@ -151,7 +195,7 @@ pub fn run(data: &Path, hold_ms: u64) -> CliResult {
                 signal.clone(),
             )
             .await?;
-        println!("      forked  {} (review)", review.child_id());
+        writeln!(out, "      forked  {} (review)", review.child_id())?;
         let fact_check = runtime
             .start_activation(
                 &research.agent(),
@@ -164,10 +208,11 @@ pub fn run(data: &Path, hold_ms: u64) -> CliResult {
                 signal.clone(),
             )
             .await?;
-        println!(
+        writeln!(
+                out,
             "      grandchild {} (fact-check, below research)",
             fact_check.child_id()
-        );
+        )?;
         let shout = runtime
             .start_activation(
                 &root,
@@ -180,17 +225,16 @@ pub fn run(data: &Path, hold_ms: u64) -> CliResult {
                 signal,
             )
             .await?;
-        println!("      external {} (process: tr a-z A-Z)", shout.child_id());
-        println!("[3/7] results:");
-        use std::io::Write;
-        let _ = std::io::stdout().flush();
+        writeln!(out, "      external {} (process: tr a-z A-Z)", shout.child_id())?;
+        writeln!(out, "[3/7] results:")?;
+        out.flush()?;
         for (name, activation) in [
             ("research", &research),
             ("fact-check", &fact_check),
             ("review", &review),
             ("shout", &shout),
         ] {
-            finish(name, activation).await?;
+            finish(out, name, activation).await?;
         }
         let refused: Vec<String> = runtime
             .log()
@@ -200,48 +244,53 @@ pub fn run(data: &Path, hold_ms: u64) -> CliResult {
                 _ => None,
             })
             .collect();
-        println!("      research's refused tool calls (recorded): {refused:?}");
+        writeln!(out, "      research's refused tool calls (recorded): {refused:?}")?;
         let quiet = CancellationToken::new;
-        println!("[4/7] messages: the root asks research a follow-up; research answers its parent");
+        writeln!(out, "[4/7] messages: the root asks research a follow-up; research answers its parent")?;
         runtime.send_message(&root, research.child_id(), text("Any caveats?"), quiet()).await?;
         let research_id = research.child_id();
-        wait_for(&log, "the follow-up turn", |state| {
+        out.flush()?;
+        wait_for(&log, &failures, "the follow-up turn", STEP_TIMEOUT, |state| {
             state.activations.get(&research_id).is_some_and(|a| a.turns >= 2 && a.running_turn.is_none())
         })
         .await?;
         let reply = runtime.send_message(&research.agent(), root.session(), text("Caveat: the fold is only as fast as its decoder."), quiet()).await?;
-        println!("      research → root, message {reply}");
+        writeln!(out, "      research → root, message {reply}")?;
 
-        println!("[5/7] interrupt: digger is interrupted mid-turn; its queued notes wait, then resume in order");
+        writeln!(out, "[5/7] interrupt: digger is interrupted mid-turn; its queued notes wait, then resume in order")?;
         let digger = runtime.start_activation(&root, spec("spawn", "digger", "Dig through the archive", Delivery::Caller), quiet()).await?;
         let digger_id = digger.child_id();
-        wait_for(&log, "digger to start", |state| state.activations.get(&digger_id).is_some_and(|a| a.running_turn.is_some())).await?;
+        out.flush()?;
+        wait_for(&log, &failures, "digger to start", STEP_TIMEOUT, |state| state.activations.get(&digger_id).is_some_and(|a| a.running_turn.is_some())).await?;
         for note in ["note 1: skip 2019", "note 2: prefer primary sources"] {
             runtime.send_message(&root, digger_id, text(note), quiet()).await?;
         }
         runtime.interrupt(digger_id, subagent_runtime::InterruptAuthority::User { parent_session_id: root.session() }).await?;
-        wait_for(&log, "the interrupt to land", |state| state.activations.get(&digger_id).is_some_and(|a| a.running_turn.is_none())).await?;
+        out.flush()?;
+        wait_for(&log, &failures, "the interrupt to land", STEP_TIMEOUT, |state| state.activations.get(&digger_id).is_some_and(|a| a.running_turn.is_none())).await?;
         let records: Vec<_> = log.read_all(1).collect::<Result<_, _>>()?;
         let parked = Projections::fold(&records).pending_messages(digger_id).len();
-        println!("      interrupted: {parked} queued notes preserved, not run");
+        writeln!(out, "      interrupted: {parked} queued notes preserved, not run")?;
         runtime.send_message(&root, digger_id, text("note 3: resume"), quiet()).await?;
-        wait_for(&log, "the parked queue to resume", |state| {
+        out.flush()?;
+        wait_for(&log, &failures, "the parked queue to resume", STEP_TIMEOUT, |state| {
             state.pending_messages(digger_id).is_empty() && state.activations.get(&digger_id).is_some_and(|a| a.turns >= 2 && a.running_turn.is_none())
         })
         .await?;
-        println!("      resumed: the three notes were taken in FIFO order");
+        writeln!(out, "      resumed: the three notes were taken in FIFO order")?;
 
-        println!("[6/7] cold resume: review is released, then a message brings it back from the log");
+        writeln!(out, "[6/7] cold resume: review is released, then a message brings it back from the log")?;
         review.dispose().await?;
         let review_id = review.child_id();
         runtime.send_message(&root, review_id, text("Does it still hold?"), quiet()).await?;
-        wait_for(&log, "review to resume and settle", |state| {
+        out.flush()?;
+        wait_for(&log, &failures, "review to resume and settle", STEP_TIMEOUT, |state| {
             state.activations.get(&review_id).is_some_and(|a| a.last_result.as_ref().is_some_and(|(epoch, _)| *epoch == 2))
         })
         .await?;
-        println!("      review resumed in epoch 2 and answered again");
+        writeln!(out, "      review resumed in epoch 2 and answered again")?;
 
-        println!("      draining every descendant of the root, child-first");
+        writeln!(out, "      draining every descendant of the root, child-first")?;
         runtime.drain_descendants(std::slice::from_ref(&root)).await?;
         for activation in [&research, &shout, &digger] {
             activation.dispose().await?;
@@ -253,11 +302,13 @@ pub fn run(data: &Path, hold_ms: u64) -> CliResult {
     })?;
     drop(tokio);
     let state = subagent_replay::state_at(&log, None)?;
-    println!("[7/7] durable at head {}\n", log.head());
-    println!("{}", crate::render::tree(&state, root));
+    writeln!(out, "[7/7] durable at head {}\n", log.head())?;
+    crate::render::tree(out, &state, root)?;
+    writeln!(out)?;
     let dir = data.display();
-    println!(
+    writeln!(
+                out,
         "Inspect it with:\n  subagents tree {dir} --root {root}\n  subagents replay {dir} --at {start}\n  subagents diff {dir} --from {start}\n  subagents verify {dir}\n  subagents log {dir} --from {start}"
-    );
+    )?;
     Ok(())
 }
