@@ -56,6 +56,15 @@ pub enum CliError {
         /// The underlying failure, as the runtime reported it.
         cause: String,
     },
+    /// The demo failed after the runtime reported a failure the error itself
+    /// does not name (e.g. an aggregate of failed disposals).
+    #[error("{error}; first failure reported: {cause}")]
+    DemoFailed {
+        /// The error the demo ended with.
+        error: String,
+        /// The first failure the runtime or the store reported.
+        cause: String,
+    },
     /// A demo step did not happen in time, and nothing reported a failure.
     #[error("timed out after {seconds} s waiting for {what} (no failure was reported)")]
     DemoTimeout {

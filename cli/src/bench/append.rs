@@ -37,7 +37,7 @@ pub struct AppendArgs {
     runs: usize,
     /// Multiplies the number of appends per run: a finite number from 0.01
     /// to 100.
-    #[arg(long, default_value_t = 1.0, value_parser = args::scale, allow_negative_numbers = true)]
+    #[arg(long, default_value_t = 1.0, value_parser = args::scale, allow_hyphen_values = true)]
     scale: f64,
     /// Skip the SQLite peer.
     #[arg(long)]

@@ -140,6 +140,22 @@ async fn finish(out: &mut dyn Write, name: &str, activation: &SubagentActivation
     Ok(())
 }
 
+/// `err`, or when the runtime reported a failure that `err` does not already
+/// carry (an aggregate such as "3 branches failed"), `err` with that cause.
+fn with_reported_cause(
+    err: Box<dyn std::error::Error>,
+    failures: &FailureWatch,
+) -> Box<dyn std::error::Error> {
+    match failures.first() {
+        Some(cause) if !err.to_string().contains(&cause) => CliError::DemoFailed {
+            error: err.to_string(),
+            cause,
+        }
+        .into(),
+        _ => err,
+    }
+}
+
 /// Runs the demo, writing its report to `out`. `hold_ms` keeps the research
 /// child working that much longer, so a crash drill can kill the process
 /// while work is live.
@@ -154,7 +170,7 @@ pub fn run(data: &Path, hold_ms: u64, out: &mut dyn Write) -> CliResult {
     let tokio = tokio::runtime::Runtime::new()?;
     let shared: Arc<dyn EventLog> = Arc::new(log.clone());
     let start = log.head() + 1;
-    let root = tokio.block_on(async {
+    let outcome = tokio.block_on(async {
         let (runtime, recovery) = SubagentRuntime::open(shared, Arc::new(scripts(hold_ms))).await?;
         if recovery.events > 0 {
             writeln!(
@@ -299,8 +315,9 @@ pub fn run(data: &Path, hold_ms: u64, out: &mut dyn Write) -> CliResult {
         // Clean shutdown: registrations end and the projections are checkpointed.
         runtime.close().await?;
         Ok::<_, Box<dyn std::error::Error>>(root.session())
-    })?;
+    });
     drop(tokio);
+    let root = outcome.map_err(|err| with_reported_cause(err, &failures))?;
     let state = subagent_replay::state_at(&log, None)?;
     writeln!(out, "[7/7] durable at head {}\n", log.head())?;
     crate::render::tree(out, &state, root)?;
@@ -311,4 +328,87 @@ pub fn run(data: &Path, hold_ms: u64, out: &mut dyn Write) -> CliResult {
         "Inspect it with:\n  subagents tree {dir} --root {root}\n  subagents replay {dir} --at {start}\n  subagents diff {dir} --from {start}\n  subagents verify {dir}\n  subagents log {dir} --from {start}"
     )?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn empty_log() -> (tempfile::TempDir, RocksLog) {
+        let dir = tempfile::tempdir().unwrap();
+        let log = RocksLog::open(dir.path(), RocksOptions::default()).unwrap();
+        (dir, log)
+    }
+
+    #[test]
+    fn a_wait_ends_with_the_reported_failure_rather_than_a_timeout() {
+        let (_dir, log) = empty_log();
+        let failures = FailureWatch::default();
+        failures.report(
+            "group commit failed (error: While appending to file: d/000004.log: File too large)"
+                .into(),
+        );
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        // An hour's timeout and a step that never happens: only the failure
+        // can end this wait.
+        let err = runtime
+            .block_on(wait_for(
+                &log,
+                &failures,
+                "review",
+                Duration::from_secs(3600),
+                |_| false,
+            ))
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "while waiting for review: group commit failed (error: While appending to file: d/000004.log: File too large)"
+        );
+    }
+
+    #[test]
+    fn a_wait_with_no_failure_reported_times_out_saying_so() {
+        let (_dir, log) = empty_log();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let err = runtime
+            .block_on(wait_for(
+                &log,
+                &FailureWatch::default(),
+                "review",
+                Duration::ZERO,
+                |_| false,
+            ))
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "timed out after 0 s waiting for review (no failure was reported)"
+        );
+    }
+
+    #[test]
+    fn an_error_that_does_not_carry_the_reported_failure_is_given_it() {
+        let failures = FailureWatch::default();
+        let bare: Box<dyn std::error::Error> = "3 branches failed".into();
+        assert_eq!(
+            with_reported_cause(bare, &failures).to_string(),
+            "3 branches failed"
+        );
+        failures.report("disk full at d/000004.log".into());
+        let bare: Box<dyn std::error::Error> = "3 branches failed".into();
+        assert_eq!(
+            with_reported_cause(bare, &failures).to_string(),
+            "3 branches failed; first failure reported: disk full at d/000004.log"
+        );
+        let carrying: Box<dyn std::error::Error> = "storage: disk full at d/000004.log".into();
+        assert_eq!(
+            with_reported_cause(carrying, &failures).to_string(),
+            "storage: disk full at d/000004.log"
+        );
+    }
 }
