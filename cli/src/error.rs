@@ -65,6 +65,13 @@ pub enum CliError {
         /// The first failure the runtime or the store reported.
         cause: String,
     },
+    /// The runtime reported a failure while the demo was in a call that had
+    /// not returned.
+    #[error("stopped: the runtime reported a failure: {cause}")]
+    DemoStopped {
+        /// The first failure the runtime or the store reported.
+        cause: String,
+    },
     /// A demo step did not happen in time, and nothing reported a failure.
     #[error("timed out after {seconds} s waiting for {what} (no failure was reported)")]
     DemoTimeout {

@@ -1,6 +1,6 @@
 //! A demo whose log cannot grow (the file-size limit stands in for a full
 //! disk) fails with the cause: the store's file and OS error, never a bare
-//! timeout or an aggregate without it.
+//! timeout, an aggregate without it, or a hang.
 
 mod common;
 
@@ -12,8 +12,10 @@ fn a_demo_whose_log_cannot_grow_names_the_file_and_the_os_error() {
     let binary = env!("CARGO_BIN_EXE_subagents");
     // Limits (512-byte blocks) that let the log open but stop it in the
     // middle of the demo, at different steps (which step depends on how
-    // the appends were grouped into commits).
-    for blocks in [80, 88, 96] {
+    // the appends were grouped into commits). Before, 88 timed out waiting
+    // for review to resume, 96 ended as "4 branches failed", and 100 hung
+    // in a runtime call that never returned.
+    for blocks in [80, 88, 96, 100, 104] {
         let dir = tempfile::tempdir().unwrap();
         let data = dir.path().join("data");
         let data = data.to_str().unwrap();

@@ -8,36 +8,58 @@
 
 use std::fmt::{self, Write as _};
 use std::io::Write as _;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
+use tokio::sync::watch;
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
 use tracing::{Event, Level, Metadata, Subscriber};
 
 /// The first failure reported since the watch was made. Cheap to clone.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct FailureWatch {
-    first: Arc<Mutex<Option<String>>>,
+    first: Arc<watch::Sender<Option<String>>>,
+}
+
+impl Default for FailureWatch {
+    fn default() -> Self {
+        FailureWatch {
+            first: Arc::new(watch::channel(None).0),
+        }
+    }
 }
 
 impl FailureWatch {
     /// The first reported failure, if any.
     #[must_use]
     pub fn first(&self) -> Option<String> {
-        self.first
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
+        self.first.borrow().clone()
     }
 
     /// Records `failure` unless an earlier one is already held.
     pub fn report(&self, failure: String) {
-        let mut first = self
-            .first
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if first.is_none() {
+        self.first.send_if_modified(|first| {
+            if first.is_some() {
+                return false;
+            }
             *first = Some(failure);
+            true
+        });
+    }
+
+    /// Resolves with the first failure once one is reported (at once if one
+    /// already was).
+    pub async fn reported(&self) -> String {
+        let mut receiver = self.first.subscribe();
+        // The sender lives in `self`, so the wait cannot see it closed.
+        let first = receiver
+            .wait_for(Option::is_some)
+            .await
+            .ok()
+            .and_then(|first| first.clone());
+        match first {
+            Some(failure) => failure,
+            None => std::future::pending().await,
         }
     }
 }

@@ -96,8 +96,8 @@ const POLL_EVERY: Duration = Duration::from_millis(10);
 ///
 /// # Errors
 /// [`CliError::DemoStepFailed`] as soon as `failures` holds a reported
-/// failure (checked before each poll); a read failure of the log;
-/// [`CliError::DemoTimeout`] after `timeout` with neither.
+/// failure; a read failure of the log; [`CliError::DemoTimeout`] after
+/// `timeout` with neither.
 async fn wait_for(
     log: &RocksLog,
     failures: &FailureWatch,
@@ -121,7 +121,30 @@ async fn wait_for(
             }
             .into());
         }
-        tokio::time::sleep(POLL_EVERY).await;
+        tokio::select! {
+            () = tokio::time::sleep(POLL_EVERY) => {}
+            cause = failures.reported() => {
+                return Err(CliError::DemoStepFailed { what, cause }.into());
+            }
+        }
+    }
+}
+
+/// Runs `demo` until it ends or a failure is reported, whichever is first.
+/// Once the log has failed the demo cannot succeed, and a runtime call may
+/// never return; this ends it with the cause instead of hanging.
+///
+/// # Errors
+/// `demo`'s error, or [`CliError::DemoStopped`] with the reported failure.
+async fn until_failure<T>(
+    failures: &FailureWatch,
+    demo: impl std::future::Future<Output = Result<T, Box<dyn std::error::Error>>>,
+) -> Result<T, Box<dyn std::error::Error>> {
+    tokio::select! {
+        // The demo first: its own error says which step failed.
+        biased;
+        outcome = demo => outcome,
+        cause = failures.reported() => Err(CliError::DemoStopped { cause }.into()),
     }
 }
 
@@ -170,7 +193,7 @@ pub fn run(data: &Path, hold_ms: u64, out: &mut dyn Write) -> CliResult {
     let tokio = tokio::runtime::Runtime::new()?;
     let shared: Arc<dyn EventLog> = Arc::new(log.clone());
     let start = log.head() + 1;
-    let outcome = tokio.block_on(async {
+    let demo = async {
         let (runtime, recovery) = SubagentRuntime::open(shared, Arc::new(scripts(hold_ms))).await?;
         if recovery.events > 0 {
             writeln!(
@@ -200,7 +223,7 @@ pub fn run(data: &Path, hold_ms: u64, out: &mut dyn Write) -> CliResult {
             .start_activation(&root, research_spec, signal.clone())
             .await?;
         writeln!(
-                out,
+            out,
             "[2/7] spawned {} (research: persona, tool filter denying shell)",
             research.child_id()
         )?;
@@ -225,7 +248,7 @@ pub fn run(data: &Path, hold_ms: u64, out: &mut dyn Write) -> CliResult {
             )
             .await?;
         writeln!(
-                out,
+            out,
             "      grandchild {} (fact-check, below research)",
             fact_check.child_id()
         )?;
@@ -241,7 +264,11 @@ pub fn run(data: &Path, hold_ms: u64, out: &mut dyn Write) -> CliResult {
                 signal,
             )
             .await?;
-        writeln!(out, "      external {} (process: tr a-z A-Z)", shout.child_id())?;
+        writeln!(
+            out,
+            "      external {} (process: tr a-z A-Z)",
+            shout.child_id()
+        )?;
         writeln!(out, "[3/7] results:")?;
         out.flush()?;
         for (name, activation) in [
@@ -256,58 +283,163 @@ pub fn run(data: &Path, hold_ms: u64, out: &mut dyn Write) -> CliResult {
             .log()
             .read_stream(StreamId::Session(research.child_id()), 1)
             .filter_map(|record| match record.ok()?.event {
-                Event::ToolReturned { call_id, refused: true, .. } => Some(call_id),
+                Event::ToolReturned {
+                    call_id,
+                    refused: true,
+                    ..
+                } => Some(call_id),
                 _ => None,
             })
             .collect();
-        writeln!(out, "      research's refused tool calls (recorded): {refused:?}")?;
+        writeln!(
+            out,
+            "      research's refused tool calls (recorded): {refused:?}"
+        )?;
         let quiet = CancellationToken::new;
-        writeln!(out, "[4/7] messages: the root asks research a follow-up; research answers its parent")?;
-        runtime.send_message(&root, research.child_id(), text("Any caveats?"), quiet()).await?;
+        writeln!(
+            out,
+            "[4/7] messages: the root asks research a follow-up; research answers its parent"
+        )?;
+        runtime
+            .send_message(&root, research.child_id(), text("Any caveats?"), quiet())
+            .await?;
         let research_id = research.child_id();
         out.flush()?;
-        wait_for(&log, &failures, "the follow-up turn", STEP_TIMEOUT, |state| {
-            state.activations.get(&research_id).is_some_and(|a| a.turns >= 2 && a.running_turn.is_none())
-        })
+        wait_for(
+            &log,
+            &failures,
+            "the follow-up turn",
+            STEP_TIMEOUT,
+            |state| {
+                state
+                    .activations
+                    .get(&research_id)
+                    .is_some_and(|a| a.turns >= 2 && a.running_turn.is_none())
+            },
+        )
         .await?;
-        let reply = runtime.send_message(&research.agent(), root.session(), text("Caveat: the fold is only as fast as its decoder."), quiet()).await?;
+        let reply = runtime
+            .send_message(
+                &research.agent(),
+                root.session(),
+                text("Caveat: the fold is only as fast as its decoder."),
+                quiet(),
+            )
+            .await?;
         writeln!(out, "      research → root, message {reply}")?;
 
         writeln!(out, "[5/7] interrupt: digger is interrupted mid-turn; its queued notes wait, then resume in order")?;
-        let digger = runtime.start_activation(&root, spec("spawn", "digger", "Dig through the archive", Delivery::Caller), quiet()).await?;
+        let digger = runtime
+            .start_activation(
+                &root,
+                spec(
+                    "spawn",
+                    "digger",
+                    "Dig through the archive",
+                    Delivery::Caller,
+                ),
+                quiet(),
+            )
+            .await?;
         let digger_id = digger.child_id();
         out.flush()?;
-        wait_for(&log, &failures, "digger to start", STEP_TIMEOUT, |state| state.activations.get(&digger_id).is_some_and(|a| a.running_turn.is_some())).await?;
-        for note in ["note 1: skip 2019", "note 2: prefer primary sources"] {
-            runtime.send_message(&root, digger_id, text(note), quiet()).await?;
-        }
-        runtime.interrupt(digger_id, subagent_runtime::InterruptAuthority::User { parent_session_id: root.session() }).await?;
-        out.flush()?;
-        wait_for(&log, &failures, "the interrupt to land", STEP_TIMEOUT, |state| state.activations.get(&digger_id).is_some_and(|a| a.running_turn.is_none())).await?;
-        let records: Vec<_> = log.read_all(1).collect::<Result<_, _>>()?;
-        let parked = Projections::fold(&records).pending_messages(digger_id).len();
-        writeln!(out, "      interrupted: {parked} queued notes preserved, not run")?;
-        runtime.send_message(&root, digger_id, text("note 3: resume"), quiet()).await?;
-        out.flush()?;
-        wait_for(&log, &failures, "the parked queue to resume", STEP_TIMEOUT, |state| {
-            state.pending_messages(digger_id).is_empty() && state.activations.get(&digger_id).is_some_and(|a| a.turns >= 2 && a.running_turn.is_none())
+        wait_for(&log, &failures, "digger to start", STEP_TIMEOUT, |state| {
+            state
+                .activations
+                .get(&digger_id)
+                .is_some_and(|a| a.running_turn.is_some())
         })
         .await?;
-        writeln!(out, "      resumed: the three notes were taken in FIFO order")?;
+        for note in ["note 1: skip 2019", "note 2: prefer primary sources"] {
+            runtime
+                .send_message(&root, digger_id, text(note), quiet())
+                .await?;
+        }
+        runtime
+            .interrupt(
+                digger_id,
+                subagent_runtime::InterruptAuthority::User {
+                    parent_session_id: root.session(),
+                },
+            )
+            .await?;
+        out.flush()?;
+        wait_for(
+            &log,
+            &failures,
+            "the interrupt to land",
+            STEP_TIMEOUT,
+            |state| {
+                state
+                    .activations
+                    .get(&digger_id)
+                    .is_some_and(|a| a.running_turn.is_none())
+            },
+        )
+        .await?;
+        let records: Vec<_> = log.read_all(1).collect::<Result<_, _>>()?;
+        let parked = Projections::fold(&records)
+            .pending_messages(digger_id)
+            .len();
+        writeln!(
+            out,
+            "      interrupted: {parked} queued notes preserved, not run"
+        )?;
+        runtime
+            .send_message(&root, digger_id, text("note 3: resume"), quiet())
+            .await?;
+        out.flush()?;
+        wait_for(
+            &log,
+            &failures,
+            "the parked queue to resume",
+            STEP_TIMEOUT,
+            |state| {
+                state.pending_messages(digger_id).is_empty()
+                    && state
+                        .activations
+                        .get(&digger_id)
+                        .is_some_and(|a| a.turns >= 2 && a.running_turn.is_none())
+            },
+        )
+        .await?;
+        writeln!(
+            out,
+            "      resumed: the three notes were taken in FIFO order"
+        )?;
 
-        writeln!(out, "[6/7] cold resume: review is released, then a message brings it back from the log")?;
+        writeln!(
+            out,
+            "[6/7] cold resume: review is released, then a message brings it back from the log"
+        )?;
         review.dispose().await?;
         let review_id = review.child_id();
-        runtime.send_message(&root, review_id, text("Does it still hold?"), quiet()).await?;
+        runtime
+            .send_message(&root, review_id, text("Does it still hold?"), quiet())
+            .await?;
         out.flush()?;
-        wait_for(&log, &failures, "review to resume and settle", STEP_TIMEOUT, |state| {
-            state.activations.get(&review_id).is_some_and(|a| a.last_result.as_ref().is_some_and(|(epoch, _)| *epoch == 2))
-        })
+        wait_for(
+            &log,
+            &failures,
+            "review to resume and settle",
+            STEP_TIMEOUT,
+            |state| {
+                state
+                    .activations
+                    .get(&review_id)
+                    .is_some_and(|a| a.last_result.as_ref().is_some_and(|(epoch, _)| *epoch == 2))
+            },
+        )
         .await?;
         writeln!(out, "      review resumed in epoch 2 and answered again")?;
 
-        writeln!(out, "      draining every descendant of the root, child-first")?;
-        runtime.drain_descendants(std::slice::from_ref(&root)).await?;
+        writeln!(
+            out,
+            "      draining every descendant of the root, child-first"
+        )?;
+        runtime
+            .drain_descendants(std::slice::from_ref(&root))
+            .await?;
         for activation in [&research, &shout, &digger] {
             activation.dispose().await?;
         }
@@ -315,7 +447,8 @@ pub fn run(data: &Path, hold_ms: u64, out: &mut dyn Write) -> CliResult {
         // Clean shutdown: registrations end and the projections are checkpointed.
         runtime.close().await?;
         Ok::<_, Box<dyn std::error::Error>>(root.session())
-    });
+    };
+    let outcome = tokio.block_on(until_failure(&failures, demo));
     drop(tokio);
     let root = outcome.map_err(|err| with_reported_cause(err, &failures))?;
     let state = subagent_replay::state_at(&log, None)?;
@@ -367,6 +500,55 @@ mod tests {
             err.to_string(),
             "while waiting for review: group commit failed (error: While appending to file: d/000004.log: File too large)"
         );
+    }
+
+    #[test]
+    fn a_wait_ends_when_a_failure_is_reported_during_it() {
+        let (_dir, log) = empty_log();
+        let failures = FailureWatch::default();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let reporter = failures.clone();
+        let err = runtime
+            .block_on(async {
+                tokio::spawn(async move { reporter.report("disk full at d/000004.log".into()) });
+                wait_for(&log, &failures, "review", Duration::from_secs(3600), |_| {
+                    false
+                })
+                .await
+            })
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "while waiting for review: disk full at d/000004.log"
+        );
+    }
+
+    #[test]
+    fn a_demo_stuck_after_a_reported_failure_ends_with_it() {
+        let failures = FailureWatch::default();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let reporter = failures.clone();
+        // A runtime call that never returns, and a failure reported meanwhile.
+        let stuck = std::future::pending::<Result<(), Box<dyn std::error::Error>>>();
+        let err = runtime
+            .block_on(async {
+                tokio::spawn(async move { reporter.report("disk full at d/000004.log".into()) });
+                until_failure(&failures, stuck).await
+            })
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "stopped: the runtime reported a failure: disk full at d/000004.log"
+        );
+        // A demo that ends first keeps its own outcome.
+        let done = runtime.block_on(until_failure(&FailureWatch::default(), async { Ok(7) }));
+        assert_eq!(done.unwrap(), 7);
     }
 
     #[test]

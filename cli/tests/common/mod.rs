@@ -1,15 +1,15 @@
 //! Helpers shared by the command-line tests: running the real binary, and
 //! building logs for it (the demo, or a history from the projections' test
-//! builders written as an export and imported).
+//! builders appended to a RocksDB log through the store).
 
 #![allow(dead_code)] // Each test binary uses its own subset.
 
-use std::io::Write;
 use std::path::Path;
 use std::process::{Command, Output};
 
-use subagent_core::{SessionId, SessionMode};
+use subagent_core::{NewEvent, SessionId, SessionMode};
 use subagent_projections::testing::HistoryBuilder;
+use subagent_store::{Durability, EventLog, ExpectedVersion, RocksLog, RocksOptions};
 
 /// The `subagents` binary under test.
 pub fn binary() -> Command {
@@ -46,18 +46,26 @@ pub fn root_of(stdout: &str) -> String {
     line.trim_start_matches("[1/7] root session ").to_owned()
 }
 
-/// Writes `history` as an export next to `dir` and imports it into `dir`.
-pub fn import_history(dir: &Path, history: &HistoryBuilder) {
-    let export = dir.with_extension("jsonl");
-    let mut file = std::io::BufWriter::new(std::fs::File::create(&export).unwrap());
-    for record in &history.records {
-        serde_json::to_writer(&mut file, record).unwrap();
-        writeln!(file).unwrap();
+/// Appends `history`'s events to a new log in `dir`, in order, one append
+/// per run of consecutive events of a stream (so positions and stream
+/// versions are the history's), then closes the log.
+pub fn write_history(dir: &Path, history: &HistoryBuilder) {
+    let log = RocksLog::open(
+        dir,
+        RocksOptions {
+            durability: Durability::Buffered,
+        },
+    )
+    .unwrap();
+    let mut tickets = Vec::new();
+    for run in history.records.chunk_by(|a, b| a.stream == b.stream) {
+        let events = run.iter().map(|r| NewEvent::new(r.event.clone())).collect();
+        tickets.push(log.append(run[0].stream, ExpectedVersion::Any, events));
     }
-    file.flush().unwrap();
-    drop(file);
-    let output = subagents(&["import", dir.to_str().unwrap(), export.to_str().unwrap()]);
-    assert!(output.status.success(), "import: {:?}", text(&output));
+    for ticket in tickets {
+        ticket.wait().unwrap();
+    }
+    assert_eq!(log.head(), history.records.len() as u64);
 }
 
 /// A log in `dir` holding one root and a chain `depth` sessions deep below
@@ -75,7 +83,7 @@ pub fn chain_log(dir: &Path, depth: u64) -> SessionId {
             false,
         );
     }
-    import_history(dir, &history);
+    write_history(dir, &history);
     root
 }
 
@@ -87,6 +95,6 @@ pub fn wide_log(dir: &Path, children: u64) -> SessionId {
     for index in 0..children {
         history.child(root, 1, &format!("w{index}"), SessionMode::OneShot, true);
     }
-    import_history(dir, &history);
+    write_history(dir, &history);
     root
 }
