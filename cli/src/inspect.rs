@@ -1,8 +1,9 @@
 //! The replay commands: `tree`, `children`, `replay`, `diff`, `verify`,
 //! `export`, `import`. Each opens the log, reads, prints (human-readable by
 //! default, JSON with `--json`) and exits non-zero with a clear message on
-//! bad input: an unknown session, a position past the head, a non-empty
-//! import target.
+//! bad input: an unknown or malformed session, a position past the head,
+//! `--from` after `--to`, a file that cannot be opened or created, a
+//! non-empty import target. Output goes to the one handled stdout.
 
 use std::io::{BufReader, BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -12,8 +13,9 @@ use serde_json::json;
 use subagent_core::SessionId;
 use subagent_projections::Projections;
 use subagent_replay::{diff, export, import_directory, state_at, verify, ReplayError};
-use subagent_store::{EventLog, RocksLog, RocksOptions};
+use subagent_store::{EventLog, RocksLog};
 
+use crate::error::CliError;
 use crate::{render, CliResult};
 
 /// Which log, and at which position.
@@ -89,9 +91,13 @@ pub enum Inspect {
     },
 }
 
-/// Every inspection command reads through a read-only handle: it never
-/// changes the directory, works on a read-only mount and beside a live host.
-fn open(dir: &Path) -> Result<RocksLog, Box<dyn std::error::Error>> {
+/// Opens an existing log read-only (never creates one): every inspection
+/// command leaves the directory as it was, works on a read-only mount and
+/// beside a live host.
+///
+/// # Errors
+/// The store's open failure (`store/not-a-log`, `store/damaged`, ...).
+pub fn open(dir: &Path) -> Result<RocksLog, Box<dyn std::error::Error>> {
     Ok(RocksLog::open_read_only(dir)?)
 }
 
@@ -104,18 +110,30 @@ fn session(state: &Projections, text: &str) -> Result<SessionId, Box<dyn std::er
     }
 }
 
-fn print_json(value: &impl serde::Serialize) -> CliResult {
-    let mut out = BufWriter::new(std::io::stdout().lock());
-    serde_json::to_writer_pretty(&mut out, value)?;
+/// A replay error whose IO failure is `path`'s (the one file the operation
+/// reads or writes) names that file.
+fn naming(path: &Path, err: ReplayError) -> Box<dyn std::error::Error> {
+    match err {
+        ReplayError::Io(source) => CliError::File {
+            path: path.to_owned(),
+            source,
+        }
+        .into(),
+        other => other.into(),
+    }
+}
+
+fn print_json(out: &mut dyn Write, value: &impl serde::Serialize) -> CliResult {
+    serde_json::to_writer_pretty(&mut *out, value)?;
     writeln!(out)?;
     Ok(())
 }
 
-/// Runs one replay subcommand.
+/// Runs one replay subcommand, writing to `out`.
 ///
 /// # Errors
-/// Bad input and read failures, as readable messages.
-pub fn run(command: Inspect) -> CliResult {
+/// Bad input, read and write failures, as readable messages.
+pub fn run(command: Inspect, out: &mut dyn Write) -> CliResult {
     match command {
         Inspect::Tree { at, root } => {
             let state = state_at(&open(&at.dir)?, at.at)?;
@@ -128,13 +146,13 @@ pub fn run(command: Inspect) -> CliResult {
                     .iter()
                     .map(|r| json!({"root": r, "descendants": state.list_descendants(*r)}))
                     .collect();
-                return print_json(&trees);
+                return print_json(out, &trees);
             }
             if roots.is_empty() {
-                println!("(no sessions at position {})", state.position);
+                writeln!(out, "(no sessions at position {})", state.position)?;
             }
             for root in roots {
-                print!("{}", render::tree(&state, root));
+                render::tree(out, &state, root)?;
             }
             Ok(())
         }
@@ -142,17 +160,17 @@ pub fn run(command: Inspect) -> CliResult {
             let state = state_at(&open(&at.dir)?, at.at)?;
             let parent = session(&state, &parent)?;
             if at.json {
-                return print_json(&state.list_children(parent));
+                return print_json(out, &state.list_children(parent));
             }
-            print!("{}", render::children(&state, parent));
+            render::children(out, &state, parent)?;
             Ok(())
         }
         Inspect::Replay { at } => {
             let state = state_at(&open(&at.dir)?, at.at)?;
             if at.json {
-                return print_json(&state);
+                return print_json(out, &state);
             }
-            print!("{}", render::summary(&state));
+            render::summary(out, &state)?;
             Ok(())
         }
         Inspect::Diff {
@@ -162,69 +180,88 @@ pub fn run(command: Inspect) -> CliResult {
             json,
         } => {
             let log = open(&dir)?;
-            let to_position = to.unwrap_or(log.head());
+            let (to_name, to_position) = match to {
+                Some(to) => ("--to", to),
+                None => ("the head", log.head()),
+            };
+            // A position past the head is reported as such, before the order.
+            let after = state_at(&log, Some(to_position))?;
+            let before = state_at(&log, Some(from))?;
             if from > to_position {
-                return Err(format!("--from {from} is after --to {to_position}").into());
+                return Err(CliError::FromAfterTo {
+                    from,
+                    to_name,
+                    to: to_position,
+                }
+                .into());
             }
-            let (before, after) = (
-                state_at(&log, Some(from))?,
-                state_at(&log, Some(to_position))?,
-            );
             let changes = diff(&before, &after);
             if json {
-                return print_json(&changes);
+                return print_json(out, &changes);
             }
-            println!("changes from position {from} to {to_position}:");
+            writeln!(out, "changes from position {from} to {to_position}:")?;
             for change in &changes {
-                println!("  {change}");
+                writeln!(out, "  {change}")?;
             }
             if changes.is_empty() {
-                println!("  (none)");
+                writeln!(out, "  (none)")?;
             }
             Ok(())
         }
         Inspect::Verify { dir } => {
             let report = verify(&open(&dir)?)?;
-            println!(
+            writeln!(
+                out,
                 "verified {} events (head {}); checkpoint: {}",
                 report.events,
                 report.head,
                 report
                     .checkpoint_position
                     .map_or_else(|| "none".to_owned(), |p| format!("at {p}"))
-            );
+            )?;
             if let Some(problem) = &report.checkpoint_problem {
-                println!("checkpoint unusable: {problem}");
+                writeln!(out, "checkpoint unusable: {problem}")?;
             }
             if let Some(violation) = &report.impossible_history {
-                println!("{}: {violation}", violation.code());
+                writeln!(out, "{}: {violation}", violation.code())?;
             }
             for problem in &report.index_problems {
-                println!("index: {problem}");
+                writeln!(out, "index: {problem}")?;
             }
             for line in &report.differences {
-                println!("{line}");
+                writeln!(out, "{line}")?;
             }
             if report.is_ok() {
-                println!(
+                writeln!(
+                    out,
                     "OK: the history is admissible, the indexes agree with the records, and incremental and checkpointed projections equal the rebuilt ones"
-                );
+                )?;
                 Ok(())
             } else {
-                Err("verification failed".into())
+                Err(CliError::VerificationFailed.into())
             }
         }
-        Inspect::Export { dir, out } => {
+        Inspect::Export { dir, out: target } => {
             let log = open(&dir)?;
-            let count = match out {
-                Some(path) => export(&log, &mut BufWriter::new(std::fs::File::create(path)?))?,
-                None => export(&log, &mut BufWriter::new(std::io::stdout().lock()))?,
+            let count = match target {
+                Some(path) => {
+                    let file = match std::fs::File::create(&path) {
+                        Ok(file) => file,
+                        Err(source) => return Err(CliError::File { path, source }.into()),
+                    };
+                    export(&log, &mut BufWriter::new(file)).map_err(|err| naming(&path, err))?
+                }
+                None => export(&log, &mut &mut *out)?,
             };
-            eprintln!("exported {count} events");
+            let _ = writeln!(std::io::stderr(), "exported {count} events");
             Ok(())
         }
         Inspect::Import { dir, file } => {
-            let input = BufReader::new(std::fs::File::open(&file)?);
+            let input = std::fs::File::open(&file).map_err(|source| CliError::File {
+                path: file.clone(),
+                source,
+            })?;
+            let input = BufReader::new(input);
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()?;
@@ -233,7 +270,7 @@ pub fn run(command: Inspect) -> CliResult {
                 .map_err(|err| {
                     format!("{} ({}); {} is untouched", err, err.code(), dir.display())
                 })?;
-            println!("imported {count} events into {}", dir.display());
+            writeln!(out, "imported {count} events into {}", dir.display())?;
             Ok(())
         }
     }

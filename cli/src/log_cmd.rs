@@ -1,13 +1,16 @@
 //! `subagents log <dir>`: one line per event (position, stream, version,
-//! type, short payload), or JSON lines with `--json`.
+//! type, short payload), or JSON lines with `--json`. `--from` past the end
+//! of the log (or stream) is an error, and so is a stream the log does not
+//! hold; right after the end prints nothing.
 
-use std::io::{BufWriter, Write};
+use std::io::Write;
 use std::path::PathBuf;
 
 use clap::Args;
 use subagent_core::StreamId;
-use subagent_store::{EventLogExt, RocksLog};
+use subagent_store::{EventLog, EventLogExt};
 
+use crate::error::CliError;
 use crate::CliResult;
 
 /// Arguments of `subagents log`.
@@ -21,32 +24,44 @@ pub struct LogArgs {
     /// Only this stream (`runtime` or `session-<uuid>`).
     #[arg(long)]
     stream: Option<String>,
-    /// Start at this position (or stream version with --stream).
-    #[arg(long, default_value_t = 1)]
+    /// Start at this position (or stream version with --stream), from 1.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
     from: u64,
 }
 
 const PAYLOAD_CHARS: usize = 96;
 
-/// Prints the log.
+/// Prints the log to `out`.
 ///
 /// # Errors
-/// A missing directory, a malformed `--stream`, a locked or corrupt log.
-pub fn run(args: &LogArgs) -> CliResult {
-    if !args.dir.join("CURRENT").exists() {
-        return Err(format!("{} is not a subagents log", args.dir.display()).into());
-    }
+/// A missing directory, a malformed `--stream`, `--from` past the end, a
+/// locked or corrupt log, a write failure.
+pub fn run(args: &LogArgs, out: &mut dyn Write) -> CliResult {
     let stream: Option<StreamId> = args.stream.as_deref().map(str::parse).transpose()?;
-    let log = RocksLog::open_read_only(&args.dir)?;
+    let log = crate::inspect::open(&args.dir)?;
+    let (what, last) = match stream {
+        Some(stream) => match log.stream_version(&stream)? {
+            0 => return Err(CliError::NoSuchStream(stream).into()),
+            version => (stream.to_string(), version),
+        },
+        None => ("the log".to_owned(), log.head()),
+    };
+    if args.from > last.saturating_add(1) {
+        return Err(CliError::FromPastEnd {
+            from: args.from,
+            what,
+            last,
+        }
+        .into());
+    }
     let records: Box<dyn Iterator<Item = _>> = match stream {
         Some(stream) => Box::new(log.read_stream(stream, args.from)),
         None => Box::new(log.read_all(args.from)),
     };
-    let mut out = BufWriter::new(std::io::stdout().lock());
     for record in records {
         let record = record?;
         if args.json {
-            serde_json::to_writer(&mut out, &record)?;
+            serde_json::to_writer(&mut *out, &record)?;
             writeln!(out)?;
         } else {
             let payload = serde_json::to_value(&record.event)?;
@@ -65,7 +80,6 @@ pub fn run(args: &LogArgs) -> CliResult {
             )?;
         }
     }
-    out.flush()?;
     Ok(())
 }
 

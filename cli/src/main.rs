@@ -1,18 +1,26 @@
 //! `subagents`: the command line of the subagents runtime.
 //!
-//! Each subcommand lives in its own module; this file only parses arguments
-//! and dispatches. Errors print as `error: ...` with exit status 1.
+//! Each subcommand lives in its own module; this file only parses arguments,
+//! dispatches, and turns the outcome into an exit status. Every command
+//! writes its output to one [`output::Stdout`]: a closed pipe ends quietly
+//! with status 0, any other write error and every command failure print one
+//! `error: ...` line on stderr with status 1.
 
 mod bench;
 mod demo;
+mod error;
 mod inspect;
 mod log_cmd;
+mod output;
 mod render;
 
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+
+use crate::output::Fate;
 
 /// The default data directory of `demo`.
 pub const DEFAULT_DATA_DIR: &str = "./subagents-data";
@@ -39,8 +47,8 @@ enum Command {
         #[arg(long, default_value = DEFAULT_DATA_DIR)]
         data: PathBuf,
         /// Keep the research child working this many extra milliseconds
-        /// (for crash drills).
-        #[arg(long, default_value_t = 0)]
+        /// (for crash drills; at most 3,600,000).
+        #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(..=3_600_000))]
         hold_ms: u64,
     },
     /// Print the events of a log, one line each.
@@ -57,17 +65,25 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    let mut out = output::Stdout::stdout();
     let result = match cli.command {
-        Command::Demo { data, hold_ms } => demo::run(&data, hold_ms),
-        Command::Log(args) => log_cmd::run(&args),
-        Command::Inspect(command) => inspect::run(command),
-        Command::Bench { part } => bench::run(part),
+        Command::Demo { data, hold_ms } => demo::run(&data, hold_ms, &mut out),
+        Command::Log(args) => log_cmd::run(&args, &mut out),
+        Command::Inspect(command) => inspect::run(command, &mut out),
+        Command::Bench { part } => bench::run(part, &mut out),
     };
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(err) => {
-            eprintln!("error: {err}");
-            ExitCode::FAILURE
-        }
+    // The output's fate decides first: a failed command write surfaces as
+    // whatever error wrapped it, but the cause is stdout.
+    match (out.finish(), result) {
+        (Fate::ReaderGone, _) => ExitCode::SUCCESS,
+        (Fate::Failed(_, cause), _) => fail(&error::CliError::Stdout(cause)),
+        (Fate::Delivered, Ok(())) => ExitCode::SUCCESS,
+        (Fate::Delivered, Err(err)) => fail(&*err),
     }
+}
+
+/// Prints `error: <err>` on stderr (best effort: stderr may be closed too).
+fn fail(err: &dyn std::error::Error) -> ExitCode {
+    let _ = writeln!(std::io::stderr(), "error: {err}");
+    ExitCode::FAILURE
 }

@@ -1,10 +1,22 @@
-//! Human-readable renderings of projections: the descendant tree and the
-//! children table. Pure functions of the state, golden-tested.
+//! Human-readable renderings of projections: the descendant tree, the
+//! children table and the state summary. Pure functions of the state that
+//! write to any `io::Write` (the command's stdout, or a buffer in tests),
+//! golden-tested.
+//!
+//! Rendering is linear in the number of sessions: the tree's guide columns
+//! come from one backward pass over the preorder listing, and at most
+//! [`DRAWN_LEVELS`] guide columns are drawn per line, so a 20,000-deep chain
+//! prints 20,000 short lines rather than 800 MB of indentation.
 
-use std::fmt::Write;
+use std::io::{self, Write};
 
-use subagent_core::{CatalogMode, SessionId, SubagentListEntry};
+use subagent_core::{CatalogMode, SessionId, SubagentDescendantListEntry, SubagentListEntry};
 use subagent_projections::{Activity, Projections, RunPhase};
+
+/// Guide columns drawn at most per tree line. A session deeper than this
+/// keeps the first `DRAWN_LEVELS` columns and shows its depth instead of the
+/// rest: `[depth 20000] └── label ...`.
+pub const DRAWN_LEVELS: usize = 32;
 
 fn mode_word(entry: &SubagentListEntry) -> &'static str {
     match (entry.entry.mode, entry.entry.external) {
@@ -45,97 +57,127 @@ fn status(state: &Projections, child: SessionId) -> String {
     }
 }
 
-fn describe(state: &Projections, listed: &SubagentListEntry) -> String {
+/// Writes one child's description (no newline).
+fn describe(
+    out: &mut dyn Write,
+    state: &Projections,
+    listed: &SubagentListEntry,
+) -> io::Result<()> {
     let entry = &listed.entry;
-    let mut line = format!(
+    write!(
+        out,
         "{}  [{} · {} · {}]  {}",
         entry.label,
         mode_word(listed),
         entry.provider,
         status(state, entry.child_id),
         entry.child_id
-    );
+    )?;
     if let Some(diagnostic) = &listed.diagnostic {
-        let _ = write!(line, "  ! {diagnostic}");
+        write!(out, "  ! {diagnostic}")?;
     }
-    line
+    Ok(())
 }
 
-/// The subtree below `root` drawn with box characters, one session a line.
-#[must_use]
-pub fn tree(state: &Projections, root: SessionId) -> String {
-    let mut out = String::new();
+/// For each entry of a preorder listing: whether a later sibling follows it
+/// (the next entry at or above its depth is at exactly its depth). One
+/// backward pass: `open[d]` says whether an entry at depth `d` was seen since
+/// the last entry shallower than `d`.
+fn later_siblings(entries: &[SubagentDescendantListEntry]) -> Vec<bool> {
+    let mut has_later = vec![false; entries.len()];
+    let mut open: Vec<bool> = Vec::new();
+    for (index, entry) in entries.iter().enumerate().rev() {
+        let depth = usize::try_from(entry.depth).unwrap_or(usize::MAX);
+        has_later[index] = open.get(depth).copied().unwrap_or(false);
+        // Entries deeper than this one, seen later, are not siblings of
+        // anything before it.
+        open.truncate(depth.saturating_add(1));
+        if open.len() <= depth {
+            open.resize(depth + 1, false);
+        }
+        open[depth] = true;
+    }
+    has_later
+}
+
+/// Writes the subtree below `root` drawn with box characters, one session a
+/// line (see [`DRAWN_LEVELS`] for very deep trees).
+///
+/// # Errors
+/// A write failure of `out`.
+pub fn tree(out: &mut dyn Write, state: &Projections, root: SessionId) -> io::Result<()> {
     let label = state
         .sessions
         .get(&root)
         .map_or("(unknown session)", |s| s.label.as_str());
-    let _ = writeln!(out, "{label}  [{}]  {root}", status(state, root));
+    writeln!(out, "{label}  [{}]  {root}", status(state, root))?;
     let entries = state.list_descendants(root);
-    for (index, entry) in entries.iter().enumerate() {
-        let later = &entries[index + 1..];
-        // The node at `depth` has a later sibling when the next entry at or
-        // above that depth is at exactly that depth.
-        let has_later_sibling = |depth: u64| {
-            later
-                .iter()
-                .find(|e| e.depth <= depth)
-                .is_some_and(|e| e.depth == depth)
-        };
-        let prefix: String = (1..entry.depth)
-            .map(|level| {
-                if has_later_sibling(level) {
-                    "│   "
-                } else {
-                    "    "
-                }
-            })
-            .collect();
-        let branch = if has_later_sibling(entry.depth) {
-            "├── "
-        } else {
-            "└── "
-        };
-        let _ = writeln!(out, "{prefix}{branch}{}", describe(state, &entry.entry));
+    let has_later = later_siblings(&entries);
+    // guides[l - 1]: whether the current ancestor at depth l has a later
+    // sibling, i.e. whether column l continues with a bar. Kept for the
+    // drawn levels only.
+    let mut guides: Vec<bool> = Vec::with_capacity(DRAWN_LEVELS);
+    for (entry, later) in entries.iter().zip(has_later) {
+        let depth = usize::try_from(entry.depth).unwrap_or(usize::MAX);
+        let ancestors = depth.saturating_sub(1);
+        guides.truncate(ancestors);
+        for &bar in &guides {
+            out.write_all(if bar { "│   " } else { "    " }.as_bytes())?;
+        }
+        if ancestors > DRAWN_LEVELS {
+            write!(out, "[depth {depth}] ")?;
+        }
+        out.write_all(if later { "├── " } else { "└── " }.as_bytes())?;
+        describe(out, state, &entry.entry)?;
+        out.write_all(b"\n")?;
+        if guides.len() == ancestors && guides.len() < DRAWN_LEVELS {
+            guides.push(later);
+        }
     }
-    out
+    Ok(())
 }
 
-/// The direct children of `parent`, one line each, in catalog order.
-#[must_use]
-pub fn children(state: &Projections, parent: SessionId) -> String {
-    let mut out = String::new();
-    for (index, listed) in state.list_children(parent).iter().enumerate() {
-        let _ = writeln!(out, "{:>3}. {}", index + 1, describe(state, listed));
+/// Writes the direct children of `parent`, one line each, in catalog order.
+///
+/// # Errors
+/// A write failure of `out`.
+pub fn children(out: &mut dyn Write, state: &Projections, parent: SessionId) -> io::Result<()> {
+    let listed = state.list_children(parent);
+    if listed.is_empty() {
+        return writeln!(out, "(no children)");
     }
-    if out.is_empty() {
-        out.push_str("(no children)\n");
+    for (index, child) in listed.iter().enumerate() {
+        write!(out, "{:>3}. ", index + 1)?;
+        describe(out, state, child)?;
+        writeln!(out)?;
     }
-    out
+    Ok(())
 }
 
-/// A readable summary of every projection: sessions by root, live work,
-/// inboxes and providers.
-#[must_use]
-pub fn summary(state: &Projections) -> String {
-    let mut out = String::new();
-    let _ = writeln!(out, "state at position {}", state.position);
-    let _ = writeln!(
+/// Writes a readable summary of every projection: sessions by root, live
+/// work, inboxes and providers.
+///
+/// # Errors
+/// A write failure of `out`.
+pub fn summary(out: &mut dyn Write, state: &Projections) -> io::Result<()> {
+    writeln!(out, "state at position {}", state.position)?;
+    writeln!(
         out,
         "sessions: {} ({} roots)",
         state.sessions.len(),
         state.roots.len()
-    );
+    )?;
     for root in &state.roots {
-        out.push_str(&tree(state, *root));
+        tree(out, state, *root)?;
     }
     let live = state.live_activations();
-    let _ = writeln!(out, "live activations: {}", live.len());
+    writeln!(out, "live activations: {}", live.len())?;
     for (id, activation) in live {
-        let _ = writeln!(
+        writeln!(
             out,
             "  {id} epoch {} {:?}",
             activation.epoch, activation.phase
-        );
+        )?;
     }
     let mut inboxes: Vec<_> = state
         .inboxes
@@ -143,17 +185,17 @@ pub fn summary(state: &Projections) -> String {
         .filter(|(_, inbox)| !inbox.pending.is_empty())
         .collect();
     inboxes.sort_by_key(|(id, _)| **id);
-    let _ = writeln!(out, "sessions with pending messages: {}", inboxes.len());
+    writeln!(out, "sessions with pending messages: {}", inboxes.len())?;
     for (id, inbox) in inboxes {
-        let _ = writeln!(
+        writeln!(
             out,
             "  {id}: {} pending, {} claimed",
             inbox.pending.len(),
             inbox.claimed.len()
-        );
+        )?;
     }
     let names: Vec<&str> = state.providers.iter().map(|p| p.name.as_str()).collect();
-    let _ = writeln!(
+    writeln!(
         out,
         "providers: {}",
         if names.is_empty() {
@@ -161,15 +203,15 @@ pub fn summary(state: &Projections) -> String {
         } else {
             names.join(", ")
         }
-    );
+    )?;
     if !state.admission_closed.is_empty() {
-        let _ = writeln!(
+        writeln!(
             out,
             "admission closed below: {}",
             state.admission_closed.len()
-        );
+        )?;
     }
-    out
+    Ok(())
 }
 
 #[cfg(test)]
@@ -241,6 +283,12 @@ mod tests {
         )
     }
 
+    fn rendered(draw: impl FnOnce(&mut Vec<u8>) -> io::Result<()>) -> String {
+        let mut out = Vec::new();
+        draw(&mut out).expect("writing to a Vec cannot fail");
+        String::from_utf8(out).expect("utf-8")
+    }
+
     #[test]
     fn tree_output_is_stable() {
         let (state, ids) = sample();
@@ -252,7 +300,8 @@ root  [inactive]  ROOT
 │   └── scan  [one-shot external · process · inactive]  A2
 └── lint  [one-shot external · process · settled · error]  B
 ";
-        assert_eq!(aliased(&tree(&state, ids[0].0), &ids), expected);
+        let drawn = rendered(|out| tree(out, &state, ids[0].0));
+        assert_eq!(aliased(&drawn, &ids), expected);
     }
 
     #[test]
@@ -261,7 +310,141 @@ root  [inactive]  ROOT
         let expected = "  1. research  [continuable · spawn · inactive · completed]  A
   2. lint  [one-shot external · process · settled · error]  B
 ";
-        assert_eq!(aliased(&children(&state, ids[0].0), &ids), expected);
-        assert_eq!(children(&state, ids[4].0), "(no children)\n");
+        let listed = rendered(|out| children(out, &state, ids[0].0));
+        assert_eq!(aliased(&listed, &ids), expected);
+        let none = rendered(|out| children(out, &state, ids[4].0));
+        assert_eq!(none, "(no children)\n");
+    }
+
+    /// A chain `depth` sessions deep below one root, labelled `c1`, `c2`, ...
+    fn chain(depth: u64) -> (Projections, SessionId) {
+        let mut history = HistoryBuilder::new();
+        let root = history.root("root");
+        let mut parent = root;
+        for level in 1..=depth {
+            parent = history.child(
+                parent,
+                level,
+                &format!("c{level}"),
+                SessionMode::Continuable,
+                false,
+            );
+        }
+        (Projections::fold(&history.records), root)
+    }
+
+    #[test]
+    fn a_20000_deep_chain_renders_one_line_per_session_with_bounded_indentation() {
+        let depth = 20_000;
+        let (state, root) = chain(depth);
+        let drawn = rendered(|out| tree(out, &state, root));
+        let lines: Vec<&str> = drawn.lines().collect();
+        assert_eq!(lines.len(), 20_001, "the root and one line per session");
+        assert!(lines[0].starts_with("root  [inactive]  "));
+        for (level, line) in (1..=depth).zip(&lines[1..]) {
+            let ancestors = usize::try_from(level).unwrap() - 1;
+            let expected = if ancestors > DRAWN_LEVELS {
+                format!(
+                    "{}[depth {level}] └── c{level}  [",
+                    " ".repeat(4 * DRAWN_LEVELS)
+                )
+            } else {
+                format!("{}└── c{level}  [", " ".repeat(4 * ancestors))
+            };
+            assert!(line.starts_with(&expected), "depth {level}: {line:?}");
+        }
+        let last = lines.last().unwrap();
+        assert!(
+            last.starts_with(&format!("{}[depth 20000] └── c20000  [", " ".repeat(128))),
+            "{last:?}"
+        );
+    }
+
+    #[test]
+    fn guides_below_the_drawn_levels_keep_their_bars_and_branches() {
+        let mut history = HistoryBuilder::new();
+        let root = history.root("root");
+        // A trunk 40 deep; at depth 35 a second child hangs off depth 34.
+        let mut trunk = vec![root];
+        for level in 1..=40u64 {
+            let parent = trunk[usize::try_from(level).unwrap() - 1];
+            trunk.push(history.child(
+                parent,
+                level,
+                &format!("t{level}"),
+                SessionMode::Continuable,
+                false,
+            ));
+        }
+        history.child(trunk[34], 35, "side", SessionMode::Continuable, false);
+        let state = Projections::fold(&history.records);
+        let drawn = rendered(|out| tree(out, &state, root));
+        let lines: Vec<&str> = drawn.lines().collect();
+        // Lines 1..=34 are t1..t34; t35 has a later sibling (side), so the
+        // column of depth 35 carries a bar beyond the drawn levels: it is
+        // cut, and the depth says where the line is.
+        let gap = " ".repeat(4 * DRAWN_LEVELS);
+        assert!(
+            lines[35].starts_with(&format!("{gap}[depth 35] ├── t35  [")),
+            "{}",
+            lines[35]
+        );
+        assert!(
+            lines[36].starts_with(&format!("{gap}[depth 36] └── t36  [")),
+            "{}",
+            lines[36]
+        );
+        assert!(
+            lines[41].starts_with(&format!("{gap}[depth 35] └── side  [")),
+            "{}",
+            lines[41]
+        );
+        assert_eq!(lines.len(), 42);
+    }
+
+    /// The definition `later_siblings` computes in one pass: the next entry
+    /// at or above the entry's depth is at exactly its depth.
+    fn later_siblings_by_definition(entries: &[SubagentDescendantListEntry]) -> Vec<bool> {
+        (0..entries.len())
+            .map(|index| {
+                entries[index + 1..]
+                    .iter()
+                    .find(|e| e.depth <= entries[index].depth)
+                    .is_some_and(|e| e.depth == entries[index].depth)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn later_siblings_match_their_definition_on_a_ragged_tree() {
+        let mut history = HistoryBuilder::new();
+        let root = history.root("root");
+        // Each session hangs below a pseudo-random earlier one, most often
+        // one of the last few: a fixed mix of fan-out, chains and back-jumps
+        // of many levels.
+        let mut sessions = vec![(root, 0u64)];
+        let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+        for index in 1..600usize {
+            seed = seed
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            let pick = usize::try_from(seed >> 33).unwrap();
+            let parent_index = if pick % 3 == 0 {
+                pick % index
+            } else {
+                index - 1 - pick % index.min(4)
+            };
+            let (parent, depth) = sessions[parent_index];
+            let child = history.child(parent, depth + 1, "n", SessionMode::Continuable, false);
+            sessions.push((child, depth + 1));
+        }
+        let state = Projections::fold(&history.records);
+        let entries = state.list_descendants(root);
+        assert_eq!(entries.len(), 599);
+        assert!(entries.iter().any(|e| e.depth > 3), "the tree has depth");
+        assert_eq!(
+            later_siblings(&entries),
+            later_siblings_by_definition(&entries)
+        );
     }
 }

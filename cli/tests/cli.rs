@@ -1,37 +1,12 @@
 //! The `subagents` binary end to end: the demo, the replay commands, and the
 //! clear, non-zero failures on bad input.
 
+mod common;
+
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Command;
 
-fn subagents(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_subagents"))
-        .args(args)
-        .output()
-        .expect("run subagents")
-}
-
-fn text(output: &Output) -> (String, String) {
-    (
-        String::from_utf8_lossy(&output.stdout).into_owned(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
-}
-
-fn demo(dir: &Path) -> String {
-    let output = subagents(&["demo", "--data", dir.to_str().unwrap()]);
-    let (stdout, stderr) = text(&output);
-    assert!(output.status.success(), "demo failed: {stderr}");
-    stdout
-}
-
-fn root_of(stdout: &str) -> String {
-    let line = stdout
-        .lines()
-        .find(|l| l.starts_with("[1/7] root session "))
-        .expect("root line");
-    line.trim_start_matches("[1/7] root session ").to_owned()
-}
+use common::{demo, root_of, subagents, text};
 
 #[test]
 fn demo_records_a_delegation_that_replays_and_verifies() {

@@ -180,5 +180,8 @@ fn a_flipped_table_file_byte_is_not_reported_as_a_lock() {
     assert!(!output.status.success());
     let message = stderr(&output);
     assert!(!message.contains("locked"), "{message}");
-    assert!(message.contains(".sst"), "the damaged file is named: {message}");
+    assert!(
+        message.contains(".sst"),
+        "the damaged file is named: {message}"
+    );
 }

@@ -894,6 +894,18 @@ impl EventLog for FillingLog {
         }
         self.inner.write_checkpoint(name, bytes)
     }
+    fn index_entries(&self, index: subagent_store::LogIndex) -> subagent_store::IndexEntries<'_> {
+        self.inner.index_entries(index)
+    }
+    fn locate_event(
+        &self,
+        event_id: &subagent_core::EventId,
+    ) -> Result<Option<subagent_store::IdLocation>, StoreError> {
+        self.inner.locate_event(event_id)
+    }
+    fn indexed_position(&self, stream: &StreamId, version: u64) -> Result<Option<u64>, StoreError> {
+        self.inner.indexed_position(stream, version)
+    }
 }
 
 #[tokio::test]

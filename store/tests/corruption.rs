@@ -279,7 +279,10 @@ fn no_flipped_byte_in_any_file_loses_an_acknowledged_event_silently() {
     println!("flips per file: {flips}; files: {}", files.len());
     println!("{:<10} {:<11} {:<15} count", "kind", "open", "outcome");
     for ((kind, mode, outcome), count) in &tally {
-        println!("{kind:<10} {mode:<11} {:<15} {count}", format!("{outcome:?}"));
+        println!(
+            "{kind:<10} {mode:<11} {:<15} {count}",
+            format!("{outcome:?}")
+        );
     }
     // The attack reached the data: some flips must be refused in each of the
     // write-ahead log and the table files, or the test proved nothing.
@@ -311,9 +314,12 @@ fn a_torn_write_ahead_log_tail_is_refused_not_shortened() {
         let copy = root.path().join(format!("cut-{cut}"));
         copy_dir(&pristine, &copy);
         std::fs::write(copy.join(wal), &bytes[..bytes.len() - cut]).expect("truncate");
-        let outcome = attack(&copy, &acknowledged, &format!("{wal} less {cut} bytes"), |dir| {
-            RocksLog::open(dir, RocksOptions::default())
-        });
+        let outcome = attack(
+            &copy,
+            &acknowledged,
+            &format!("{wal} less {cut} bytes"),
+            |dir| RocksLog::open(dir, RocksOptions::default()),
+        );
         assert_eq!(outcome, Outcome::RefusedAtOpen, "cut {cut}");
     }
 }

@@ -26,7 +26,9 @@ fn a_second_writer_is_refused_by_the_lock_until_the_first_is_dropped() {
     let path = dir.path().join("blocklock");
     let first = RocksLog::open(&path, RocksOptions::default()).unwrap();
     append_one(&first).unwrap();
-    let err = RocksLog::open(&path, RocksOptions::default()).err().unwrap();
+    let err = RocksLog::open(&path, RocksOptions::default())
+        .err()
+        .unwrap();
     assert!(matches!(err, StoreError::Locked { .. }), "{err:?}");
     assert_eq!(err.code(), "store/locked");
     // Readers need no lock.
@@ -86,9 +88,14 @@ fn table_files_without_current_are_damage_not_an_empty_log() {
         names
     };
     let before = listing(&path);
-    assert!(before.iter().any(|name| name.ends_with(".sst")), "{before:?}");
+    assert!(
+        before.iter().any(|name| name.ends_with(".sst")),
+        "{before:?}"
+    );
     for err in [
-        RocksLog::open(&path, RocksOptions::default()).err().unwrap(),
+        RocksLog::open(&path, RocksOptions::default())
+            .err()
+            .unwrap(),
         RocksLog::open_read_only(&path).err().unwrap(),
     ] {
         assert!(matches!(err, StoreError::Damaged { .. }), "{err:?}");

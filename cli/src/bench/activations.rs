@@ -10,6 +10,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use std::io::Write;
+
 use clap::Args;
 use subagent_core::{
     ContentBlock, Delivery, Event, NewEvent, SessionId, StreamId, SubagentActivationSpec,
@@ -20,17 +22,19 @@ use subagent_runtime::{Script, ScriptedHost, SubagentRuntime};
 use subagent_store::{Durability, EventLog, ExpectedVersion, RocksLog, RocksOptions};
 use tokio_util::sync::CancellationToken;
 
+use super::args;
 use super::stats::{percentile_ms, Summary};
 use crate::CliResult;
 
 /// Arguments of `bench activations`.
 #[derive(Args)]
 pub struct ActivationArgs {
-    /// Runs per figure (the median is reported).
-    #[arg(long, default_value_t = 5)]
+    /// Runs per figure (the median is reported), 1 to 1000.
+    #[arg(long, default_value_t = 5, value_parser = args::count(args::RUNS))]
     runs: usize,
-    /// Multiplies the number of activations per run.
-    #[arg(long, default_value_t = 1.0)]
+    /// Multiplies the number of activations per run: a finite number from
+    /// 0.01 to 100.
+    #[arg(long, default_value_t = 1.0, value_parser = args::scale, allow_hyphen_values = true)]
     scale: f64,
 }
 
@@ -132,16 +136,19 @@ async fn floor_run(
 ///
 /// # Errors
 /// Storage or runtime failures.
-pub fn run(args: &ActivationArgs) -> CliResult {
+pub fn run(args: &ActivationArgs, out: &mut dyn Write) -> CliResult {
     let tokio = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
     let scaled = |count: f64| ((count * args.scale).max(64.0)) as usize;
-    println!("one-shot activations (start → settle → dispose), activations/s: median (min–max) of {} runs", args.runs);
-    println!(
+    writeln!(out, "one-shot activations (start → settle → dispose), activations/s: median (min–max) of {} runs", args.runs)?;
+    out.flush()?;
+    writeln!(
+        out,
         "{:<9} {:>8} {:>6}  {:>24} {:>9} {:>9}  {:>24} {:>10}",
         "mode", "starters", "count", "runtime", "p50 ms", "p99 ms", "append floor", "rt/floor"
-    );
+    )?;
+    out.flush()?;
     for (durability, starters, total) in [
         (Durability::Sync, 1, scaled(100.0)),
         (Durability::Sync, 64, scaled(640.0)),
@@ -152,7 +159,7 @@ pub fn run(args: &ActivationArgs) -> CliResult {
         let mut rates = Vec::new();
         let mut latencies = Vec::new();
         let mut floors = Vec::new();
-        for _ in 0..args.runs.max(1) {
+        for _ in 0..args.runs {
             let (rate, mut run_latencies) =
                 tokio.block_on(runtime_run(durability, starters, total))?;
             rates.push(rate);
@@ -161,7 +168,8 @@ pub fn run(args: &ActivationArgs) -> CliResult {
         }
         latencies.sort();
         let (rates, floors) = (Summary::of(&rates), Summary::of(&floors));
-        println!(
+        writeln!(
+            out,
             "{:<9} {:>8} {:>6}  {:>24} {:>9.2} {:>9.2}  {:>24} {:>10.2}",
             format!("{durability:?}"),
             starters,
@@ -171,7 +179,8 @@ pub fn run(args: &ActivationArgs) -> CliResult {
             percentile_ms(&latencies, 0.99),
             floors.to_string(),
             rates.median / floors.median
-        );
+        )?;
+        out.flush()?;
     }
     Ok(())
 }

@@ -18,22 +18,26 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use std::io::Write;
+
 use clap::Args;
 use rocksdb::{Options, WriteBatch, WriteOptions, DB};
 use subagent_core::{ContentBlock, Event, NewEvent, RecordedEvent, SessionId, StreamId, Usage};
 use subagent_store::{Durability, EventLog, ExpectedVersion, RocksLog, RocksOptions};
 
+use super::args;
 use super::stats::Summary;
 use crate::CliResult;
 
 /// Arguments of `bench append`.
 #[derive(Args)]
 pub struct AppendArgs {
-    /// Runs per figure (the median is reported).
-    #[arg(long, default_value_t = 5)]
+    /// Runs per figure (the median is reported), 1 to 1000.
+    #[arg(long, default_value_t = 5, value_parser = args::count(args::RUNS))]
     runs: usize,
-    /// Multiplies the number of appends per run.
-    #[arg(long, default_value_t = 1.0)]
+    /// Multiplies the number of appends per run: a finite number from 0.01
+    /// to 100.
+    #[arg(long, default_value_t = 1.0, value_parser = args::scale, allow_hyphen_values = true)]
     scale: f64,
     /// Skip the SQLite peer.
     #[arg(long)]
@@ -204,9 +208,7 @@ fn measure(
     runs: usize,
     mut once: impl FnMut() -> Result<f64, Box<dyn std::error::Error>>,
 ) -> Result<Summary, Box<dyn std::error::Error>> {
-    let samples = (0..runs.max(1))
-        .map(|_| once())
-        .collect::<Result<Vec<_>, _>>()?;
+    let samples = (0..runs).map(|_| once()).collect::<Result<Vec<_>, _>>()?;
     Ok(Summary::of(&samples))
 }
 
@@ -214,7 +216,7 @@ fn measure(
 ///
 /// # Errors
 /// Storage failures.
-pub fn run(args: &AppendArgs) -> CliResult {
+pub fn run(args: &AppendArgs, out: &mut dyn Write) -> CliResult {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
@@ -234,12 +236,15 @@ pub fn run(args: &AppendArgs) -> CliResult {
         config(Durability::Buffered, 64, 64_000.0, 1),
         config(Durability::Buffered, 1, 1000.0, 64),
     ];
-    println!(
+    writeln!(
+        out,
         "durable append, events/s: median (min–max) of {} runs; payload {} bytes/record",
         args.runs,
         bytes.len()
-    );
-    println!(
+    )?;
+    out.flush()?;
+    writeln!(
+        out,
         "{:<9} {:>9} {:>5} {:>7}  {:>27} {:>27} {:>10} {:>27} {:>13}",
         "mode",
         "appenders",
@@ -250,7 +255,8 @@ pub fn run(args: &AppendArgs) -> CliResult {
         "eng/raw",
         "sqlite",
         "eng/sqlite"
-    );
+    )?;
+    out.flush()?;
     for config in &configs {
         eprintln!(
             "… measuring {:?} with {} appenders",
@@ -263,7 +269,8 @@ pub fn run(args: &AppendArgs) -> CliResult {
         } else {
             Some(measure(args.runs, || sqlite_run(config, &bytes))?)
         };
-        println!(
+        writeln!(
+            out,
             "{:<9} {:>9} {:>5} {:>7}  {:>27} {:>27} {:>10.2} {:>27} {:>13}",
             format!("{:?}", config.durability),
             config.appenders,
@@ -277,7 +284,8 @@ pub fn run(args: &AppendArgs) -> CliResult {
                 || "-".to_owned(),
                 |s| format!("{:.2}", engine.median / s.median)
             ),
-        );
+        )?;
+        out.flush()?;
     }
     Ok(())
 }

@@ -8,11 +8,14 @@
 
 use std::time::Instant;
 
+use std::io::Write;
+
 use clap::Args;
 use subagent_core::{Event, StreamId};
 use subagent_replay::state_at;
 use subagent_store::{EventLog, EventLogExt};
 
+use super::args;
 use super::stats::Summary;
 use super::workload;
 use crate::CliResult;
@@ -20,16 +23,16 @@ use crate::CliResult;
 /// Arguments of `bench list`.
 #[derive(Args)]
 pub struct ListArgs {
-    /// Sessions in the descendant tree.
-    #[arg(long, default_value_t = 100_000)]
+    /// Sessions in the descendant tree, 1 to 10,000,000.
+    #[arg(long, default_value_t = 100_000, value_parser = args::count_u64(args::SESSIONS))]
     sessions: u64,
-    /// Runs per figure (the median is reported).
-    #[arg(long, default_value_t = 5)]
+    /// Runs per figure (the median is reported), 1 to 1000.
+    #[arg(long, default_value_t = 5, value_parser = args::count(args::RUNS))]
     runs: usize,
 }
 
 fn micros(runs: usize, mut work: impl FnMut() -> usize) -> Summary {
-    let samples: Vec<f64> = (0..runs.max(1))
+    let samples: Vec<f64> = (0..runs)
         .map(|_| {
             let started = Instant::now();
             std::hint::black_box(work());
@@ -43,8 +46,9 @@ fn micros(runs: usize, mut work: impl FnMut() -> usize) -> Summary {
 ///
 /// # Errors
 /// Storage failures.
-pub fn run(args: &ListArgs) -> CliResult {
-    println!("listing, µs: median (min–max) of {} runs", args.runs);
+pub fn run(args: &ListArgs, out: &mut dyn Write) -> CliResult {
+    writeln!(out, "listing, µs: median (min–max) of {} runs", args.runs)?;
+    out.flush()?;
     {
         let dir = tempfile::tempdir()?;
         let events = args.sessions * workload::EVENTS_PER_CHILD;
@@ -52,10 +56,12 @@ pub fn run(args: &ListArgs) -> CliResult {
         let state = state_at(&workload.log, None)?;
         let listed = state.list_descendants(workload.root).len();
         let time = micros(args.runs, || state.list_descendants(workload.root).len());
-        println!(
+        writeln!(
+            out,
             "  list_descendants, {listed} sessions          {time}  ({:.0} ns/entry)",
             time.median * 1000.0 / listed as f64
-        );
+        )?;
+        out.flush()?;
     }
     for events in [10_000u64, 1_000_000] {
         let dir = tempfile::tempdir()?;
@@ -74,11 +80,13 @@ pub fn run(args: &ListArgs) -> CliResult {
                 })
                 .count()
         });
-        println!(
+        writeln!(
+                out,
             "  list_children ({children} children), log of {:>9} events: projection {projection}   log scan {scan}   scan/projection {:.0}x",
             log.head(),
             scan.median / projection.median
-        );
+        )?;
+        out.flush()?;
     }
     Ok(())
 }

@@ -9,6 +9,8 @@
 
 use std::sync::Arc;
 
+use std::io::Write;
+
 use clap::Args;
 use subagent_core::{Delivery, SubagentActivationSpec};
 use subagent_runtime::providers::SpawnProvider;
@@ -16,17 +18,18 @@ use subagent_runtime::{Script, ScriptedHost, SubagentRuntime};
 use subagent_store::{Durability, EventLog, EventLogExt, RocksLog, RocksOptions};
 use tokio_util::sync::CancellationToken;
 
+use super::args;
 use super::stats::Summary;
 use crate::CliResult;
 
 /// Arguments of `bench memory`.
 #[derive(Args)]
 pub struct MemoryArgs {
-    /// Children per run.
-    #[arg(long, default_value_t = 20_000)]
+    /// Children per run, 1 to 1,000,000.
+    #[arg(long, default_value_t = 20_000, value_parser = args::count(args::CHILDREN))]
     children: usize,
-    /// Runs per figure (the median is reported).
-    #[arg(long, default_value_t = 5)]
+    /// Runs per figure (the median is reported), 1 to 1000.
+    #[arg(long, default_value_t = 5, value_parser = args::count(args::RUNS))]
     runs: usize,
 }
 
@@ -88,12 +91,12 @@ async fn one_run(children: usize) -> Result<(f64, f64), Box<dyn std::error::Erro
 ///
 /// # Errors
 /// Storage or runtime failures.
-pub fn run(args: &MemoryArgs) -> CliResult {
+pub fn run(args: &MemoryArgs, out: &mut dyn Write) -> CliResult {
     let tokio = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
     let (mut resident, mut on_disk) = (Vec::new(), Vec::new());
-    for run in 0..args.runs.max(1) {
+    for run in 0..args.runs {
         eprint!("\r  run {}/{}", run + 1, args.runs);
         let (memory, records) = tokio.block_on(one_run(args.children))?;
         resident.push(memory);
@@ -101,15 +104,21 @@ pub fn run(args: &MemoryArgs) -> CliResult {
     }
     eprintln!();
     let (resident, on_disk) = (Summary::of(&resident), Summary::of(&on_disk));
-    println!(
+    writeln!(
+        out,
         "memory per inactive child ({} children per run), bytes: median (min–max) of {} runs",
         args.children, args.runs
-    );
-    println!("  resident memory per child        {resident}");
-    println!("  its encoded log records          {on_disk}");
-    println!(
+    )?;
+    out.flush()?;
+    writeln!(out, "  resident memory per child        {resident}")?;
+    out.flush()?;
+    writeln!(out, "  its encoded log records          {on_disk}")?;
+    out.flush()?;
+    writeln!(
+        out,
         "  memory / records                 {:.2}",
         resident.median / on_disk.median
-    );
+    )?;
+    out.flush()?;
     Ok(())
 }

@@ -10,6 +10,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use std::io::Write;
+
 use clap::Args;
 use subagent_core::{
     ContentBlock, Delivery, Event, MessageDelivery, MessageId, MessageSource, NewEvent, SessionId,
@@ -24,17 +26,18 @@ use subagent_store::{Durability, EventLog, ExpectedVersion, RocksLog, RocksOptio
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use super::args;
 use super::stats::{percentile_ms, Summary};
 use crate::CliResult;
 
 /// Arguments of `bench messages`.
 #[derive(Args)]
 pub struct MessageArgs {
-    /// Runs per figure (the median is reported).
-    #[arg(long, default_value_t = 5)]
+    /// Runs per figure (the median is reported), 1 to 1000.
+    #[arg(long, default_value_t = 5, value_parser = args::count(args::RUNS))]
     runs: usize,
-    /// Round trips per pair.
-    #[arg(long, default_value_t = 100)]
+    /// Round trips per pair, 1 to 1,000,000.
+    #[arg(long, default_value_t = 100, value_parser = args::count(args::ROUND_TRIPS))]
     round_trips: usize,
 }
 
@@ -244,15 +247,18 @@ async fn floor_run(
 ///
 /// # Errors
 /// Storage or runtime failures.
-pub fn run(args: &MessageArgs) -> CliResult {
+pub fn run(args: &MessageArgs, out: &mut dyn Write) -> CliResult {
     let tokio = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    println!("parent → child → parent round trips/s: median (min–max) of {} runs, {} round trips per pair", args.runs, args.round_trips);
-    println!(
+    writeln!(out, "parent → child → parent round trips/s: median (min–max) of {} runs, {} round trips per pair", args.runs, args.round_trips)?;
+    out.flush()?;
+    writeln!(
+        out,
         "{:<9} {:>6}  {:>24} {:>9} {:>9}  {:>24} {:>10}",
         "mode", "pairs", "runtime", "p50 ms", "p99 ms", "append floor", "rt/floor"
-    );
+    )?;
+    out.flush()?;
     for (durability, pairs) in [
         (Durability::Sync, 1),
         (Durability::Sync, 16),
@@ -261,7 +267,7 @@ pub fn run(args: &MessageArgs) -> CliResult {
     ] {
         eprintln!("… measuring {durability:?} with {pairs} pairs");
         let (mut rates, mut floors, mut latencies) = (Vec::new(), Vec::new(), Vec::new());
-        for _ in 0..args.runs.max(1) {
+        for _ in 0..args.runs {
             let (rate, mut run) =
                 tokio.block_on(runtime_run(durability, pairs, args.round_trips))?;
             rates.push(rate);
@@ -270,7 +276,8 @@ pub fn run(args: &MessageArgs) -> CliResult {
         }
         latencies.sort();
         let (rates, floors) = (Summary::of(&rates), Summary::of(&floors));
-        println!(
+        writeln!(
+            out,
             "{:<9} {:>6}  {:>24} {:>9.2} {:>9.2}  {:>24} {:>10.2}",
             format!("{durability:?}"),
             pairs,
@@ -279,7 +286,8 @@ pub fn run(args: &MessageArgs) -> CliResult {
             percentile_ms(&latencies, 0.99),
             floors.to_string(),
             rates.median / floors.median
-        );
+        )?;
+        out.flush()?;
     }
     Ok(())
 }

@@ -1,15 +1,20 @@
 //! `subagents bench`: figures measured side by side with baselines that do
 //! the same work in the same run. Never asserted anywhere; read and recorded
-//! in BENCHMARKS.md.
+//! in BENCHMARKS.md. Every numeric argument is range-checked by clap (see
+//! [`args`]); the tables are written to the command's handled stdout, one
+//! flushed row at a time.
 
 mod activations;
 mod append;
+mod args;
 mod list;
 mod memory;
 mod messages;
 mod replay;
 mod stats;
 mod workload;
+
+use std::io::Write;
 
 use clap::Subcommand;
 
@@ -34,18 +39,18 @@ pub enum BenchPart {
     Startup(replay::ReplayArgs),
 }
 
-/// Runs one part.
+/// Runs one part, writing its table to `out`.
 ///
 /// # Errors
-/// Storage failures while measuring.
-pub fn run(part: BenchPart) -> CliResult {
+/// Storage failures while measuring, write failures.
+pub fn run(part: BenchPart, out: &mut dyn Write) -> CliResult {
     match part {
-        BenchPart::Append(args) => append::run(&args),
-        BenchPart::Activations(args) => activations::run(&args),
-        BenchPart::Messages(args) => messages::run(&args),
-        BenchPart::Memory(args) => memory::run(&args),
-        BenchPart::Replay(args) => replay::replay(&args),
-        BenchPart::List(args) => list::run(&args),
-        BenchPart::Startup(args) => replay::startup(&args),
+        BenchPart::Append(args) => append::run(&args, out),
+        BenchPart::Activations(args) => activations::run(&args, out),
+        BenchPart::Messages(args) => messages::run(&args, out),
+        BenchPart::Memory(args) => memory::run(&args, out),
+        BenchPart::Replay(args) => replay::replay(&args, out),
+        BenchPart::List(args) => list::run(&args, out),
+        BenchPart::Startup(args) => replay::startup(&args, out),
     }
 }

@@ -7,11 +7,14 @@
 
 use std::time::Instant;
 
+use std::io::Write;
+
 use clap::Args;
 use subagent_projections::Projections;
 use subagent_replay::Checkpointed;
 use subagent_store::{EventLog, EventLogExt};
 
+use super::args;
 use super::stats::Summary;
 use super::workload;
 use crate::CliResult;
@@ -19,11 +22,11 @@ use crate::CliResult;
 /// Arguments of `bench replay` and `bench startup`.
 #[derive(Args)]
 pub struct ReplayArgs {
-    /// Events in the generated log.
-    #[arg(long, default_value_t = 1_000_000)]
+    /// Events in the generated log, 1,000 to 100,000,000.
+    #[arg(long, default_value_t = 1_000_000, value_parser = args::count_u64(args::EVENTS))]
     events: u64,
-    /// Runs per figure (the median is reported).
-    #[arg(long, default_value_t = 5)]
+    /// Runs per figure (the median is reported), 1 to 1000.
+    #[arg(long, default_value_t = 5, value_parser = args::count(args::RUNS))]
     runs: usize,
 }
 
@@ -39,13 +42,13 @@ fn timed<T>(
 ///
 /// # Errors
 /// Storage failures.
-pub fn replay(args: &ReplayArgs) -> CliResult {
+pub fn replay(args: &ReplayArgs, out: &mut dyn Write) -> CliResult {
     let dir = tempfile::tempdir()?;
     let workload = workload::build(dir.path(), args.events, 8, 0)?;
     let log = &workload.log;
     let head = log.head() as f64;
     let (mut raw, mut fold) = (Vec::new(), Vec::new());
-    for run in 0..args.runs.max(1) {
+    for run in 0..args.runs {
         eprint!("\r  run {}/{}", run + 1, args.runs);
         let (seconds, _) = timed(|| {
             let mut count = 0u64;
@@ -68,17 +71,23 @@ pub fn replay(args: &ReplayArgs) -> CliResult {
     }
     eprintln!();
     let (raw, fold) = (Summary::of(&raw), Summary::of(&fold));
-    println!(
+    writeln!(
+        out,
         "replay of {} events, events/s: median (min–max) of {} runs",
         log.head(),
         args.runs
-    );
-    println!("  raw iterate + decode       {raw}");
-    println!("  fold into all projections  {fold}");
-    println!(
+    )?;
+    out.flush()?;
+    writeln!(out, "  raw iterate + decode       {raw}")?;
+    out.flush()?;
+    writeln!(out, "  fold into all projections  {fold}")?;
+    out.flush()?;
+    writeln!(
+        out,
         "  fold / raw                 {:.2}",
         fold.median / raw.median
-    );
+    )?;
+    out.flush()?;
     Ok(())
 }
 
@@ -86,7 +95,7 @@ pub fn replay(args: &ReplayArgs) -> CliResult {
 ///
 /// # Errors
 /// Storage failures.
-pub fn startup(args: &ReplayArgs) -> CliResult {
+pub fn startup(args: &ReplayArgs, out: &mut dyn Write) -> CliResult {
     let dir = tempfile::tempdir()?;
     let workload = workload::build(dir.path(), args.events, 8, 0)?;
     let log = workload.log;
@@ -99,7 +108,7 @@ pub fn startup(args: &ReplayArgs) -> CliResult {
     )?;
     drop(state);
     let (mut with_checkpoint, mut refold) = (Vec::new(), Vec::new());
-    for run in 0..args.runs.max(1) {
+    for run in 0..args.runs {
         eprint!("\r  run {}/{}", run + 1, args.runs);
         let (seconds, opened) = timed(|| Ok(Checkpointed::open(log.clone(), 0)?))?;
         assert_eq!(
@@ -113,16 +122,22 @@ pub fn startup(args: &ReplayArgs) -> CliResult {
     }
     eprintln!();
     let (with_checkpoint, refold) = (Summary::of(&with_checkpoint), Summary::of(&refold));
-    println!(
+    writeln!(
+        out,
         "startup on a {}-event log (checkpoint at {tail_from}), ms: median (min–max) of {} runs",
         log.head(),
         args.runs
-    );
-    println!("  checkpoint + tail  {with_checkpoint}");
-    println!("  full refold        {refold}");
-    println!(
+    )?;
+    out.flush()?;
+    writeln!(out, "  checkpoint + tail  {with_checkpoint}")?;
+    out.flush()?;
+    writeln!(out, "  full refold        {refold}")?;
+    out.flush()?;
+    writeln!(
+        out,
         "  speed-up           {:.1}x",
         refold.median / with_checkpoint.median
-    );
+    )?;
+    out.flush()?;
     Ok(())
 }

@@ -90,7 +90,11 @@ pub(super) fn classify(path: &Path) -> Result<DirectoryState, StoreError> {
     let mut rocksdb_files = Vec::new();
     let mut other_files = Vec::new();
     for entry in std::fs::read_dir(path).map_err(io)? {
-        let name = entry.map_err(io)?.file_name().to_string_lossy().into_owned();
+        let name = entry
+            .map_err(io)?
+            .file_name()
+            .to_string_lossy()
+            .into_owned();
         if name == LOCK_FILE {
             continue;
         }
@@ -201,7 +205,13 @@ mod tests {
         ] {
             assert!(is_rocksdb_file(name), "{name}");
         }
-        for name in ["notes.txt", ".log", "a.sst", "subagents.lock", "CURRENT.bak"] {
+        for name in [
+            "notes.txt",
+            ".log",
+            "a.sst",
+            "subagents.lock",
+            "CURRENT.bak",
+        ] {
             assert!(!is_rocksdb_file(name), "{name}");
         }
     }

@@ -1,0 +1,188 @@
+//! [`FailureWatch`]: the runtime's and the store's reported failures, caught
+//! for the demo. A driver that fails on a cold resume, or the log's writer
+//! failing (disk full), is reported only as a `tracing` event, with no handle
+//! for the caller to await. The demo installs a [`FailureRecorder`] so its
+//! waits end with that cause (the failing file and the OS error, as the
+//! store words it) instead of timing out. Every warning and error event is
+//! also printed to stderr as `warning: ...`.
+
+use std::fmt::{self, Write as _};
+use std::io::Write as _;
+use std::sync::Arc;
+
+use tokio::sync::watch;
+use tracing::field::{Field, Visit};
+use tracing::span::{Attributes, Id, Record};
+use tracing::{Event, Level, Metadata, Subscriber};
+
+/// The first failure reported since the watch was made. Cheap to clone.
+#[derive(Clone)]
+pub struct FailureWatch {
+    first: Arc<watch::Sender<Option<String>>>,
+}
+
+impl Default for FailureWatch {
+    fn default() -> Self {
+        FailureWatch {
+            first: Arc::new(watch::channel(None).0),
+        }
+    }
+}
+
+impl FailureWatch {
+    /// The first reported failure, if any.
+    #[must_use]
+    pub fn first(&self) -> Option<String> {
+        self.first.borrow().clone()
+    }
+
+    /// Records `failure` unless an earlier one is already held.
+    pub fn report(&self, failure: String) {
+        self.first.send_if_modified(|first| {
+            if first.is_some() {
+                return false;
+            }
+            *first = Some(failure);
+            true
+        });
+    }
+
+    /// Resolves with the first failure once one is reported (at once if one
+    /// already was).
+    pub async fn reported(&self) -> String {
+        let mut receiver = self.first.subscribe();
+        // The sender lives in `self`, so the wait cannot see it closed.
+        let first = receiver
+            .wait_for(Option::is_some)
+            .await
+            .ok()
+            .and_then(|first| first.clone());
+        match first {
+            Some(failure) => failure,
+            None => std::future::pending().await,
+        }
+    }
+}
+
+/// A `tracing` subscriber that turns warning and error events into
+/// `warning:` lines on stderr, and reports as a failure every error event
+/// and every warning that carries an `error` field (a driver that failed, a
+/// commit or a checkpoint that could not be written). A warning without one
+/// (e.g. a checkpoint discarded and refolded) is not a failure.
+pub struct FailureRecorder {
+    watch: FailureWatch,
+}
+
+impl FailureRecorder {
+    /// A recorder reporting into `watch`.
+    #[must_use]
+    pub fn new(watch: FailureWatch) -> Self {
+        FailureRecorder { watch }
+    }
+}
+
+/// Collects an event's message and fields into one line.
+#[derive(Default)]
+struct Line {
+    message: String,
+    fields: String,
+    has_error: bool,
+}
+
+impl Line {
+    fn add(&mut self, field: &Field, value: fmt::Arguments<'_>) {
+        match field.name() {
+            "message" => {
+                let _ = self.message.write_fmt(value);
+            }
+            name => {
+                self.has_error |= name == "error";
+                let separator = if self.fields.is_empty() { "" } else { ", " };
+                let _ = write!(self.fields, "{separator}{name}: {value}");
+            }
+        }
+    }
+}
+
+impl Visit for Line {
+    fn record_str(&mut self, field: &Field, value: &str) {
+        self.add(field, format_args!("{value}"));
+    }
+
+    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+        self.add(field, format_args!("{value:?}"));
+    }
+}
+
+impl Subscriber for FailureRecorder {
+    fn enabled(&self, metadata: &Metadata<'_>) -> bool {
+        *metadata.level() <= Level::WARN
+    }
+
+    fn new_span(&self, _: &Attributes<'_>) -> Id {
+        Id::from_u64(1)
+    }
+
+    fn record(&self, _: &Id, _: &Record<'_>) {}
+
+    fn record_follows_from(&self, _: &Id, _: &Id) {}
+
+    fn event(&self, event: &Event<'_>) {
+        let mut line = Line::default();
+        event.record(&mut line);
+        let text = if line.fields.is_empty() {
+            line.message
+        } else {
+            format!("{} ({})", line.message, line.fields)
+        };
+        let _ = writeln!(std::io::stderr(), "warning: {text}");
+        if line.has_error || *event.metadata().level() == Level::ERROR {
+            self.watch.report(text);
+        }
+    }
+
+    fn enter(&self, _: &Id) {}
+
+    fn exit(&self, _: &Id) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_warning_with_an_error_and_any_error_event_are_failures() {
+        let watch = FailureWatch::default();
+        tracing::subscriber::with_default(FailureRecorder::new(watch.clone()), || {
+            tracing::info!(error = "ignored", "below the warning level");
+            tracing::warn!(reason = "stale", "discarding the projections checkpoint");
+        });
+        assert_eq!(watch.first(), None);
+        tracing::subscriber::with_default(FailureRecorder::new(watch.clone()), || {
+            tracing::warn!(
+                error = %"storage failure: IO error: No space left on device: While appending to file: /d/000004.log",
+                "local driver failed"
+            );
+            tracing::error!(reason = "later", "append failed");
+        });
+        let first = watch.first().expect("the driver failure is reported");
+        assert!(
+            first.starts_with("local driver failed (error: storage failure"),
+            "{first}"
+        );
+        assert!(first.contains("No space left on device"), "{first}");
+        assert!(first.contains("/d/000004.log"), "{first}");
+    }
+
+    #[test]
+    fn an_error_event_without_an_error_field_is_a_failure() {
+        let watch = FailureWatch::default();
+        tracing::subscriber::with_default(FailureRecorder::new(watch.clone()), || {
+            tracing::error!(reason = "disk full", "append failed; the engine stops");
+        });
+        assert_eq!(
+            watch.first().as_deref(),
+            Some("append failed; the engine stops (reason: disk full)")
+        );
+    }
+}

@@ -1,0 +1,596 @@
+//! `subagents demo`: the main job. A root session delegates through the real
+//! runtime on the embedded RocksDB log: two continuable children (one
+//! spawned, one forked), a grandchild below the first, and one external
+//! `process` run. The results come back, everything is disposed child-first,
+//! and the descendant tree, each result and the log head are printed. Every
+//! run adds a new root to the same log; a log left by a killed run is
+//! recovered on open.
+//!
+//! Each step's output is flushed as the step completes. A wait for a step
+//! ends early with the runtime's reported failure (see [`failures`]), so an
+//! error names its cause (e.g. the store's file and OS error) rather than a
+//! timeout.
+
+mod failures;
+
+use std::io::Write;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use subagent_core::{
+    content::plain_text, ContentBlock, Delivery, Event, StreamId, SubagentActivationSpec,
+    ToolRestriction,
+};
+use subagent_projections::Projections;
+use subagent_runtime::providers::{ForkProvider, ProcessProvider, SpawnProvider};
+use subagent_runtime::scripted::Step;
+use subagent_runtime::{Script, ScriptedHost, SubagentActivation, SubagentRuntime};
+use subagent_store::{EventLog, EventLogExt, RocksLog, RocksOptions};
+use tokio_util::sync::CancellationToken;
+
+use self::failures::{FailureRecorder, FailureWatch};
+use crate::error::CliError;
+use crate::CliResult;
+
+fn spec(provider: &str, label: &str, prompt: &str, delivery: Delivery) -> SubagentActivationSpec {
+    SubagentActivationSpec::with_text_prompt(provider, label, prompt, delivery)
+}
+
+fn scripts(hold_ms: u64) -> ScriptedHost {
+    let say = |text: &str| Step::Say(text.to_owned());
+    ScriptedHost::new(Script::reply("done"))
+        .with(
+            "research",
+            Script {
+                turns: vec![vec![
+                    say("Reading the design first."),
+                    Step::Tool {
+                        name: "read_file".into(),
+                        input: serde_json::json!({"path": "DESIGN.md"}),
+                        output: "# subagents: design".into(),
+                    },
+                    // Its tool filter denies `shell`: the call is refused and recorded.
+                    Step::Tool {
+                        name: "shell".into(),
+                        input: serde_json::json!({"cmd": "wc -l DESIGN.md"}),
+                        output: "280 DESIGN.md".into(),
+                    },
+                    Step::SleepMs(30 + hold_ms),
+                    say("The log is the source of truth; every projection is a fold of it."),
+                ]],
+            },
+        )
+        .with(
+            "fact-check",
+            Script {
+                turns: vec![vec![say("Checked: positions are gap-free and start at 1.")]],
+            },
+        )
+        .with(
+            "review",
+            Script {
+                turns: vec![
+                    vec![say("The fork saw the parent's history; the plan holds.")],
+                    vec![say("Resumed from the log: still holds.")],
+                ],
+            },
+        )
+        .with(
+            "digger",
+            Script {
+                turns: vec![
+                    vec![say("Digging through the archive."), Step::SleepMs(60_000)],
+                    vec![say("Back on it, taking the queued notes in order.")],
+                ],
+            },
+        )
+}
+
+/// How long the demo waits for one step.
+const STEP_TIMEOUT: Duration = Duration::from_secs(10);
+/// How often a wait polls the log.
+const POLL_EVERY: Duration = Duration::from_millis(10);
+
+/// Polls the log's projections until `done` holds.
+///
+/// # Errors
+/// [`CliError::DemoStepFailed`] as soon as `failures` holds a reported
+/// failure; a read failure of the log; [`CliError::DemoTimeout`] after
+/// `timeout` with neither.
+async fn wait_for(
+    log: &RocksLog,
+    failures: &FailureWatch,
+    what: &'static str,
+    timeout: Duration,
+    done: impl Fn(&Projections) -> bool,
+) -> CliResult {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if let Some(cause) = failures.first() {
+            return Err(CliError::DemoStepFailed { what, cause }.into());
+        }
+        let records: Vec<_> = log.read_all(1).collect::<Result<_, _>>()?;
+        if done(&Projections::fold(&records)) {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(CliError::DemoTimeout {
+                what,
+                seconds: timeout.as_secs(),
+            }
+            .into());
+        }
+        tokio::select! {
+            () = tokio::time::sleep(POLL_EVERY) => {}
+            cause = failures.reported() => {
+                return Err(CliError::DemoStepFailed { what, cause }.into());
+            }
+        }
+    }
+}
+
+/// Runs `demo` until it ends or a failure is reported, whichever is first.
+/// Once the log has failed the demo cannot succeed, and a runtime call may
+/// never return; this ends it with the cause instead of hanging.
+///
+/// # Errors
+/// `demo`'s error, or [`CliError::DemoStopped`] with the reported failure.
+async fn until_failure<T>(
+    failures: &FailureWatch,
+    demo: impl std::future::Future<Output = Result<T, Box<dyn std::error::Error>>>,
+) -> Result<T, Box<dyn std::error::Error>> {
+    tokio::select! {
+        // The demo first: its own error says which step failed.
+        biased;
+        outcome = demo => outcome,
+        cause = failures.reported() => Err(CliError::DemoStopped { cause }.into()),
+    }
+}
+
+fn text(value: &str) -> Vec<ContentBlock> {
+    vec![ContentBlock::text(value)]
+}
+
+async fn finish(out: &mut dyn Write, name: &str, activation: &SubagentActivation) -> CliResult {
+    let result = activation.result().await?;
+    writeln!(
+        out,
+        "  {name:<11} {:<10} {}",
+        result.stop_reason.to_string(),
+        plain_text(&result.output)
+    )?;
+    Ok(())
+}
+
+/// `err`, or when the runtime reported a failure that `err` does not already
+/// carry (an aggregate such as "3 branches failed"), `err` with that cause.
+fn with_reported_cause(
+    err: Box<dyn std::error::Error>,
+    failures: &FailureWatch,
+) -> Box<dyn std::error::Error> {
+    match failures.first() {
+        Some(cause) if !err.to_string().contains(&cause) => CliError::DemoFailed {
+            error: err.to_string(),
+            cause,
+        }
+        .into(),
+        _ => err,
+    }
+}
+
+/// Runs the demo, writing its report to `out`. `hold_ms` keeps the research
+/// child working that much longer, so a crash drill can kill the process
+/// while work is live.
+///
+/// # Errors
+/// Storage failures, runtime rejections and failures, write failures.
+pub fn run(data: &Path, hold_ms: u64, out: &mut dyn Write) -> CliResult {
+    let failures = FailureWatch::default();
+    // Only the first subscriber of the process is installed; the demo runs once.
+    let _ = tracing::subscriber::set_global_default(FailureRecorder::new(failures.clone()));
+    let log = RocksLog::open(data, RocksOptions::default())?;
+    let tokio = tokio::runtime::Runtime::new()?;
+    let shared: Arc<dyn EventLog> = Arc::new(log.clone());
+    let start = log.head() + 1;
+    let demo = async {
+        let (runtime, recovery) = SubagentRuntime::open(shared, Arc::new(scripts(hold_ms))).await?;
+        if recovery.events > 0 {
+            writeln!(
+                out,
+                "recovered the previous run: {} recovery events appended",
+                recovery.events
+            )?;
+        }
+        runtime.register_provider(Arc::new(SpawnProvider)).await?;
+        runtime.register_provider(Arc::new(ForkProvider)).await?;
+        runtime
+            .register_provider(Arc::new(ProcessProvider::new(
+                "process",
+                "sh",
+                &["-c", "tr a-z A-Z"],
+            )))
+            .await?;
+        let root = runtime.open_root("demo root").await?;
+        writeln!(out, "[1/7] root session {}", root.session())?;
+        let signal = CancellationToken::new();
+        runtime.set_persona_variables([("project".to_owned(), "subagents".to_owned())].into())?;
+        let mut research_spec = spec("spawn", "research", "Summarize DESIGN.md", Delivery::Parent);
+        research_spec.request.options.tool_filter =
+            Some(ToolRestriction::Deny(vec!["shell".into()]));
+        research_spec.request.options.persona = Some("You research {{project}}.".into());
+        let research = runtime
+            .start_activation(&root, research_spec, signal.clone())
+            .await?;
+        writeln!(
+            out,
+            "[2/7] spawned {} (research: persona, tool filter denying shell)",
+            research.child_id()
+        )?;
+        let review = runtime
+            .start_activation(
+                &root,
+                spec("fork", "review", "Review the plan", Delivery::Caller),
+                signal.clone(),
+            )
+            .await?;
+        writeln!(out, "      forked  {} (review)", review.child_id())?;
+        let fact_check = runtime
+            .start_activation(
+                &research.agent(),
+                spec(
+                    "spawn",
+                    "fact-check",
+                    "Check the numbering claim",
+                    Delivery::Parent,
+                ),
+                signal.clone(),
+            )
+            .await?;
+        writeln!(
+            out,
+            "      grandchild {} (fact-check, below research)",
+            fact_check.child_id()
+        )?;
+        let shout = runtime
+            .start_activation(
+                &root,
+                spec(
+                    "process",
+                    "shout",
+                    "the external run says hello",
+                    Delivery::Parent,
+                ),
+                signal,
+            )
+            .await?;
+        writeln!(
+            out,
+            "      external {} (process: tr a-z A-Z)",
+            shout.child_id()
+        )?;
+        writeln!(out, "[3/7] results:")?;
+        out.flush()?;
+        for (name, activation) in [
+            ("research", &research),
+            ("fact-check", &fact_check),
+            ("review", &review),
+            ("shout", &shout),
+        ] {
+            finish(out, name, activation).await?;
+        }
+        let refused: Vec<String> = runtime
+            .log()
+            .read_stream(StreamId::Session(research.child_id()), 1)
+            .filter_map(|record| match record.ok()?.event {
+                Event::ToolReturned {
+                    call_id,
+                    refused: true,
+                    ..
+                } => Some(call_id),
+                _ => None,
+            })
+            .collect();
+        writeln!(
+            out,
+            "      research's refused tool calls (recorded): {refused:?}"
+        )?;
+        let quiet = CancellationToken::new;
+        writeln!(
+            out,
+            "[4/7] messages: the root asks research a follow-up; research answers its parent"
+        )?;
+        runtime
+            .send_message(&root, research.child_id(), text("Any caveats?"), quiet())
+            .await?;
+        let research_id = research.child_id();
+        out.flush()?;
+        wait_for(
+            &log,
+            &failures,
+            "the follow-up turn",
+            STEP_TIMEOUT,
+            |state| {
+                state
+                    .activations
+                    .get(&research_id)
+                    .is_some_and(|a| a.turns >= 2 && a.running_turn.is_none())
+            },
+        )
+        .await?;
+        let reply = runtime
+            .send_message(
+                &research.agent(),
+                root.session(),
+                text("Caveat: the fold is only as fast as its decoder."),
+                quiet(),
+            )
+            .await?;
+        writeln!(out, "      research → root, message {reply}")?;
+
+        writeln!(out, "[5/7] interrupt: digger is interrupted mid-turn; its queued notes wait, then resume in order")?;
+        let digger = runtime
+            .start_activation(
+                &root,
+                spec(
+                    "spawn",
+                    "digger",
+                    "Dig through the archive",
+                    Delivery::Caller,
+                ),
+                quiet(),
+            )
+            .await?;
+        let digger_id = digger.child_id();
+        out.flush()?;
+        wait_for(&log, &failures, "digger to start", STEP_TIMEOUT, |state| {
+            state
+                .activations
+                .get(&digger_id)
+                .is_some_and(|a| a.running_turn.is_some())
+        })
+        .await?;
+        for note in ["note 1: skip 2019", "note 2: prefer primary sources"] {
+            runtime
+                .send_message(&root, digger_id, text(note), quiet())
+                .await?;
+        }
+        runtime
+            .interrupt(
+                digger_id,
+                subagent_runtime::InterruptAuthority::User {
+                    parent_session_id: root.session(),
+                },
+            )
+            .await?;
+        out.flush()?;
+        wait_for(
+            &log,
+            &failures,
+            "the interrupt to land",
+            STEP_TIMEOUT,
+            |state| {
+                state
+                    .activations
+                    .get(&digger_id)
+                    .is_some_and(|a| a.running_turn.is_none())
+            },
+        )
+        .await?;
+        let records: Vec<_> = log.read_all(1).collect::<Result<_, _>>()?;
+        let parked = Projections::fold(&records)
+            .pending_messages(digger_id)
+            .len();
+        writeln!(
+            out,
+            "      interrupted: {parked} queued notes preserved, not run"
+        )?;
+        runtime
+            .send_message(&root, digger_id, text("note 3: resume"), quiet())
+            .await?;
+        out.flush()?;
+        wait_for(
+            &log,
+            &failures,
+            "the parked queue to resume",
+            STEP_TIMEOUT,
+            |state| {
+                state.pending_messages(digger_id).is_empty()
+                    && state
+                        .activations
+                        .get(&digger_id)
+                        .is_some_and(|a| a.turns >= 2 && a.running_turn.is_none())
+            },
+        )
+        .await?;
+        writeln!(
+            out,
+            "      resumed: the three notes were taken in FIFO order"
+        )?;
+
+        writeln!(
+            out,
+            "[6/7] cold resume: review is released, then a message brings it back from the log"
+        )?;
+        review.dispose().await?;
+        let review_id = review.child_id();
+        runtime
+            .send_message(&root, review_id, text("Does it still hold?"), quiet())
+            .await?;
+        out.flush()?;
+        wait_for(
+            &log,
+            &failures,
+            "review to resume and settle",
+            STEP_TIMEOUT,
+            |state| {
+                state
+                    .activations
+                    .get(&review_id)
+                    .is_some_and(|a| a.last_result.as_ref().is_some_and(|(epoch, _)| *epoch == 2))
+            },
+        )
+        .await?;
+        writeln!(out, "      review resumed in epoch 2 and answered again")?;
+
+        writeln!(
+            out,
+            "      draining every descendant of the root, child-first"
+        )?;
+        runtime
+            .drain_descendants(std::slice::from_ref(&root))
+            .await?;
+        for activation in [&research, &shout, &digger] {
+            activation.dispose().await?;
+        }
+        runtime.close_root(&root).await?;
+        // Clean shutdown: registrations end and the projections are checkpointed.
+        runtime.close().await?;
+        Ok::<_, Box<dyn std::error::Error>>(root.session())
+    };
+    let outcome = tokio.block_on(until_failure(&failures, demo));
+    drop(tokio);
+    let root = outcome.map_err(|err| with_reported_cause(err, &failures))?;
+    let state = subagent_replay::state_at(&log, None)?;
+    writeln!(out, "[7/7] durable at head {}\n", log.head())?;
+    crate::render::tree(out, &state, root)?;
+    writeln!(out)?;
+    let dir = data.display();
+    writeln!(
+                out,
+        "Inspect it with:\n  subagents tree {dir} --root {root}\n  subagents replay {dir} --at {start}\n  subagents diff {dir} --from {start}\n  subagents verify {dir}\n  subagents log {dir} --from {start}"
+    )?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn empty_log() -> (tempfile::TempDir, RocksLog) {
+        let dir = tempfile::tempdir().unwrap();
+        let log = RocksLog::open(dir.path(), RocksOptions::default()).unwrap();
+        (dir, log)
+    }
+
+    #[test]
+    fn a_wait_ends_with_the_reported_failure_rather_than_a_timeout() {
+        let (_dir, log) = empty_log();
+        let failures = FailureWatch::default();
+        failures.report(
+            "group commit failed (error: While appending to file: d/000004.log: File too large)"
+                .into(),
+        );
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        // An hour's timeout and a step that never happens: only the failure
+        // can end this wait.
+        let err = runtime
+            .block_on(wait_for(
+                &log,
+                &failures,
+                "review",
+                Duration::from_secs(3600),
+                |_| false,
+            ))
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "while waiting for review: group commit failed (error: While appending to file: d/000004.log: File too large)"
+        );
+    }
+
+    #[test]
+    fn a_wait_ends_when_a_failure_is_reported_during_it() {
+        let (_dir, log) = empty_log();
+        let failures = FailureWatch::default();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let reporter = failures.clone();
+        let err = runtime
+            .block_on(async {
+                tokio::spawn(async move { reporter.report("disk full at d/000004.log".into()) });
+                wait_for(&log, &failures, "review", Duration::from_secs(3600), |_| {
+                    false
+                })
+                .await
+            })
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "while waiting for review: disk full at d/000004.log"
+        );
+    }
+
+    #[test]
+    fn a_demo_stuck_after_a_reported_failure_ends_with_it() {
+        let failures = FailureWatch::default();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let reporter = failures.clone();
+        // A runtime call that never returns, and a failure reported meanwhile.
+        let stuck = std::future::pending::<Result<(), Box<dyn std::error::Error>>>();
+        let err = runtime
+            .block_on(async {
+                tokio::spawn(async move { reporter.report("disk full at d/000004.log".into()) });
+                until_failure(&failures, stuck).await
+            })
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "stopped: the runtime reported a failure: disk full at d/000004.log"
+        );
+        // A demo that ends first keeps its own outcome.
+        let done = runtime.block_on(until_failure(&FailureWatch::default(), async { Ok(7) }));
+        assert_eq!(done.unwrap(), 7);
+    }
+
+    #[test]
+    fn a_wait_with_no_failure_reported_times_out_saying_so() {
+        let (_dir, log) = empty_log();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let err = runtime
+            .block_on(wait_for(
+                &log,
+                &FailureWatch::default(),
+                "review",
+                Duration::ZERO,
+                |_| false,
+            ))
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "timed out after 0 s waiting for review (no failure was reported)"
+        );
+    }
+
+    #[test]
+    fn an_error_that_does_not_carry_the_reported_failure_is_given_it() {
+        let failures = FailureWatch::default();
+        let bare: Box<dyn std::error::Error> = "3 branches failed".into();
+        assert_eq!(
+            with_reported_cause(bare, &failures).to_string(),
+            "3 branches failed"
+        );
+        failures.report("disk full at d/000004.log".into());
+        let bare: Box<dyn std::error::Error> = "3 branches failed".into();
+        assert_eq!(
+            with_reported_cause(bare, &failures).to_string(),
+            "3 branches failed; first failure reported: disk full at d/000004.log"
+        );
+        let carrying: Box<dyn std::error::Error> = "storage: disk full at d/000004.log".into();
+        assert_eq!(
+            with_reported_cause(carrying, &failures).to_string(),
+            "storage: disk full at d/000004.log"
+        );
+    }
+}

@@ -1,0 +1,80 @@
+//! [`CliError`]: the command line's own failures (its arguments, its files,
+//! its stdout, the demo's waits), each one readable line naming its cause.
+
+use std::path::PathBuf;
+
+use thiserror::Error;
+
+/// A failure found by the command line itself rather than a library below.
+#[derive(Debug, Error)]
+pub enum CliError {
+    /// A file named on the command line could not be opened or created.
+    #[error("{}: {source}", path.display())]
+    File {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// `diff --from` names a later position than `--to` (or the head).
+    #[error("--from {from} is after {to_name} {to}")]
+    FromAfterTo {
+        /// The earlier position asked for.
+        from: u64,
+        /// `--to` or `the head`.
+        to_name: &'static str,
+        /// Its value.
+        to: u64,
+    },
+    /// `log --from` starts beyond the end of the log or stream.
+    #[error("--from {from} is past the end of {what} (last {last})")]
+    FromPastEnd {
+        /// Asked for.
+        from: u64,
+        /// `the log` or the stream.
+        what: String,
+        /// The last position or version.
+        last: u64,
+    },
+    /// `log --stream` names a stream with no events.
+    #[error("stream {0} is not in the log")]
+    NoSuchStream(subagent_core::StreamId),
+    /// `verify` found differences (printed above).
+    #[error("verification failed")]
+    VerificationFailed,
+    /// Writing the command's output failed (other than a closed pipe).
+    #[error("writing to stdout: {0}")]
+    Stdout(String),
+    /// The demo's runtime failed while the demo waited for a step.
+    #[error("while waiting for {what}: {cause}")]
+    DemoStepFailed {
+        /// The step.
+        what: &'static str,
+        /// The underlying failure, as the runtime reported it.
+        cause: String,
+    },
+    /// The demo failed after the runtime reported a failure the error itself
+    /// does not name (e.g. an aggregate of failed disposals).
+    #[error("{error}; first failure reported: {cause}")]
+    DemoFailed {
+        /// The error the demo ended with.
+        error: String,
+        /// The first failure the runtime or the store reported.
+        cause: String,
+    },
+    /// The runtime reported a failure while the demo was in a call that had
+    /// not returned.
+    #[error("stopped: the runtime reported a failure: {cause}")]
+    DemoStopped {
+        /// The first failure the runtime or the store reported.
+        cause: String,
+    },
+    /// A demo step did not happen in time, and nothing reported a failure.
+    #[error("timed out after {seconds} s waiting for {what} (no failure was reported)")]
+    DemoTimeout {
+        /// The step.
+        what: &'static str,
+        /// How long the demo waited.
+        seconds: u64,
+    },
+}
