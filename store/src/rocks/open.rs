@@ -169,9 +169,16 @@ pub(super) fn db_options_recovering(create: bool, recovery: DBRecoveryMode) -> O
     options.set_paranoid_checks(true);
     options.set_info_logger(InfoLogger::new_callback_logger(
         LogLevel::Warn,
+        // RocksDB also writes its options dump at `Header` level, whatever
+        // the threshold: that is not a warning, so it goes to `debug`.
         |level, message| match level {
             LogLevel::Warn => tracing::warn!(target: "rocksdb", "{}", message.trim_end()),
-            _ => tracing::error!(target: "rocksdb", "{}", message.trim_end()),
+            LogLevel::Error | LogLevel::Fatal => {
+                tracing::error!(target: "rocksdb", "{}", message.trim_end());
+            }
+            LogLevel::Debug | LogLevel::Info | LogLevel::Header => {
+                tracing::debug!(target: "rocksdb", "{}", message.trim_end());
+            }
         },
     ));
     options
