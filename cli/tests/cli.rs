@@ -120,7 +120,8 @@ fn a_log_held_by_another_process_is_reported_as_locked() {
     demo(&data);
     let holder =
         subagent_store::RocksLog::open(&data, subagent_store::RocksOptions::default()).unwrap();
-    let output = subagents(&["log", data.to_str().unwrap()]);
+    // Readers need no lock; a second writer is refused.
+    let output = subagents(&["demo", "--data", data.to_str().unwrap()]);
     assert!(!output.status.success());
     assert!(
         text(&output).1.contains("locked by another process"),
