@@ -68,6 +68,10 @@ pub enum ErrorCode {
     /// The root session is already held open by this runtime.
     #[serde(rename = "subagent/root-held")]
     RootHeld,
+    /// A request would record an event larger than
+    /// [`crate::MAX_EVENT_BYTES`] (a message, result or seed too large).
+    #[serde(rename = "subagent/event-too-large")]
+    EventTooLarge,
     /// The request is malformed.
     #[serde(rename = "gateway/bad-request")]
     BadRequest,
@@ -81,7 +85,7 @@ pub enum ErrorCode {
 
 impl ErrorCode {
     /// Every code, for exhaustive tests and documentation.
-    pub const ALL: [ErrorCode; 22] = [
+    pub const ALL: [ErrorCode; 23] = [
         ErrorCode::Unauthorized,
         ErrorCode::NotResumable,
         ErrorCode::DeliveryUnavailable,
@@ -101,6 +105,7 @@ impl ErrorCode {
         ErrorCode::Aggregate,
         ErrorCode::Closed,
         ErrorCode::RootHeld,
+        ErrorCode::EventTooLarge,
         ErrorCode::BadRequest,
         ErrorCode::Cancelled,
         ErrorCode::Internal,
@@ -129,6 +134,7 @@ impl ErrorCode {
             ErrorCode::Aggregate => "subagent/aggregate",
             ErrorCode::Closed => "subagent/closed",
             ErrorCode::RootHeld => "subagent/root-held",
+            ErrorCode::EventTooLarge => "subagent/event-too-large",
             ErrorCode::BadRequest => "gateway/bad-request",
             ErrorCode::Cancelled => "gateway/cancelled",
             ErrorCode::Internal => "gateway/internal",
@@ -216,6 +222,18 @@ pub enum SubagentError {
     /// See [`ErrorCode::RootHeld`].
     #[error("root {0} is already held open by this runtime")]
     RootHeld(String),
+    /// See [`ErrorCode::EventTooLarge`]. Nothing was recorded.
+    #[error("a {event_type} event of {bytes} bytes is larger than the {limit}-byte limit")]
+    EventTooLarge {
+        /// The event's type name (`MessageAccepted`, `AssistantMessage`, ...).
+        event_type: &'static str,
+        /// The size counted against `limit`: the record's body, or for a
+        /// start's prompt its content.
+        bytes: usize,
+        /// [`crate::MAX_EVENT_BYTES`], or for a prompt
+        /// [`crate::MAX_CONTENT_BYTES`].
+        limit: usize,
+    },
     /// See [`ErrorCode::BadRequest`].
     #[error("bad request: {0}")]
     BadRequest(String),
@@ -308,6 +326,7 @@ impl SubagentError {
                 capability,
             },
             unchanged @ (SubagentError::DepthExceeded { .. }
+            | SubagentError::EventTooLarge { .. }
             | SubagentError::Cancelled
             | SubagentError::Closed) => unchanged,
         }
@@ -336,6 +355,7 @@ impl SubagentError {
             SubagentError::Aggregate(_) => ErrorCode::Aggregate,
             SubagentError::Closed => ErrorCode::Closed,
             SubagentError::RootHeld(_) => ErrorCode::RootHeld,
+            SubagentError::EventTooLarge { .. } => ErrorCode::EventTooLarge,
             SubagentError::BadRequest(_) => ErrorCode::BadRequest,
             SubagentError::Cancelled => ErrorCode::Cancelled,
             SubagentError::Internal(_) => ErrorCode::Internal,

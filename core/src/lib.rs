@@ -29,7 +29,7 @@ pub use event::{
     CURRENT_SCHEMA_VERSION,
 };
 pub use ids::{EventId, MessageId, SessionId, SubagentRunId};
-pub use record::MAX_EVENT_BYTES;
+pub use record::{MAX_CONTENT_BYTES, MAX_EVENT_BYTES};
 pub use result::{select_output, Diagnostic, SubagentResult, SubagentStopReason};
 pub use settings::{
     effective_agent_options, resolve_max_depth, DepthPolicy, ModelSelectionSettings, StartSettings,

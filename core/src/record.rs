@@ -80,6 +80,49 @@ pub fn body_len(encoded: &[u8]) -> usize {
     encoded.len().saturating_sub(HEADER_LEN)
 }
 
+/// The largest content (the JSON of a prompt's or message's blocks) a
+/// request may carry: [`MAX_EVENT_BYTES`] less [`ENVELOPE_RESERVE`], so the
+/// event that records it always fits. A start checks its prompt against this
+/// before it reserves anything, so an oversized prompt records nothing.
+pub const MAX_CONTENT_BYTES: usize = MAX_EVENT_BYTES - ENVELOPE_RESERVE;
+
+/// What a content-carrying event adds around its content: the record's
+/// envelope (ids, positions, timestamps, stream name) and the message's own
+/// fields (source, delivery, time zone). Each is bounded and together they
+/// stay well under 1 KiB; 4 KiB leaves room to grow.
+pub const ENVELOPE_RESERVE: usize = 4 * 1024;
+
+/// The length of `value`'s JSON, counted without building it.
+///
+/// # Errors
+/// `value`'s serialization error.
+pub fn json_len(value: &impl serde::Serialize) -> Result<usize, serde_json::Error> {
+    /// A writer that keeps only how many bytes passed through it.
+    struct ByteCount(usize);
+    impl std::io::Write for ByteCount {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = ByteCount(0);
+    serde_json::to_writer(&mut count, value)?;
+    Ok(count.0)
+}
+
+/// The length the body of `record` would have once [`encode`]d, counted
+/// without building it: how the runtime refuses an oversized event before
+/// it decides anything. Equal to `body_len(&encode(record)?)`.
+///
+/// # Errors
+/// As [`encode`].
+pub fn encoded_body_len(record: &RecordedEvent) -> Result<usize, RecordError> {
+    json_len(record).map_err(|err| RecordError::Encode(err.to_string()))
+}
+
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct RecordWire<'a> {
@@ -203,6 +246,13 @@ mod tests {
             let original = record(event, position);
             let bytes = encode(&original).unwrap();
             prop_assert_eq!(decode(position, &bytes).unwrap(), original);
+        }
+
+        #[test]
+        fn counted_body_length_is_the_encoded_one(event in arbitrary::event(), position in 1u64..u64::MAX) {
+            let original = record(event, position);
+            let bytes = encode(&original).unwrap();
+            prop_assert_eq!(encoded_body_len(&original).unwrap(), body_len(&bytes));
         }
 
         #[test]

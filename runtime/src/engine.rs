@@ -28,7 +28,11 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
-use subagent_core::{NewEvent, RecordedEvent, StreamId, SubagentError};
+use subagent_core::record::{encoded_body_len, json_len};
+use subagent_core::{
+    ContentBlock, NewEvent, RecordedEvent, StreamId, SubagentError, MAX_CONTENT_BYTES,
+    MAX_EVENT_BYTES,
+};
 use subagent_projections::{checkpoint, decide, Command, Projections};
 use subagent_store::{EventLog, EventLogExt, ExpectedVersion, StreamAppend};
 use tokio_util::sync::CancellationToken;
@@ -73,6 +77,49 @@ pub(crate) struct Engine {
     /// Held while a checkpoint is written: one at a time, so the newest
     /// snapshot is always written last.
     checkpointing: Arc<tokio::sync::Mutex<()>>,
+}
+
+/// How much wider the stored record can be than the one the engine counts:
+/// the engine places records with `recordedAt` 0, and the log stamps the
+/// wall clock, at most `u64::MAX` (20 digits rather than 1).
+const RECORDED_AT_WIDTH_SLACK: usize = 19;
+
+/// Refuses a decision any of whose records could be larger than
+/// [`MAX_EVENT_BYTES`] once stored (counted with the widest timestamp, so
+/// the store's own check can never refuse what passed this one).
+///
+/// # Errors
+/// [`SubagentError::EventTooLarge`] naming the first oversized event.
+fn refuse_oversized(records: &[RecordedEvent]) -> Result<(), SubagentError> {
+    for record in records {
+        let bytes = encoded_body_len(record).map_err(internal_error)? + RECORDED_AT_WIDTH_SLACK;
+        if bytes > MAX_EVENT_BYTES {
+            return Err(SubagentError::EventTooLarge {
+                event_type: record.event.type_name(),
+                bytes,
+                limit: MAX_EVENT_BYTES,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Refuses a start whose prompt is larger than [`MAX_CONTENT_BYTES`],
+/// before anything is reserved: the prompt is recorded in a later step, and
+/// refusing it there would leave the reservation behind.
+///
+/// # Errors
+/// [`SubagentError::EventTooLarge`] for the prompt's `MessageAccepted`.
+pub(crate) fn refuse_oversized_prompt(prompt: &[ContentBlock]) -> Result<(), SubagentError> {
+    let bytes = json_len(&prompt).map_err(internal_error)?;
+    if bytes > MAX_CONTENT_BYTES {
+        return Err(SubagentError::EventTooLarge {
+            event_type: "MessageAccepted",
+            bytes,
+            limit: MAX_CONTENT_BYTES,
+        });
+    }
+    Ok(())
 }
 
 /// An infrastructure fault described by `err`'s text. For a value that is a
@@ -255,28 +302,34 @@ impl Engine {
             }
             let mut parts = Vec::with_capacity(decision.len());
             let mut records = Vec::new();
+            let mut next_versions = Vec::with_capacity(decision.len());
             let mut position = pipeline.state.position;
             for (stream, events) in decision {
                 let events: Vec<NewEvent> = events.into_iter().map(NewEvent::new).collect();
                 // A stream untouched since opening has nothing in flight, so
                 // its durable version is the current one.
-                let version = match pipeline.versions.entry(stream) {
-                    Entry::Occupied(entry) => entry.into_mut(),
+                let mut version = match pipeline.versions.entry(stream) {
+                    Entry::Occupied(entry) => *entry.get(),
                     Entry::Vacant(entry) => {
-                        entry.insert(self.log.stream_version(&stream).map_err(internal_error)?)
+                        *entry.insert(self.log.stream_version(&stream).map_err(internal_error)?)
                     }
                 };
                 for new in &events {
                     position += 1;
-                    *version += 1;
-                    records.push(new.clone().into_record(position, stream, *version, 0));
+                    version += 1;
+                    records.push(new.clone().into_record(position, stream, version, 0));
                 }
+                next_versions.push((stream, version));
                 parts.push(StreamAppend {
                     stream,
                     expected: ExpectedVersion::Any,
                     events,
                 });
             }
+            // Refused here, not by the store: a store refusal would come after
+            // the events were folded in and later commands decided on them.
+            refuse_oversized(&records)?;
+            pipeline.versions.extend(next_versions);
             let ticket = self.log.append_atomic(parts);
             for record in &records {
                 pipeline.state.apply(record);

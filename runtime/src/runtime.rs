@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde_json::Value;
 use subagent_core::{
-    content::ContentBlock, AbandonReason, AgentOptions, Diagnostic, Event, MessageId, SessionId,
-    StreamId, SubagentActivationSpec, SubagentDescendantListEntry, SubagentError,
+    content::ContentBlock, AbandonReason, AgentOptions, Diagnostic, ErrorCode, Event, MessageId,
+    SessionId, StreamId, SubagentActivationSpec, SubagentDescendantListEntry, SubagentError,
     SubagentListEntry, SubagentRunEndInfo, SubagentRunId, SubagentRunInfo,
 };
 use subagent_projections::{Command, StartChild};
@@ -20,7 +20,7 @@ use crate::activation::{DriverHandle, SubagentActivation};
 use crate::capacity::{Capacity, CapacityLimits};
 use crate::deployment::Deployment;
 use crate::drivers::{ExternalDriver, LocalDriver};
-use crate::engine::{internal_error, Engine};
+use crate::engine::{internal_error, refuse_oversized_prompt, Engine};
 use crate::seam::{AgentHost, ContinuableCreateRequest, ResolvedStartRequest, SubagentProvider};
 
 /// An opaque live agent handle: the authority to delegate from a session.
@@ -1019,6 +1019,7 @@ impl SubagentRuntime {
         let provider = self
             .provider(&spec.provider)
             .ok_or_else(|| SubagentError::UnknownProvider(spec.provider.clone()))?;
+        refuse_oversized_prompt(&spec.request.prompt)?;
         let child = match (spec.child_id, provider.is_continuable()) {
             (Some(reserved), true) => reserved,
             _ => SessionId::new(),
@@ -1139,7 +1140,8 @@ impl SubagentRuntime {
             .seed
             .as_ref()
             .map(|seed| (handle.parent, seed.len() as u64));
-        self.inner
+        let prepared = self
+            .inner
             .engine
             .commit(Command::Prepared {
                 child,
@@ -1148,7 +1150,24 @@ impl SubagentRuntime {
                 seed: created.seed,
                 seed_source,
             })
-            .await?;
+            .await;
+        if let Err(refused) = prepared {
+            // Refused, not failed (a fork's seed too large, say): the
+            // reservation is abandoned rather than left live.
+            if refused.code() != ErrorCode::Internal {
+                self.inner
+                    .engine
+                    .commit(Command::Abandon {
+                        child,
+                        epoch: 1,
+                        reason: AbandonReason::PreparationFailed {
+                            diagnostic: Diagnostic::new(refused.to_string()),
+                        },
+                    })
+                    .await?;
+            }
+            return Err(refused);
+        }
         let driver = LocalDriver {
             runtime: self.clone(),
             handle: Arc::clone(handle),

@@ -985,3 +985,180 @@ async fn a_full_disk_is_named_in_every_failure_it_causes() {
         ErrorCode::Closed
     );
 }
+
+// ---- 12: the largest event ------------------------------------------------------
+
+/// Text whose event is past [`subagent_core::MAX_EVENT_BYTES`].
+fn oversized_text() -> String {
+    "x".repeat(subagent_core::MAX_EVENT_BYTES + 1)
+}
+
+#[tokio::test]
+async fn an_oversized_prompt_or_message_is_refused_and_records_nothing() {
+    let log = MemoryLog::new();
+    let (runtime, _) = flaky_runtime(&log).await;
+    let root = runtime.open_root("host").await.unwrap();
+    let head = log.head();
+
+    let refused = start(
+        &runtime,
+        &root,
+        SubagentActivationSpec::with_text_prompt(
+            "spawn",
+            "worker",
+            &oversized_text(),
+            Delivery::Caller,
+        ),
+    )
+    .await
+    .err()
+    .expect("the prompt is too large");
+    assert_eq!(refused.code(), ErrorCode::EventTooLarge, "{refused}");
+    assert!(
+        matches!(
+            refused,
+            SubagentError::EventTooLarge { bytes, limit, .. }
+                if bytes > limit && limit == subagent_core::MAX_CONTENT_BYTES
+        ),
+        "{refused:?}"
+    );
+    assert_eq!(log.head(), head, "a refused start records nothing");
+
+    // The engine keeps going: the same start with a small prompt works, and
+    // an oversized message to the live child is refused the same way.
+    let child = start(&runtime, &root, spec("slow", Delivery::Caller))
+        .await
+        .unwrap();
+    let head = log.head();
+    let refused = runtime
+        .send_message(
+            &root,
+            child.child_id(),
+            text(&oversized_text()),
+            CancellationToken::new(),
+        )
+        .await
+        .expect_err("the message is too large");
+    assert_eq!(refused.code(), ErrorCode::EventTooLarge, "{refused}");
+    assert!(refused.to_string().contains("MessageAccepted"), "{refused}");
+    assert_eq!(log.head(), head, "a refused send records nothing");
+    runtime
+        .send_message(
+            &root,
+            child.child_id(),
+            text("small"),
+            CancellationToken::new(),
+        )
+        .await
+        .expect("a small message after the refusal is accepted");
+    child.dispose().await.unwrap();
+    runtime.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn an_agent_that_says_too_much_settles_error_and_the_runtime_goes_on() {
+    let log = MemoryLog::new();
+    let host = ScriptedHost::new(Script {
+        turns: vec![vec![Step::Say(oversized_text())]],
+    });
+    let (runtime, _) = SubagentRuntime::open(Arc::new(log.clone()), Arc::new(host))
+        .await
+        .unwrap();
+    runtime
+        .register_provider(Arc::new(SpawnProvider))
+        .await
+        .unwrap();
+    let root = runtime.open_root("host").await.unwrap();
+    let child = start(&runtime, &root, spec("talker", Delivery::Caller))
+        .await
+        .unwrap();
+    let result = child.result().await.expect("a settled result");
+    assert_eq!(result.stop_reason, SubagentStopReason::Error);
+    let diagnostic = result.diagnostic.expect("a diagnostic").to_string();
+    assert!(
+        diagnostic.contains("larger than the 1048576-byte limit"),
+        "{diagnostic}"
+    );
+    let child_events = events(&log, child.child_id());
+    assert_eq!(
+        count(&child_events, "AssistantMessage"),
+        0,
+        "nothing oversized was recorded"
+    );
+    assert_eq!(count(&child_events, "ActivationReleased"), 1);
+    assert!(runtime.projections().live_activations().is_empty());
+    // Later commands are decided as usual.
+    runtime
+        .open_root("later")
+        .await
+        .expect("the engine still accepts");
+    runtime.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_fork_whose_seed_is_too_large_is_abandoned_not_left_live() {
+    let log = MemoryLog::new();
+    // The parent says two chunks that each fit but together do not.
+    let chunk = "y".repeat(subagent_core::MAX_EVENT_BYTES * 3 / 4);
+    let host = ScriptedHost::new(Script {
+        turns: vec![vec![Step::Say(chunk.clone()), Step::Say(chunk)]],
+    })
+    .with(
+        "slow",
+        Script {
+            turns: vec![vec![Step::Say("working".into()), Step::SleepMs(60_000)]],
+        },
+    );
+    let (runtime, _) = SubagentRuntime::open(Arc::new(log.clone()), Arc::new(host))
+        .await
+        .unwrap();
+    runtime
+        .register_provider(Arc::new(SpawnProvider))
+        .await
+        .unwrap();
+    runtime
+        .register_provider(Arc::new(subagent_runtime::providers::ForkProvider))
+        .await
+        .unwrap();
+    let root = runtime.open_root("host").await.unwrap();
+    let talker = start(&runtime, &root, spec("talker", Delivery::Caller))
+        .await
+        .unwrap();
+    talker.result().await.expect("the talker's turn ends");
+
+    let refused = start(
+        &runtime,
+        &talker.agent(),
+        SubagentActivationSpec::with_text_prompt("fork", "copy", "go on", Delivery::Caller),
+    )
+    .await
+    .err()
+    .expect("the seed is too large");
+    assert_eq!(refused.code(), ErrorCode::EventTooLarge, "{refused}");
+    assert!(refused.to_string().contains("HistorySeeded"), "{refused}");
+
+    // The reservation was abandoned, naming why, and nothing is live below
+    // the talker.
+    let state = runtime.projections();
+    let forks: Vec<SessionId> = state
+        .sessions
+        .values()
+        .filter(|session| session.parent == Some(talker.child_id()))
+        .map(|session| session.id)
+        .collect();
+    assert_eq!(forks.len(), 1, "one reservation was made");
+    assert_eq!(state.activity(forks[0]), Activity::Inactive);
+    let abandoned = events(&log, forks[0]).into_iter().find_map(|event| match event {
+        Event::ActivationAbandoned { reason, .. } => Some(reason),
+        _ => None,
+    });
+    assert!(
+        matches!(
+            &abandoned,
+            Some(subagent_core::AbandonReason::PreparationFailed { diagnostic })
+                if diagnostic.to_string().contains("larger than")
+        ),
+        "{abandoned:?}"
+    );
+    runtime.close().await.unwrap();
+}
