@@ -1148,10 +1148,12 @@ async fn a_fork_whose_seed_is_too_large_is_abandoned_not_left_live() {
         .collect();
     assert_eq!(forks.len(), 1, "one reservation was made");
     assert_eq!(state.activity(forks[0]), Activity::Inactive);
-    let abandoned = events(&log, forks[0]).into_iter().find_map(|event| match event {
-        Event::ActivationAbandoned { reason, .. } => Some(reason),
-        _ => None,
-    });
+    let abandoned = events(&log, forks[0])
+        .into_iter()
+        .find_map(|event| match event {
+            Event::ActivationAbandoned { reason, .. } => Some(reason),
+            _ => None,
+        });
     assert!(
         matches!(
             &abandoned,

@@ -3,7 +3,8 @@
 //! The test re-runs this test binary as a child process (the ignored
 //! `crash_writer_child` entry point) that appends from several tasks and
 //! prints `ACK <event id> <position>` after each acknowledged append. The
-//! parent kills it with SIGKILL at a random moment, reopens the log and checks
+//! parent kills it with SIGKILL at a random moment after its first
+//! acknowledgement, reopens the log and checks
 //! that every acknowledged event is there at its position and that the log is
 //! a gap-free, fully decodable prefix. Rounds accumulate in one directory, so
 //! later rounds also reopen logs that were killed before.
@@ -79,6 +80,7 @@ fn sigkill_never_loses_an_acknowledged_append() {
             .spawn()
             .expect("spawn child");
         let stdout = child.stdout.take().expect("piped stdout");
+        let (working, first_ack) = std::sync::mpsc::channel();
         let reader = std::thread::spawn(move || {
             let mut acks = Vec::new();
             for line in BufReader::new(stdout).lines() {
@@ -93,12 +95,18 @@ fn sigkill_never_loses_an_acknowledged_append() {
                 };
                 if let (Ok(id), Ok(position)) = (EventId::parse(id), position.parse::<u64>()) {
                     acks.push((id, position));
+                    let _ = working.send(());
                 }
             }
             acks
         });
-        // Wait until the child is appending, then kill it mid-flight.
-        std::thread::sleep(Duration::from_millis(300 + pseudo_random_millis(round)));
+        // Opening (and recovering) the growing log takes a while, more on a
+        // loaded machine: the random moment is counted from the child's
+        // first acknowledgement, then it is killed mid-flight.
+        first_ack
+            .recv_timeout(Duration::from_secs(120))
+            .unwrap_or_else(|_| panic!("round {round}: the child never acknowledged an append"));
+        std::thread::sleep(Duration::from_millis(pseudo_random_millis(round)));
         child.kill().expect("SIGKILL");
         child.wait().expect("reap");
         let acks = reader.join().expect("reader thread");
