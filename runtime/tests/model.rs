@@ -30,7 +30,7 @@ use subagent_core::{
     ContentBlock, Delivery, ErrorCode, Event, SessionId, SubagentActivationSpec, SubagentError,
     ToolRestriction,
 };
-use subagent_projections::Projections;
+use subagent_projections::{HistoryCheck, Projections};
 use subagent_runtime::providers::{InstantProvider, SpawnProvider};
 use subagent_runtime::scripted::Step;
 use subagent_runtime::{
@@ -1035,7 +1035,11 @@ impl<B: Backend + Default> System<B> {
             .read_all(1)
             .map(|record| record.expect("the log reads back"))
             .collect();
-        let rebuilt = Projections::fold(&records);
+        // The whole history is one `decide` could have produced, and folding
+        // it through that check gives the same projections.
+        let rebuilt = HistoryCheck::history(&records)
+            .unwrap_or_else(|violation| panic!("an impossible history: {violation}"));
+        assert_eq!(rebuilt, Projections::fold(&records), "checked == folded");
         assert_eq!(
             rebuilt,
             self.runtime().projections(),
