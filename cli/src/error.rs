@@ -39,6 +39,14 @@ pub enum CliError {
     /// `log --stream` names a stream with no events.
     #[error("stream {0} is not in the log")]
     NoSuchStream(subagent_core::StreamId),
+    /// The log is damaged; `salvage` is the way forward.
+    #[error("{source}; `subagents salvage {} NEW_DIR` copies its intact prefix into a new log", dir.display())]
+    Damaged {
+        /// The damaged log.
+        dir: PathBuf,
+        /// The store's account of the damage.
+        source: subagent_store::StoreError,
+    },
     /// `verify` found differences (printed above).
     #[error("verification failed")]
     VerificationFailed,

@@ -1,5 +1,5 @@
 //! The replay commands: `tree`, `children`, `replay`, `diff`, `verify`,
-//! `export`, `import`. Each opens the log, reads, prints (human-readable by
+//! `export`, `import`, `salvage`. Each opens the log, reads, prints (human-readable by
 //! default, JSON with `--json`) and exits non-zero with a clear message on
 //! bad input: an unknown or malformed session, a position past the head,
 //! `--from` after `--to`, a file that cannot be opened or created, a
@@ -13,7 +13,7 @@ use serde_json::json;
 use subagent_core::SessionId;
 use subagent_projections::Projections;
 use subagent_replay::{diff, export, import_directory, state_at, verify, ReplayError};
-use subagent_store::{EventLog, RocksLog};
+use subagent_store::{EventLog, RocksLog, StoreError};
 
 use crate::error::CliError;
 use crate::{render, CliResult};
@@ -89,6 +89,21 @@ pub enum Inspect {
         /// The JSON lines file.
         file: PathBuf,
     },
+    /// Copy the longest trustworthy prefix of a damaged log into a new log,
+    /// and say exactly what was lost. The damaged log is never written to.
+    Salvage {
+        /// The damaged log directory.
+        source: PathBuf,
+        /// The new (absent or empty) log directory; left untouched on failure.
+        target: PathBuf,
+        /// Write every record left behind that still reads to this new file,
+        /// as export lines.
+        #[arg(long)]
+        dropped: Option<PathBuf>,
+        /// Machine-readable JSON report.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// Opens an existing log read-only (never creates one): every inspection
@@ -98,7 +113,14 @@ pub enum Inspect {
 /// # Errors
 /// The store's open failure (`store/not-a-log`, `store/damaged`, ...).
 pub fn open(dir: &Path) -> Result<RocksLog, Box<dyn std::error::Error>> {
-    Ok(RocksLog::open_read_only(dir)?)
+    RocksLog::open_read_only(dir).map_err(|err| match err {
+        damaged @ StoreError::Damaged { .. } => CliError::Damaged {
+            dir: dir.to_owned(),
+            source: damaged,
+        }
+        .into(),
+        other => other.into(),
+    })
 }
 
 fn session(state: &Projections, text: &str) -> Result<SessionId, Box<dyn std::error::Error>> {
@@ -273,5 +295,11 @@ pub fn run(command: Inspect, out: &mut dyn Write) -> CliResult {
             writeln!(out, "imported {count} events into {}", dir.display())?;
             Ok(())
         }
+        Inspect::Salvage {
+            source,
+            target,
+            dropped,
+            json,
+        } => crate::salvage_cmd::run(&source, &target, dropped.as_deref(), json, out),
     }
 }

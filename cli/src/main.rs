@@ -13,6 +13,7 @@ mod inspect;
 mod log_cmd;
 mod output;
 mod render;
+mod salvage_cmd;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -53,7 +54,8 @@ enum Command {
     },
     /// Print the events of a log, one line each.
     Log(log_cmd::LogArgs),
-    /// Replay debugging: tree, children, replay, diff, verify, export, import.
+    /// Replay debugging: tree, children, replay, diff, verify, export, import,
+    /// salvage.
     #[command(flatten)]
     Inspect(inspect::Inspect),
     /// Measure the engine against baselines doing the same work.

@@ -191,3 +191,150 @@ fn a_flipped_table_file_byte_is_not_reported_as_a_lock() {
         "the damaged file is named: {message}"
     );
 }
+
+/// Flips one byte in the middle of the log's write-ahead file.
+fn damage_the_wal(data: &Path) {
+    let wal = std::fs::read_dir(data)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .find(|path| path.extension().is_some_and(|ext| ext == "log"))
+        .expect("a write-ahead file");
+    let mut bytes = std::fs::read(&wal).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0x5a;
+    std::fs::write(&wal, bytes).unwrap();
+}
+
+#[test]
+fn a_damaged_log_points_to_salvage_which_copies_its_prefix_and_names_the_loss() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    demo(&data);
+    damage_the_wal(&data);
+    let damaged = snapshot(&data);
+    let source = data.to_str().unwrap();
+
+    let refused = subagents(&["verify", source]);
+    assert!(!refused.status.success());
+    assert!(
+        stderr(&refused).contains(&format!("`subagents salvage {source} NEW_DIR`")),
+        "{}",
+        stderr(&refused)
+    );
+
+    let copy = dir.path().join("copy");
+    let left = dir.path().join("left.jsonl");
+    let salvaged = subagents(&[
+        "salvage",
+        source,
+        copy.to_str().unwrap(),
+        "--dropped",
+        left.to_str().unwrap(),
+    ]);
+    assert!(salvaged.status.success(), "{}", stderr(&salvaged));
+    let report = String::from_utf8_lossy(&salvaged.stdout).into_owned();
+    let kept: u64 = report
+        .strip_prefix("salvaged ")
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{report}"));
+    assert!(kept > 0, "{report}");
+    assert!(report.contains("lost "), "{report}");
+    assert!(
+        report.contains(&format!("written to {}", left.display())),
+        "{report}"
+    );
+    let verified = subagents(&["verify", copy.to_str().unwrap()]);
+    assert!(verified.status.success(), "{}", stderr(&verified));
+    assert!(
+        String::from_utf8_lossy(&verified.stdout).contains(&format!("verified {kept} events")),
+        "{}",
+        String::from_utf8_lossy(&verified.stdout)
+    );
+    // Every line left behind is a record past the prefix.
+    for line in std::fs::read_to_string(&left).unwrap().lines() {
+        let record: subagent_core::RecordedEvent = serde_json::from_str(line).unwrap();
+        assert!(record.position > kept);
+    }
+    assert_eq!(
+        snapshot(&data),
+        damaged,
+        "the damaged log is never written to"
+    );
+
+    // The same report as JSON, for scripts.
+    let json = subagents(&[
+        "salvage",
+        source,
+        dir.path().join("again").to_str().unwrap(),
+        "--json",
+    ]);
+    assert!(json.status.success(), "{}", stderr(&json));
+    let value: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(value["prefix"]["kept"], kept);
+    assert_eq!(
+        value["lost"].as_u64().unwrap(),
+        value["lastKnown"].as_u64().unwrap() - kept
+    );
+}
+
+#[test]
+fn salvage_refuses_what_it_must_and_leaves_no_file_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    demo(&data);
+    let source = data.to_str().unwrap();
+
+    // An existing --dropped file is never overwritten.
+    let existing = dir.path().join("existing.jsonl");
+    std::fs::write(&existing, b"keep").unwrap();
+    let copy = dir.path().join("copy");
+    let refused = subagents(&[
+        "salvage",
+        source,
+        copy.to_str().unwrap(),
+        "--dropped",
+        existing.to_str().unwrap(),
+    ]);
+    assert!(!refused.status.success());
+    assert!(
+        stderr(&refused).contains("existing.jsonl"),
+        "{}",
+        stderr(&refused)
+    );
+    assert_eq!(std::fs::read(&existing).unwrap(), b"keep");
+    assert!(!copy.exists());
+
+    // A non-empty target is refused, and the --dropped file this run made
+    // is removed again.
+    let target = dir.path().join("full");
+    std::fs::create_dir(&target).unwrap();
+    std::fs::write(target.join("mine"), b"x").unwrap();
+    let left = dir.path().join("left.jsonl");
+    let refused = subagents(&[
+        "salvage",
+        source,
+        target.to_str().unwrap(),
+        "--dropped",
+        left.to_str().unwrap(),
+    ]);
+    assert!(!refused.status.success());
+    assert!(
+        stderr(&refused).contains("replay/directory-not-empty"),
+        "{}",
+        stderr(&refused)
+    );
+    assert!(!left.exists(), "a failed salvage leaves no --dropped file");
+
+    // A directory that holds no log.
+    let empty = dir.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let refused = subagents(&["salvage", empty.to_str().unwrap(), copy.to_str().unwrap()]);
+    assert!(!refused.status.success());
+    assert!(
+        stderr(&refused).contains("store/not-a-log"),
+        "{}",
+        stderr(&refused)
+    );
+    assert!(!copy.exists());
+}

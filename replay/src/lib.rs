@@ -11,18 +11,24 @@
 //! - [`diff`]: what changed between two states.
 //! - [`export`] / [`import`]: the log as JSON lines, and back, exactly;
 //!   [`import_directory`]: the same into a new directory, all or nothing.
+//! - [`salvage`]: the longest trustworthy prefix of a damaged log, copied
+//!   into a new directory, and what was left behind.
 
 mod checkpointed;
 mod diff;
 mod error;
 mod indexes;
 mod lines;
+mod salvage;
 mod transfer;
 mod verify;
 
 pub use checkpointed::{Checkpointed, OpenReport, CHECKPOINT_NAME};
 pub use diff::{diff, structural_diff, Change};
 pub use error::ReplayError;
+pub use salvage::{
+    longest_prefix, salvage, DroppedRecord, Prefix, PrefixEnd, SalvageReport, DROPPED_LISTED,
+};
 pub use transfer::{export, import, import_directory};
 pub use verify::{verify, VerifyReport};
 

@@ -118,15 +118,15 @@ pub async fn import<L: EventLog + ?Sized>(
 /// The numbering an import must follow: positions 1, 2, 3, ... and, per
 /// stream, versions 1, 2, 3, ...
 #[derive(Default)]
-struct Numbering {
+pub(crate) struct Numbering {
     /// The last position admitted.
-    position: u64,
+    pub(crate) position: u64,
     /// The last version admitted per stream.
     versions: HashMap<StreamId, u64>,
 }
 
 impl Numbering {
-    fn admit(&mut self, record: &RecordedEvent) -> Result<(), String> {
+    pub(crate) fn admit(&mut self, record: &RecordedEvent) -> Result<(), String> {
         let position = self
             .position
             .checked_add(1)
@@ -205,15 +205,7 @@ async fn settle(pending: Vec<(usize, u64, AppendTicket)>) -> Result<(), ReplayEr
 /// [`ReplayError::DirectoryNotEmpty`], everything [`import`] refuses, and
 /// IO failures.
 pub async fn import_directory(dir: &Path, input: impl BufRead) -> Result<u64, ReplayError> {
-    match std::fs::read_dir(dir) {
-        Ok(mut entries) => {
-            if entries.next().is_some() {
-                return Err(ReplayError::DirectoryNotEmpty(dir.to_path_buf()));
-            }
-        }
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
-        Err(err) => return Err(err.into()),
-    }
+    require_empty(dir)?;
     let (parent, name) = split(dir)?;
     let staging = tempfile::Builder::new()
         .prefix(&format!(".{name}.importing-"))
@@ -236,6 +228,23 @@ pub async fn import_directory(dir: &Path, input: impl BufRead) -> Result<u64, Re
     }
     sync_directory(&parent)?;
     Ok(count)
+}
+
+/// Checks that `dir` is absent or an empty directory.
+///
+/// # Errors
+/// [`ReplayError::DirectoryNotEmpty`], or the OS error reading it.
+pub(crate) fn require_empty(dir: &Path) -> Result<(), ReplayError> {
+    match std::fs::read_dir(dir) {
+        Ok(mut entries) => {
+            if entries.next().is_some() {
+                return Err(ReplayError::DirectoryNotEmpty(dir.to_path_buf()));
+            }
+            Ok(())
+        }
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(err) => Err(err.into()),
+    }
 }
 
 /// The parent directory and the file name of `dir`.
