@@ -2,52 +2,16 @@
 //! histories, damaged indexes, numbers at `u64::MAX`, oversized lines, and
 //! imports that fail halfway.
 
+mod common;
+
+use common::{append_raw, lines, runtime};
 use std::io::{BufRead, BufReader, Cursor, Read};
 use std::path::Path;
 
-use subagent_core::{NewEvent, RecordedEvent, StreamId, MAX_EVENT_BYTES};
+use subagent_core::{RecordedEvent, StreamId, MAX_EVENT_BYTES};
 use subagent_projections::testing::{history, impossible_histories, Step};
 use subagent_replay::{export, import, import_directory, verify, ReplayError};
-use subagent_store::{
-    EventLog, ExpectedVersion, IdLocation, IndexDamage, MemoryLog, RocksLog, RocksOptions,
-};
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
-fn lines(records: &[RecordedEvent]) -> String {
-    records
-        .iter()
-        .map(|r| serde_json::to_string(r).unwrap() + "\n")
-        .collect()
-}
-
-/// Appends `records` as they are, bypassing import's checks: what a log
-/// written by a faulty build would hold.
-fn append_raw<L: EventLog>(log: &L, records: &[RecordedEvent]) {
-    runtime().block_on(async {
-        for record in records {
-            let new = NewEvent {
-                event_id: record.event_id,
-                correlation_id: record.correlation_id,
-                causation_id: record.causation_id,
-                event: record.event.clone(),
-                recorded_at: Some(record.recorded_at),
-            };
-            log.append(
-                record.stream,
-                ExpectedVersion::Exact(record.version - 1),
-                vec![new],
-            )
-            .await
-            .unwrap();
-        }
-    });
-}
+use subagent_store::{EventLog, IdLocation, IndexDamage, MemoryLog, RocksLog, RocksOptions};
 
 /// A root, a worker that ran a turn and settled, a message to it, and an
 /// external grandchild.

@@ -1,6 +1,9 @@
 //! Replay debugging end to end on RocksDB: state at any position, checkpoints
 //! across close and reopen, verify, diff, export and import.
 
+mod common;
+
+use common::{lines, runtime};
 use std::io::Cursor;
 
 use proptest::prelude::*;
@@ -11,20 +14,6 @@ use subagent_replay::{
     diff, export, import, state_at, verify, Change, Checkpointed, ReplayError, CHECKPOINT_NAME,
 };
 use subagent_store::{EventLog, MemoryLog, RocksLog, RocksOptions};
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
-fn lines(records: &[RecordedEvent]) -> String {
-    records
-        .iter()
-        .map(|r| serde_json::to_string(r).unwrap() + "\n")
-        .collect()
-}
 
 /// Writes `records` into `log` through `import`, keeping their positions.
 fn load<L: EventLog>(log: &L, records: &[RecordedEvent]) {

@@ -1,24 +1,20 @@
 //! `salvage`: the longest trustworthy prefix of a damaged log, copied into a
 //! new directory, and an exact account of what was left behind.
 
+mod common;
+
+use common::{append_raw, runtime};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use proptest::prelude::*;
-use subagent_core::{NewEvent, RecordedEvent};
+use subagent_core::RecordedEvent;
 use subagent_projections::testing::{history, impossible_histories, steps, Step};
 use subagent_projections::HistoryCheck;
 use subagent_replay::{
     export, longest_prefix, salvage, verify, PrefixEnd, ReplayError, SalvageReport,
 };
-use subagent_store::{EventLog, EventLogExt, ExpectedVersion, RocksLog, RocksOptions, StoreError};
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-}
+use subagent_store::{EventLogExt, RocksLog, RocksOptions, StoreError};
 
 fn ok(records: &[RecordedEvent]) -> impl Iterator<Item = Result<RecordedEvent, StoreError>> + '_ {
     records.iter().cloned().map(Ok)
@@ -43,25 +39,10 @@ fn long_history() -> Vec<RecordedEvent> {
 /// Writes `records` one append each (Sync), so the write-ahead log holds
 /// one record per event, as a host's log does.
 fn write_log(dir: &Path, records: &[RecordedEvent]) {
-    let log = RocksLog::open(dir, RocksOptions::default()).unwrap();
-    runtime().block_on(async {
-        for record in records {
-            let new = NewEvent {
-                event_id: record.event_id,
-                correlation_id: record.correlation_id,
-                causation_id: record.causation_id,
-                event: record.event.clone(),
-                recorded_at: Some(record.recorded_at),
-            };
-            log.append(
-                record.stream,
-                ExpectedVersion::Exact(record.version - 1),
-                vec![new],
-            )
-            .await
-            .unwrap();
-        }
-    });
+    append_raw(
+        &RocksLog::open(dir, RocksOptions::default()).unwrap(),
+        records,
+    );
 }
 
 /// Every file below `dir`, with its bytes.

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::start;
+use common::{spawn_runtime, start};
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -1057,17 +1057,10 @@ async fn an_oversized_prompt_or_message_is_refused_and_records_nothing() {
 
 #[tokio::test]
 async fn an_agent_that_says_too_much_settles_error_and_the_runtime_goes_on() {
-    let log = MemoryLog::new();
     let host = ScriptedHost::new(Script {
         turns: vec![vec![Step::Say(oversized_text())]],
     });
-    let (runtime, _) = SubagentRuntime::open(Arc::new(log.clone()), Arc::new(host))
-        .await
-        .unwrap();
-    runtime
-        .register_provider(Arc::new(SpawnProvider))
-        .await
-        .unwrap();
+    let (log, runtime) = spawn_runtime(host, CapacityLimits::default()).await;
     let root = runtime.open_root("host").await.unwrap();
     let child = start(&runtime, &root, spec("talker", Delivery::Caller))
         .await
@@ -1097,7 +1090,6 @@ async fn an_agent_that_says_too_much_settles_error_and_the_runtime_goes_on() {
 
 #[tokio::test]
 async fn a_fork_whose_seed_is_too_large_is_abandoned_not_left_live() {
-    let log = MemoryLog::new();
     // The parent says two chunks that each fit but together do not.
     let chunk = "y".repeat(subagent_core::MAX_EVENT_BYTES * 3 / 4);
     let host = ScriptedHost::new(Script {
@@ -1109,13 +1101,7 @@ async fn a_fork_whose_seed_is_too_large_is_abandoned_not_left_live() {
             turns: vec![vec![Step::Say("working".into()), Step::SleepMs(60_000)]],
         },
     );
-    let (runtime, _) = SubagentRuntime::open(Arc::new(log.clone()), Arc::new(host))
-        .await
-        .unwrap();
-    runtime
-        .register_provider(Arc::new(SpawnProvider))
-        .await
-        .unwrap();
+    let (log, runtime) = spawn_runtime(host, CapacityLimits::default()).await;
     runtime
         .register_provider(Arc::new(subagent_runtime::providers::ForkProvider))
         .await

@@ -1,0 +1,46 @@
+//! Helpers shared by the replay crate's integration tests.
+// Each test binary uses only some of them.
+#![allow(dead_code)]
+
+use subagent_core::{NewEvent, RecordedEvent};
+use subagent_store::{EventLog, ExpectedVersion};
+
+/// A current-thread tokio runtime for the async parts of a sync test.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// `records` as export lines.
+pub fn lines(records: &[RecordedEvent]) -> String {
+    records
+        .iter()
+        .map(|r| serde_json::to_string(r).unwrap() + "\n")
+        .collect()
+}
+
+/// Appends `records` as they are, one append each, bypassing import's
+/// checks: what a log written by a faulty build would hold, and (one write-
+/// ahead record per event) what a host's log looks like on disk.
+pub fn append_raw<L: EventLog + ?Sized>(log: &L, records: &[RecordedEvent]) {
+    runtime().block_on(async {
+        for record in records {
+            let new = NewEvent {
+                event_id: record.event_id,
+                correlation_id: record.correlation_id,
+                causation_id: record.causation_id,
+                event: record.event.clone(),
+                recorded_at: Some(record.recorded_at),
+            };
+            log.append(
+                record.stream,
+                ExpectedVersion::Exact(record.version - 1),
+                vec![new],
+            )
+            .await
+            .unwrap();
+        }
+    });
+}
