@@ -2,7 +2,7 @@
 //! have produced. [`admit`] states, per event type, the precondition
 //! [`decide`](crate::decide) guarantees before it records that event,
 //! through the same precondition functions `decide` calls (one place per
-//! rule, in `machine.rs`); [`HistoryCheck`] folds a history through it.
+//! rule, in `machine/guards.rs`); [`HistoryCheck`] folds a history through it.
 //! `import` refuses, and `verify` reports, the first record that fails, as a
 //! [`HistoryViolation`] (`replay/impossible-history`).
 //!

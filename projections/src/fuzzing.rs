@@ -213,7 +213,7 @@ impl FuzzWorld {
         match op {
             22 => {
                 let child = self.session(arg());
-                return Command::Fail {
+                return Command::FailActivation {
                     child,
                     epoch: self.epoch(child, arg()),
                     diagnostic: Diagnostic::new("model endpoint down"),
@@ -259,7 +259,7 @@ impl FuzzWorld {
             3 => self.start_child(arg),
             4 => {
                 let child = self.session(arg());
-                Command::Prepared {
+                Command::PrepareActivation {
                     child,
                     epoch: self.epoch(child, arg()),
                     prompt: Some((
@@ -272,7 +272,7 @@ impl FuzzWorld {
             }
             5 => {
                 let child = self.session(arg());
-                Command::Published {
+                Command::PublishActivation {
                     child,
                     epoch: self.epoch(child, arg()),
                     run_id: SubagentRunId::from_uuid(*child.as_uuid()),
@@ -281,13 +281,13 @@ impl FuzzWorld {
             6 => Command::BeginTurn {
                 session: self.session(arg()),
             },
-            7 => Command::Steer {
+            7 => Command::ClaimSteering {
                 session: self.session(arg()),
             },
             8 => {
                 let session = self.session(arg());
                 let turn = self.state.activations.get(&session).map_or(1, |a| a.turns);
-                Command::Transcript {
+                Command::RecordTranscript {
                     session,
                     entry: Event::AssistantMessage {
                         turn,
@@ -302,7 +302,7 @@ impl FuzzWorld {
             },
             10 => {
                 let child = self.session(arg());
-                Command::Settle {
+                Command::SettleActivation {
                     child,
                     epoch: self.epoch(child, arg()),
                     result: Self::result(arg()),
@@ -310,7 +310,7 @@ impl FuzzWorld {
             }
             11 => {
                 let child = self.session(arg());
-                Command::Release {
+                Command::ReleaseActivation {
                     child,
                     epoch: self.epoch(child, arg()),
                     cleanup_error: (arg() & 1 == 0).then(|| Diagnostic::new("cleanup")),
@@ -326,24 +326,24 @@ impl FuzzWorld {
                         diagnostic: Diagnostic::new("prep"),
                     },
                 };
-                Command::Abandon {
+                Command::AbandonActivation {
                     child,
                     epoch: self.epoch(child, arg()),
                     reason,
                 }
             }
-            13 => Command::RunStarted {
+            13 => Command::StartRun {
                 child: self.session(arg()),
             },
-            14 => Command::RunSettled {
+            14 => Command::SettleRun {
                 child: self.session(arg()),
                 result: Self::result(arg()),
             },
-            15 => Command::RunDisposed {
+            15 => Command::DisposeRun {
                 child: self.session(arg()),
                 cleanup_error: None,
             },
-            16 => Command::RunStartFailed {
+            16 => Command::FailRunStart {
                 child: self.session(arg()),
                 diagnostic: Diagnostic::new("failed"),
             },

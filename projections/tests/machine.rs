@@ -145,7 +145,7 @@ fn types(recorded: &[(subagent_core::StreamId, Event)]) -> Vec<&'static str> {
 }
 
 fn prepared(child: SessionId, prompt: MessageId) -> Command {
-    Command::Prepared {
+    Command::PrepareActivation {
         child,
         epoch: 1,
         prompt: Some((prompt, vec![ContentBlock::text("do it")])),
@@ -325,7 +325,7 @@ fn a_continuable_activation_runs_to_settlement_and_notifies_its_parent() {
     let child = world.start(root, "spawn", Delivery::Parent);
     let prompt = MessageId::new();
     let seed = vec![serde_json::json!({"type": "UserMessage"})];
-    let recorded = world.run(Command::Prepared {
+    let recorded = world.run(Command::PrepareActivation {
         child,
         epoch: 1,
         prompt: Some((prompt, vec![ContentBlock::text("do it")])),
@@ -336,7 +336,7 @@ fn a_continuable_activation_runs_to_settlement_and_notifies_its_parent() {
         types(&recorded),
         vec!["HistorySeeded", "ActivationPrepared", "MessageAccepted"]
     );
-    world.run(Command::Published {
+    world.run(Command::PublishActivation {
         child,
         epoch: 1,
         run_id: SubagentRunId::new(),
@@ -352,7 +352,7 @@ fn a_continuable_activation_runs_to_settlement_and_notifies_its_parent() {
         ErrorCode::BadRequest
     );
     let answer = vec![ContentBlock::text("found it")];
-    world.run(Command::Transcript {
+    world.run(Command::RecordTranscript {
         session: child,
         entry: Event::AssistantMessage {
             turn: 1,
@@ -361,7 +361,7 @@ fn a_continuable_activation_runs_to_settlement_and_notifies_its_parent() {
         },
     });
     assert_eq!(
-        world.reject(Command::Transcript {
+        world.reject(Command::RecordTranscript {
             session: child,
             entry: Event::AssistantMessage {
                 turn: 2,
@@ -372,7 +372,7 @@ fn a_continuable_activation_runs_to_settlement_and_notifies_its_parent() {
         ErrorCode::BadRequest
     );
     assert_eq!(
-        world.reject(Command::Transcript {
+        world.reject(Command::RecordTranscript {
             session: child,
             entry: Event::ProviderRemoved { name: "x".into() }
         }),
@@ -383,7 +383,7 @@ fn a_continuable_activation_runs_to_settlement_and_notifies_its_parent() {
         stop_reason: SubagentStopReason::Completed,
     });
     let result = SubagentResult::completed(answer);
-    let recorded = world.run(Command::Settle {
+    let recorded = world.run(Command::SettleActivation {
         child,
         epoch: 1,
         result: result.clone(),
@@ -413,14 +413,14 @@ fn a_continuable_activation_runs_to_settlement_and_notifies_its_parent() {
         "status only, never the child's words"
     );
     assert_eq!(
-        world.reject(Command::Settle {
+        world.reject(Command::SettleActivation {
             child,
             epoch: 1,
             result: SubagentResult::completed(vec![])
         }),
         ErrorCode::BadRequest
     );
-    world.run(Command::Release {
+    world.run(Command::ReleaseActivation {
         child,
         epoch: 1,
         cleanup_error: Some(Diagnostic::new("socket busy")),
@@ -437,12 +437,12 @@ fn caller_delivery_sends_no_notice() {
     let mut world = World::new();
     let root = world.root();
     let child = world.start(root, "spawn", Delivery::Caller);
-    world.run(Command::Published {
+    world.run(Command::PublishActivation {
         child,
         epoch: 1,
         run_id: SubagentRunId::new(),
     });
-    let recorded = world.run(Command::Settle {
+    let recorded = world.run(Command::SettleActivation {
         child,
         epoch: 1,
         result: SubagentResult::completed(vec![]),
@@ -456,13 +456,13 @@ fn releasing_before_settlement_ends_the_turn_and_settles_aborted() {
     let mut world = World::new();
     let root = world.root();
     let child = world.start(root, "spawn", Delivery::Parent);
-    world.run(Command::Published {
+    world.run(Command::PublishActivation {
         child,
         epoch: 1,
         run_id: SubagentRunId::new(),
     });
     world.run(Command::BeginTurn { session: child });
-    let recorded = world.run(Command::Release {
+    let recorded = world.run(Command::ReleaseActivation {
         child,
         epoch: 1,
         cleanup_error: None,
@@ -479,7 +479,7 @@ fn releasing_before_settlement_ends_the_turn_and_settles_aborted() {
     let (_, result) = world.state.activations[&child].last_result.clone().unwrap();
     assert_eq!(result.stop_reason, SubagentStopReason::Aborted);
     assert_eq!(
-        world.reject(Command::Release {
+        world.reject(Command::ReleaseActivation {
             child,
             epoch: 1,
             cleanup_error: None
@@ -493,7 +493,7 @@ fn only_unpublished_activations_are_abandoned() {
     let mut world = World::new();
     let root = world.root();
     let child = world.start(root, "spawn", Delivery::Parent);
-    let recorded = world.run(Command::Abandon {
+    let recorded = world.run(Command::AbandonActivation {
         child,
         epoch: 1,
         reason: AbandonReason::Cancelled,
@@ -505,13 +505,13 @@ fn only_unpublished_activations_are_abandoned() {
         "cancelled before the prompt was accepted"
     );
     let other = world.start(root, "spawn", Delivery::Parent);
-    world.run(Command::Published {
+    world.run(Command::PublishActivation {
         child: other,
         epoch: 1,
         run_id: SubagentRunId::new(),
     });
     assert_eq!(
-        world.reject(Command::Abandon {
+        world.reject(Command::AbandonActivation {
             child: other,
             epoch: 1,
             reason: AbandonReason::Drained
@@ -526,19 +526,19 @@ fn an_external_run_reports_its_final_text_diagnostic_and_status_to_the_parent() 
     let root = world.root();
     let child = world.start(root, "process", Delivery::Parent);
     assert_eq!(
-        world.reject(Command::RunSettled {
+        world.reject(Command::SettleRun {
             child,
             result: SubagentResult::completed(vec![])
         }),
         ErrorCode::BadRequest
     );
-    world.run(Command::RunStarted { child });
+    world.run(Command::StartRun { child });
     let result = SubagentResult::failed(
         SubagentStopReason::MaxTokens,
         vec![ContentBlock::text("partial answer")],
         "token ceiling",
     );
-    let recorded = world.run(Command::RunSettled { child, result });
+    let recorded = world.run(Command::SettleRun { child, result });
     let Event::MessageAccepted {
         source, content, ..
     } = &recorded[1].1
@@ -559,13 +559,13 @@ fn an_external_run_reports_its_final_text_diagnostic_and_status_to_the_parent() 
     ] {
         assert!(text.contains(part), "{text}");
     }
-    world.run(Command::RunDisposed {
+    world.run(Command::DisposeRun {
         child,
         cleanup_error: None,
     });
     assert_eq!(world.state.runs[&child].phase, RunPhase::Disposed);
     assert_eq!(
-        world.reject(Command::RunDisposed {
+        world.reject(Command::DisposeRun {
             child,
             cleanup_error: None
         }),
@@ -578,8 +578,8 @@ fn disposing_an_unsettled_run_settles_it_aborted_and_failed_starts_are_recorded(
     let mut world = World::new();
     let root = world.root();
     let child = world.start(root, "process", Delivery::Caller);
-    world.run(Command::RunStarted { child });
-    let recorded = world.run(Command::RunDisposed {
+    world.run(Command::StartRun { child });
+    let recorded = world.run(Command::DisposeRun {
         child,
         cleanup_error: None,
     });
@@ -592,13 +592,13 @@ fn disposing_an_unsettled_run_settles_it_aborted_and_failed_starts_are_recorded(
         Some(SubagentStopReason::Aborted)
     );
     let failing = world.start(root, "process", Delivery::Caller);
-    world.run(Command::RunStartFailed {
+    world.run(Command::FailRunStart {
         child: failing,
         diagnostic: Diagnostic::new("binary not found"),
     });
     assert_eq!(world.state.runs[&failing].phase, RunPhase::StartFailed);
     assert_eq!(
-        world.reject(Command::RunStarted { child: failing }),
+        world.reject(Command::StartRun { child: failing }),
         ErrorCode::BadRequest
     );
 }
@@ -608,7 +608,7 @@ fn recovery_settles_everything_that_was_live_explicitly_and_only_once() {
     let mut world = World::new();
     let root = world.root();
     let running = world.start(root, "spawn", Delivery::Parent);
-    world.run(Command::Published {
+    world.run(Command::PublishActivation {
         child: running,
         epoch: 1,
         run_id: SubagentRunId::new(),
@@ -617,7 +617,7 @@ fn recovery_settles_everything_that_was_live_explicitly_and_only_once() {
     let queued = world.start(root, "spawn", Delivery::Parent);
     world.run(prepared(queued, MessageId::new()));
     let external = world.start(root, "process", Delivery::Parent);
-    world.run(Command::RunStarted { child: external });
+    world.run(Command::StartRun { child: external });
     let recorded = world.run(Command::Recover);
     let kinds = types(&recorded);
     assert_eq!(
@@ -749,7 +749,7 @@ fn a_message_to_an_absent_child_cold_resumes_it_in_a_new_epoch() {
     let mut world = World::new();
     let root = world.root();
     let child = world.start(root, "spawn", Delivery::Caller);
-    world.run(Command::Published {
+    world.run(Command::PublishActivation {
         child,
         epoch: 1,
         run_id: SubagentRunId::new(),
@@ -760,7 +760,7 @@ fn a_message_to_an_absent_child_cold_resumes_it_in_a_new_epoch() {
         vec!["MessageAccepted"],
         "a live child just takes it"
     );
-    world.run(Command::Release {
+    world.run(Command::ReleaseActivation {
         child,
         epoch: 1,
         cleanup_error: None,
@@ -803,7 +803,7 @@ fn structured_capture_closes_input_and_a_drain_blocks_cold_resume() {
     );
 
     let idle = world.start(root, "spawn", Delivery::Caller);
-    world.run(Command::Abandon {
+    world.run(Command::AbandonActivation {
         child: idle,
         epoch: 1,
         reason: AbandonReason::Cancelled,
@@ -850,7 +850,7 @@ fn interrupts_need_the_parent_address_or_a_live_ancestor_and_idle_targets_are_no
             .is_empty(),
         "absent: no-op"
     );
-    world.run(Command::Published {
+    world.run(Command::PublishActivation {
         child: grandchild,
         epoch: 1,
         run_id: SubagentRunId::new(),
@@ -890,23 +890,25 @@ fn steering_claims_pending_messages_for_the_running_turn_only() {
     let mut world = World::new();
     let root = world.root();
     let child = world.start(root, "spawn", Delivery::Parent);
-    world.run(Command::Published {
+    world.run(Command::PublishActivation {
         child,
         epoch: 1,
         run_id: SubagentRunId::new(),
     });
     assert_eq!(
-        world.reject(Command::Steer { session: child }),
+        world.reject(Command::ClaimSteering { session: child }),
         ErrorCode::BadRequest,
         "no turn is running"
     );
     world.run(Command::BeginTurn { session: child });
     assert!(
-        world.run(Command::Steer { session: child }).is_empty(),
+        world
+            .run(Command::ClaimSteering { session: child })
+            .is_empty(),
         "nothing pending: nothing recorded"
     );
     world.run(send(root, child));
-    let recorded = world.run(Command::Steer { session: child });
+    let recorded = world.run(Command::ClaimSteering { session: child });
     assert!(matches!(&recorded[0].1, Event::MessagesClaimed { ids, turn: 1 } if ids.len() == 1));
     assert!(world.state.pending_messages(child).is_empty());
 }
@@ -1244,7 +1246,7 @@ fn a_failed_agent_settles_error_notifies_its_parent_and_releases_so_a_send_cold_
     let prompt = MessageId::new();
     world.run(prepared(child, prompt));
     // The agent could not be built: no publication, no turn.
-    let recorded = world.run(Command::Fail {
+    let recorded = world.run(Command::FailActivation {
         child,
         epoch: 1,
         diagnostic: Diagnostic::new("creating the agent failed: model endpoint down"),
@@ -1286,7 +1288,7 @@ fn a_failed_agent_settles_error_notifies_its_parent_and_releases_so_a_send_cold_
     // Nothing is left live: the failed epoch cannot fail or settle again,
     // and the next send cold-resumes a new epoch that claims both messages.
     assert_eq!(
-        world.reject(Command::Fail {
+        world.reject(Command::FailActivation {
             child,
             epoch: 1,
             diagnostic: Diagnostic::new("again"),
@@ -1314,7 +1316,7 @@ fn a_failure_after_settlement_keeps_the_result_and_records_the_cause_beside_it()
     let root = world.root();
     let child = world.start(root, "spawn", Delivery::Caller);
     world.run(prepared(child, MessageId::new()));
-    world.run(Command::Published {
+    world.run(Command::PublishActivation {
         child,
         epoch: 1,
         run_id: SubagentRunId::new(),
@@ -1324,14 +1326,14 @@ fn a_failure_after_settlement_keeps_the_result_and_records_the_cause_beside_it()
         session: child,
         stop_reason: SubagentStopReason::Completed,
     });
-    world.run(Command::Settle {
+    world.run(Command::SettleActivation {
         child,
         epoch: 1,
         result: SubagentResult::completed(vec![ContentBlock::text("done")]),
     });
     world.run(send(root, child));
     world.run(Command::BeginTurn { session: child });
-    let recorded = world.run(Command::Fail {
+    let recorded = world.run(Command::FailActivation {
         child,
         epoch: 1,
         diagnostic: Diagnostic::new("transport lost"),

@@ -780,18 +780,11 @@ impl SubagentRuntime {
     }
 
     fn is_below(&self, session: SessionId, ancestor: SessionId) -> bool {
-        let state = self.inner.engine.state();
-        let mut current = state
-            .sessions
-            .get(&session)
-            .and_then(|record| record.parent);
-        while let Some(id) = current {
-            if id == ancestor {
-                return true;
-            }
-            current = state.sessions.get(&id).and_then(|record| record.parent);
-        }
-        false
+        self.inner
+            .engine
+            .state()
+            .ancestors(session)
+            .any(|record| record.id == ancestor)
     }
 
     /// Waits for the parent's currently owned child work to settle, without
@@ -1126,7 +1119,7 @@ impl SubagentRuntime {
                 };
                 self.inner
                     .engine
-                    .commit(Command::Abandon {
+                    .commit(Command::AbandonActivation {
                         child,
                         epoch: 1,
                         reason,
@@ -1143,7 +1136,7 @@ impl SubagentRuntime {
         let prepared = self
             .inner
             .engine
-            .commit(Command::Prepared {
+            .commit(Command::PrepareActivation {
                 child,
                 epoch: 1,
                 prompt: Some((message_id, spec.request.prompt.clone())),
@@ -1157,7 +1150,7 @@ impl SubagentRuntime {
             if refused.code() != ErrorCode::Internal {
                 self.inner
                     .engine
-                    .commit(Command::Abandon {
+                    .commit(Command::AbandonActivation {
                         child,
                         epoch: 1,
                         reason: AbandonReason::PreparationFailed {
@@ -1222,7 +1215,7 @@ impl SubagentRuntime {
                 };
                 self.inner
                     .engine
-                    .commit(Command::RunStartFailed {
+                    .commit(Command::FailRunStart {
                         child,
                         diagnostic: Diagnostic::new(error.to_string()),
                     })
@@ -1232,7 +1225,7 @@ impl SubagentRuntime {
         };
         self.inner
             .engine
-            .commit(Command::RunStarted { child })
+            .commit(Command::StartRun { child })
             .await?;
         self.notify(Notice::Start {
             parent: handle.parent,
@@ -1291,7 +1284,7 @@ impl SubagentRuntime {
         if live {
             self.inner
                 .engine
-                .commit(Command::Release {
+                .commit(Command::ReleaseActivation {
                     child: handle.child,
                     epoch: handle.epoch,
                     cleanup_error: None,

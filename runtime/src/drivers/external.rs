@@ -55,7 +55,7 @@ impl ExternalDriver {
                 result.diagnostic = Some(self.runtime.clean_diagnostic(child, diagnostic.as_str()));
             }
             engine
-                .commit(Command::RunSettled {
+                .commit(Command::SettleRun {
                     child,
                     result: result.clone(),
                 })
@@ -84,7 +84,7 @@ impl ExternalDriver {
             .err()
             .map(|error| self.runtime.clean_diagnostic(child, error.as_str()));
         engine
-            .commit(Command::RunDisposed {
+            .commit(Command::DisposeRun {
                 child,
                 cleanup_error,
             })

@@ -5,7 +5,7 @@
 //!
 //! When the driver cannot go on (the host cannot build the agent, a persona
 //! no longer renders, the history cannot be read), the failure is a result,
-//! not a silent stop: it records [`Command::Fail`], which settles the epoch
+//! not a silent stop: it records [`Command::FailActivation`], which settles the epoch
 //! `error` with a redacted diagnostic (notifying the parent as any
 //! settlement does) and releases the activation, and then it leaves the
 //! registry. Nothing stays live to swallow messages; the next send
@@ -78,7 +78,7 @@ impl LocalDriver {
 
     /// Records that this activation failed and takes it out of the registry:
     /// its live children are released first (child-first), then
-    /// [`Command::Fail`] settles the epoch `error` (or records the cause
+    /// [`Command::FailActivation`] settles the epoch `error` (or records the cause
     /// beside a result already settled) and releases it, the parent is woken
     /// for the settlement notice, and `result()` resolves with the settled
     /// result. Only if even that cannot be recorded (the log failed) does
@@ -117,7 +117,7 @@ impl LocalDriver {
         let recorded = runtime
             .inner
             .engine
-            .commit(Command::Fail {
+            .commit(Command::FailActivation {
                 child,
                 epoch: self.epoch,
                 diagnostic: diagnostic.clone(),
@@ -198,7 +198,7 @@ impl LocalDriver {
         let child = self.handle.child;
         if self.resumed {
             engine
-                .commit(Command::Prepared {
+                .commit(Command::PrepareActivation {
                     child,
                     epoch: self.epoch,
                     prompt: None,
@@ -256,7 +256,7 @@ impl LocalDriver {
             .map_err(Failure::during("creating the agent"))?;
         let run_id = SubagentRunId::from_uuid(*child.as_uuid());
         engine
-            .commit(Command::Published {
+            .commit(Command::PublishActivation {
                 child,
                 epoch,
                 run_id,
@@ -392,7 +392,7 @@ impl LocalDriver {
                     }
                 }
                 engine
-                    .commit(Command::Settle {
+                    .commit(Command::SettleActivation {
                         child,
                         epoch,
                         result: result.clone(),
@@ -424,7 +424,7 @@ impl LocalDriver {
             .runtime
             .inner
             .engine
-            .commit(Command::Steer {
+            .commit(Command::ClaimSteering {
                 session: self.handle.child,
             })
             .await?;
@@ -509,7 +509,7 @@ impl LocalDriver {
         self.runtime
             .inner
             .engine
-            .commit(Command::Transcript {
+            .commit(Command::RecordTranscript {
                 session: self.handle.child,
                 entry,
             })

@@ -1,0 +1,244 @@
+//! [`Command`]: everything a caller or a driver can ask of the state
+//! machine, named in the imperative, each with its typed payload; and
+//! [`Decision`], what `decide` answers with.
+
+use serde_json::Value;
+use subagent_core::{
+    AbandonReason, AgentOptions, ContentBlock, Delivery, Diagnostic, Event, MessageDelivery,
+    MessageId, SessionId, StartOptions, StartSettings, StreamId, SubagentResult, SubagentRunId,
+    SubagentStopReason,
+};
+
+/// Everything a caller or a driver can ask of the state machine.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Command {
+    /// Record the host's own root session.
+    OpenRoot {
+        /// Its id.
+        session: SessionId,
+        /// Its label.
+        label: String,
+        /// The root agent's options, which its local children inherit.
+        agent_options: Option<AgentOptions>,
+    },
+    /// Register a provider.
+    RegisterProvider {
+        /// The registration, as the runtime stream records it.
+        registration: Event,
+    },
+    /// Remove a provider.
+    RemoveProvider {
+        /// Its name.
+        name: String,
+    },
+    /// Start a child below `parent` (validated against the provider first).
+    StartChild(StartChild),
+    /// The provider contributed the activation's creation inputs; the
+    /// delegated prompt (first activation only) is accepted into the inbox
+    /// with them, which ends the caller's cancellation window.
+    PrepareActivation {
+        /// The child.
+        child: SessionId,
+        /// Its epoch.
+        epoch: u64,
+        /// The initial prompt and its message id.
+        prompt: Option<(MessageId, Vec<ContentBlock>)>,
+        /// Parent history to seed with (fork), as lossless JSON.
+        seed: Option<Vec<Value>>,
+        /// Whose history the seed copies, and the version it ends at.
+        seed_source: Option<(SessionId, u64)>,
+    },
+    /// The child agent of an activation is live.
+    PublishActivation {
+        /// The child.
+        child: SessionId,
+        /// Its epoch.
+        epoch: u64,
+        /// The run id pairing `subagent/start` and `subagent/end`.
+        run_id: SubagentRunId,
+    },
+    /// A turn begins and claims every pending message, in FIFO order.
+    BeginTurn {
+        /// The session.
+        session: SessionId,
+    },
+    /// A transcript entry of the running turn (`AssistantMessage`,
+    /// `ToolCalled` or `ToolReturned`).
+    RecordTranscript {
+        /// The session.
+        session: SessionId,
+        /// The entry.
+        entry: Event,
+    },
+    /// Steering: the running turn claims every pending message at its next
+    /// step boundary. A no-op when nothing is pending.
+    ClaimSteering {
+        /// The session.
+        session: SessionId,
+    },
+    /// The running turn ended.
+    EndTurn {
+        /// The session.
+        session: SessionId,
+        /// Why.
+        stop_reason: SubagentStopReason,
+    },
+    /// An activation produced its result.
+    SettleActivation {
+        /// The child.
+        child: SessionId,
+        /// Its epoch.
+        epoch: u64,
+        /// The result.
+        result: SubagentResult,
+    },
+    /// An activation's resources were released (settling it as `aborted`
+    /// first when it had no result yet).
+    ReleaseActivation {
+        /// The child.
+        child: SessionId,
+        /// Its epoch.
+        epoch: u64,
+        /// A cleanup failure, recorded beside the result.
+        cleanup_error: Option<Diagnostic>,
+    },
+    /// The activation's agent or driver failed: the agent could not be
+    /// built (a model endpoint down, a persona that no longer renders) or a
+    /// turn could not go on. A model or transport failure is a result with
+    /// stop reason `error` (the spec's `SubagentResult`), so an unsettled
+    /// epoch settles `error` with `diagnostic` (and its parent is notified
+    /// as for any settlement); a settled result is kept and the diagnostic
+    /// is recorded beside it. A running turn ends `error`, and the activation
+    /// is released: nothing is left live to swallow messages, pending ones
+    /// stay pending, and the next send cold-resumes the child.
+    FailActivation {
+        /// The child.
+        child: SessionId,
+        /// Its epoch.
+        epoch: u64,
+        /// Safe failure detail (already redacted).
+        diagnostic: Diagnostic,
+    },
+    /// An activation ended before publication.
+    AbandonActivation {
+        /// The child.
+        child: SessionId,
+        /// Its epoch.
+        epoch: u64,
+        /// Why.
+        reason: AbandonReason,
+    },
+    /// An external run was published by its provider.
+    StartRun {
+        /// The external child.
+        child: SessionId,
+    },
+    /// An external run settled.
+    SettleRun {
+        /// The external child.
+        child: SessionId,
+        /// The result.
+        result: SubagentResult,
+    },
+    /// An external run's handle was disposed.
+    DisposeRun {
+        /// The external child.
+        child: SessionId,
+        /// A cleanup failure, recorded beside the result.
+        cleanup_error: Option<Diagnostic>,
+    },
+    /// The provider refused to start the run.
+    FailRunStart {
+        /// The external child.
+        child: SessionId,
+        /// Safe detail.
+        diagnostic: Diagnostic,
+    },
+    /// A model-authored message between adjacent agents (a direct parent and
+    /// its direct child). An idle target takes it in its next turn; an absent
+    /// continuable child is cold-resumed (a new activation epoch).
+    SendMessage {
+        /// The exact live sender.
+        sender: SessionId,
+        /// The direct parent or direct child addressed.
+        target: SessionId,
+        /// The inbox id to record.
+        message_id: MessageId,
+        /// The content.
+        content: Vec<ContentBlock>,
+        /// Queue or steer.
+        delivery: MessageDelivery,
+    },
+    /// Interrupt a child's live execution under a human parent address or a
+    /// live ancestor. An absent or idle target is an accepted no-op.
+    Interrupt {
+        /// The child.
+        target: SessionId,
+        /// The authority.
+        authority: subagent_core::InterruptAuthority,
+    },
+    /// A drain closes admission below `parent`.
+    CloseAdmission {
+        /// The parent entering teardown.
+        parent: SessionId,
+    },
+    /// The parent left the registry; its cutoff ends.
+    ReopenAdmission {
+        /// The parent.
+        parent: SessionId,
+    },
+    /// Settle explicitly everything that was live when the host stopped, end
+    /// the registrations of the previous host's providers, and end every
+    /// drain's admission cutoff (no parent of the previous host is in the
+    /// registry any more).
+    Recover,
+    /// A host takes an existing root session back (after a restart). Records
+    /// nothing: holding a root is a fact of one live runtime, not of the log.
+    /// The log only has to show that `session` is a root.
+    ReopenRoot {
+        /// The root session.
+        session: SessionId,
+    },
+}
+
+/// A request to start a child.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StartChild {
+    /// The delegating parent.
+    pub parent: SessionId,
+    /// The child's reserved id.
+    pub child: SessionId,
+    /// The provider.
+    pub provider: String,
+    /// The catalog label.
+    pub label: String,
+    /// Capability-gated options.
+    pub options: StartOptions,
+    /// Who receives the result.
+    pub delivery: Delivery,
+    /// The run id (external children).
+    pub run_id: SubagentRunId,
+    /// The deployment settings the start is checked against: persona
+    /// variables, the host's tool names and model selection.
+    pub settings: std::sync::Arc<StartSettings>,
+}
+
+/// The events of one decision, grouped by stream, to be appended atomically.
+pub type Decision = Vec<(StreamId, Vec<Event>)>;
+
+/// A decision that appends `events` to one stream.
+pub(super) fn single(stream: StreamId, events: Vec<Event>) -> Decision {
+    vec![(stream, events)]
+}
+
+/// Adds `events` to `stream`'s part of `decision` (a new part when the
+/// stream has none yet), so each stream appears once.
+pub(super) fn push_to(decision: &mut Decision, stream: StreamId, events: Vec<Event>) {
+    match decision
+        .iter_mut()
+        .find(|(existing, _)| *existing == stream)
+    {
+        Some((_, existing)) => existing.extend(events),
+        None => decision.push((stream, events)),
+    }
+}

@@ -1,0 +1,315 @@
+//! The preconditions of the state machine: one function per rule, each
+//! returning the typed rejection when it does not hold. `decide` and
+//! [`crate::admissible::admit`] (which checks a recorded history against
+//! the same rules) share them, so a rule is written once.
+
+use subagent_core::{AgentOptions, Event, SessionId, SessionMode, SubagentError, MAX_SAFE_INTEGER};
+
+use crate::activation::{ActivationPhase, LiveActivation, RunPhase, RunState};
+use crate::sessions::SessionRecord;
+use crate::state::{Projections, ProviderRecord};
+
+use super::messaging::admission_closed_above;
+
+/// A command that comes out of order for `session` (`what` says why).
+pub(crate) fn out_of_order(session: SessionId, what: &str) -> SubagentError {
+    SubagentError::BadRequest(format!("{session}: {what}"))
+}
+
+/// `session` is not in use yet (a root's creation).
+pub(crate) fn new_session(state: &Projections, session: SessionId) -> Result<(), SubagentError> {
+    if state.sessions.contains_key(&session) {
+        return Err(SubagentError::BadRequest(format!(
+            "session {session} already exists"
+        )));
+    }
+    Ok(())
+}
+
+/// A provider registration is well-formed and its name is free.
+pub(crate) fn check_registration(
+    state: &Projections,
+    registration: &Event,
+) -> Result<(), SubagentError> {
+    let Event::ProviderRegistered {
+        name,
+        capabilities,
+        route_defaults,
+        ..
+    } = registration
+    else {
+        return Err(SubagentError::BadRequest(
+            "not a provider registration".into(),
+        ));
+    };
+    if name.is_empty() {
+        return Err(SubagentError::BadRequest("provider name is empty".into()));
+    }
+    if let Some(route) = route_defaults {
+        if !capabilities.agent_options {
+            return Err(SubagentError::BadRequest(format!(
+                "provider {name} has agentRouteDefaults but no agentOptions capability"
+            )));
+        }
+        AgentOptions {
+            provider: Some(route.provider.clone()),
+            model: Some(route.model.clone()),
+            ..AgentOptions::default()
+        }
+        .validate()?;
+    }
+    if state
+        .providers
+        .iter()
+        .any(|provider| provider.name == *name)
+    {
+        return Err(SubagentError::DuplicateProvider(name.clone()));
+    }
+    Ok(())
+}
+
+/// The registered provider called `name`.
+pub(crate) fn registered<'a>(
+    state: &'a Projections,
+    name: &str,
+) -> Result<&'a ProviderRecord, SubagentError> {
+    state
+        .providers
+        .iter()
+        .find(|provider| provider.name == name)
+        .ok_or_else(|| SubagentError::UnknownProvider(name.to_owned()))
+}
+
+/// The parent of a start: known, with admission open at it and every
+/// ancestor.
+pub(crate) fn start_parent(
+    state: &Projections,
+    parent: SessionId,
+) -> Result<&SessionRecord, SubagentError> {
+    let record = state
+        .sessions
+        .get(&parent)
+        .ok_or_else(|| SubagentError::ParentUnavailable(format!("unknown parent {parent}")))?;
+    if let Some(closed) = admission_closed_above(state, parent) {
+        return Err(SubagentError::AdmissionClosed(closed.to_string()));
+    }
+    Ok(record)
+}
+
+/// The mode and externality of a child of `provider`.
+pub(crate) fn child_mode(provider: &ProviderRecord) -> (SessionMode, bool) {
+    if provider.continuable {
+        (SessionMode::Continuable, false)
+    } else {
+        (SessionMode::OneShot, true)
+    }
+}
+
+/// The depth of a child of `parent`, within `max_depth`.
+pub(crate) fn child_depth(
+    parent: &SessionRecord,
+    max_depth: Option<u64>,
+) -> Result<u64, SubagentError> {
+    let depth = parent.depth.checked_add(1).ok_or_else(|| {
+        SubagentError::BadRequest(format!("parent {} is at the deepest depth", parent.id))
+    })?;
+    if let Some(max_depth) = max_depth {
+        if max_depth > MAX_SAFE_INTEGER {
+            return Err(SubagentError::InvalidDepth(max_depth.to_string()));
+        }
+        if depth > max_depth {
+            return Err(SubagentError::DepthExceeded { depth, max_depth });
+        }
+    }
+    Ok(depth)
+}
+
+/// `child` names no session and no catalog.
+pub(crate) fn unused_child_id(state: &Projections, child: SessionId) -> Result<(), SubagentError> {
+    if state.sessions.contains_key(&child) || state.catalogs.contains_key(&child) {
+        return Err(SubagentError::BadRequest(format!(
+            "child id {child} is already in use"
+        )));
+    }
+    Ok(())
+}
+
+/// A catalog label is not empty.
+pub(crate) fn nonempty_label(label: &str) -> Result<(), SubagentError> {
+    if label.is_empty() {
+        return Err(SubagentError::BadRequest("label is empty".into()));
+    }
+    Ok(())
+}
+
+/// The live activation of `child` at `epoch`.
+pub(crate) fn live(
+    state: &Projections,
+    child: SessionId,
+    epoch: u64,
+) -> Result<&LiveActivation, SubagentError> {
+    state
+        .activations
+        .get(&child)
+        .and_then(|activation| activation.live.as_ref())
+        .filter(|live| live.epoch == epoch)
+        .ok_or_else(|| out_of_order(child, &format!("activation {epoch} is not live")))
+}
+
+pub(crate) fn live_where<'a>(
+    state: &'a Projections,
+    child: SessionId,
+    epoch: u64,
+    admits: impl Fn(&LiveActivation) -> bool,
+    refusal: &str,
+) -> Result<&'a LiveActivation, SubagentError> {
+    let live = live(state, child, epoch)?;
+    if admits(live) {
+        Ok(live)
+    } else {
+        Err(out_of_order(child, refusal))
+    }
+}
+
+/// The live activation at `epoch`, not yet prepared.
+pub(crate) fn requested_live(
+    state: &Projections,
+    child: SessionId,
+    epoch: u64,
+) -> Result<&LiveActivation, SubagentError> {
+    live_where(
+        state,
+        child,
+        epoch,
+        |live| live.phase == ActivationPhase::Requested,
+        "prepared twice",
+    )
+}
+
+/// The live activation at `epoch`, not yet published.
+pub(crate) fn unpublished_live(
+    state: &Projections,
+    child: SessionId,
+    epoch: u64,
+) -> Result<&LiveActivation, SubagentError> {
+    live_where(
+        state,
+        child,
+        epoch,
+        |live| live.phase != ActivationPhase::Published,
+        "published twice",
+    )
+}
+
+/// The live activation at `epoch`, which may still be abandoned: a
+/// published one is released instead.
+pub(crate) fn abandonable_live(
+    state: &Projections,
+    child: SessionId,
+    epoch: u64,
+) -> Result<&LiveActivation, SubagentError> {
+    live_where(
+        state,
+        child,
+        epoch,
+        |live| live.phase != ActivationPhase::Published,
+        "a published activation is released, not abandoned",
+    )
+}
+
+/// The live activation at `epoch`, with no result yet.
+pub(crate) fn unsettled_live(
+    state: &Projections,
+    child: SessionId,
+    epoch: u64,
+) -> Result<&LiveActivation, SubagentError> {
+    live_where(
+        state,
+        child,
+        epoch,
+        |live| !live.settled,
+        "a settled result is never overwritten",
+    )
+}
+
+/// The session's published live activation.
+pub(crate) fn published(
+    state: &Projections,
+    session: SessionId,
+) -> Result<&LiveActivation, SubagentError> {
+    state
+        .activations
+        .get(&session)
+        .and_then(|activation| activation.live.as_ref())
+        .filter(|live| live.phase == ActivationPhase::Published)
+        .ok_or_else(|| out_of_order(session, "no published activation"))
+}
+
+/// The turn a published, idle activation starts next, and the activation.
+pub(crate) fn next_turn(
+    state: &Projections,
+    session: SessionId,
+) -> Result<(u64, &LiveActivation), SubagentError> {
+    let activation = published(state, session)?;
+    let turns = state.activations.get(&session);
+    if turns.and_then(|a| a.running_turn).is_some() {
+        return Err(out_of_order(session, "a turn is already running"));
+    }
+    let turn = turns
+        .map_or(0, |a| a.turns)
+        .checked_add(1)
+        .ok_or_else(|| out_of_order(session, "turn numbers are exhausted"))?;
+    Ok((turn, activation))
+}
+
+/// The session's running turn.
+pub(crate) fn running_turn(state: &Projections, session: SessionId) -> Result<u64, SubagentError> {
+    published(state, session)?;
+    state
+        .activations
+        .get(&session)
+        .and_then(|activation| activation.running_turn)
+        .ok_or_else(|| out_of_order(session, "no turn is running"))
+}
+
+/// A transcript entry of the session's running turn; returns the turn.
+pub(crate) fn transcript_turn(
+    state: &Projections,
+    session: SessionId,
+    entry: &Event,
+) -> Result<u64, SubagentError> {
+    let turn = running_turn(state, session)?;
+    let entry_turn = match entry {
+        Event::AssistantMessage { turn, .. }
+        | Event::ToolCalled { turn, .. }
+        | Event::ToolReturned { turn, .. } => *turn,
+        other => {
+            return Err(SubagentError::BadRequest(format!(
+                "{} is not a transcript entry",
+                other.type_name()
+            )))
+        }
+    };
+    if entry_turn != turn {
+        return Err(out_of_order(session, "transcript entry names another turn"));
+    }
+    Ok(turn)
+}
+
+/// The external run of `child`, in one of `phases`.
+pub(crate) fn run_in<'a>(
+    state: &'a Projections,
+    child: SessionId,
+    phases: &[RunPhase],
+    refusal: &str,
+) -> Result<&'a RunState, SubagentError> {
+    let run = state
+        .runs
+        .get(&child)
+        .ok_or_else(|| out_of_order(child, "no external run"))?;
+    if phases.contains(&run.phase) {
+        Ok(run)
+    } else {
+        Err(out_of_order(child, refusal))
+    }
+}

@@ -1,0 +1,187 @@
+//! Messages between adjacent agents, interrupts and the drain's admission
+//! cutoff: who may message whom and how a message travels (cold-resuming
+//! an absent child), who may interrupt, and where admission is closed.
+
+use subagent_core::{
+    ContentBlock, Delivery, Event, InterruptAuthority, MessageDelivery, MessageId, MessageSource,
+    SessionId, StreamId, SubagentError,
+};
+
+use crate::activation::{LiveActivation, RunPhase};
+use crate::sessions::SessionRecord;
+use crate::state::Projections;
+
+use super::command::{single, Decision};
+use super::guards::out_of_order;
+
+pub(super) fn send_message(
+    state: &Projections,
+    sender: SessionId,
+    target: SessionId,
+    message_id: MessageId,
+    content: Vec<ContentBlock>,
+    delivery: MessageDelivery,
+) -> Result<Decision, SubagentError> {
+    let route = route_message(state, sender, target)?;
+    let mut events = vec![Event::MessageAccepted {
+        message_id,
+        source: MessageSource::AgentMessage {
+            sender_session_id: sender,
+        },
+        delivery,
+        content,
+    }];
+    if let Some(epoch) = route.resume_epoch {
+        events.push(Event::ActivationRequested {
+            epoch,
+            delivery: Delivery::Parent,
+            output_schema: None,
+        });
+    }
+    Ok(single(StreamId::Session(target), events))
+}
+
+pub(super) fn interrupt(
+    state: &Projections,
+    target: SessionId,
+    authority: &InterruptAuthority,
+) -> Result<Decision, SubagentError> {
+    let Some(record) = state.sessions.get(&target) else {
+        return Ok(Vec::new());
+    };
+    if !interrupt_authorized(state, record, authority) {
+        return Err(SubagentError::Unauthorized(format!(
+            "the authority does not own {target}"
+        )));
+    }
+    if !runs_live_work(state, target) {
+        return Ok(Vec::new());
+    }
+    Ok(single(
+        StreamId::Session(target),
+        vec![Event::InterruptRequested {
+            target,
+            authority: authority.clone(),
+        }],
+    ))
+}
+
+/// A drain closes admission below `parent` (nothing when already closed).
+pub(super) fn close_admission(state: &Projections, parent: SessionId) -> Decision {
+    if state.admission_closed.contains(&parent) {
+        return Vec::new();
+    }
+    single(StreamId::Runtime, vec![Event::AdmissionClosed { parent }])
+}
+
+/// `parent` left the registry: its cutoff ends (nothing when open).
+pub(super) fn reopen_admission(state: &Projections, parent: SessionId) -> Decision {
+    if !state.admission_closed.contains(&parent) {
+        return Vec::new();
+    }
+    single(StreamId::Runtime, vec![Event::AdmissionReopened { parent }])
+}
+
+/// Whether admission is closed below `session` or any of its ancestors.
+pub(crate) fn admission_closed_above(state: &Projections, session: SessionId) -> Option<SessionId> {
+    state
+        .lineage(session)
+        .map(|record| record.id)
+        .find(|id| state.admission_closed.contains(id))
+}
+
+/// How an accepted agent message travels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Route {
+    /// The target is the sender's direct child (else its direct parent).
+    pub(crate) to_child: bool,
+    /// The epoch a cold resume of the target requests, when it has no live
+    /// activation.
+    pub(crate) resume_epoch: Option<u64>,
+}
+
+/// Whether `sender` may message `target` now, and how the message travels.
+pub(crate) fn route_message(
+    state: &Projections,
+    sender: SessionId,
+    target: SessionId,
+) -> Result<Route, SubagentError> {
+    let sender_record = state
+        .sessions
+        .get(&sender)
+        .ok_or_else(|| SubagentError::Unauthorized(format!("unknown sender {sender}")))?;
+    let target_record = state
+        .sessions
+        .get(&target)
+        .ok_or_else(|| SubagentError::Unauthorized(format!("unknown target {target}")))?;
+    let to_child = target_record.parent == Some(sender);
+    let to_parent = sender_record.parent == Some(target);
+    if !to_child && !to_parent {
+        return Err(SubagentError::Unauthorized(format!(
+            "{sender} and {target} are not adjacent"
+        )));
+    }
+    if target_record.external {
+        return Err(SubagentError::NotResumable(format!(
+            "{target} is an external execution and accepts no follow-ups"
+        )));
+    }
+    if !target_record.is_resumable() {
+        return Err(SubagentError::NotResumable(format!(
+            "{target} cannot be interpreted by this version"
+        )));
+    }
+    let activation = state.activations.get(&target);
+    let live = activation.and_then(|a| a.live.as_ref());
+    if live.is_some_and(LiveActivation::captures_structured_output) {
+        return Err(SubagentError::DeliveryUnavailable(format!(
+            "{target} is capturing structured output; its input is closed"
+        )));
+    }
+    // A child with no live activation is cold-resumed; a root's inbox is read
+    // by its host.
+    let resume_epoch = if to_child && live.is_none() {
+        if let Some(closed) = admission_closed_above(state, sender) {
+            return Err(SubagentError::AdmissionClosed(closed.to_string()));
+        }
+        let epoch = activation
+            .map_or(0, |a| a.epoch)
+            .checked_add(1)
+            .ok_or_else(|| out_of_order(target, "activation epochs are exhausted"))?;
+        Some(epoch)
+    } else {
+        None
+    };
+    Ok(Route {
+        to_child,
+        resume_epoch,
+    })
+}
+
+/// Whether `authority` may interrupt `target`: its direct parent as a
+/// user, or a live ancestor.
+pub(crate) fn interrupt_authorized(
+    state: &Projections,
+    target: &SessionRecord,
+    authority: &InterruptAuthority,
+) -> bool {
+    match authority {
+        InterruptAuthority::User { parent_session_id } => target.parent == Some(*parent_session_id),
+        InterruptAuthority::Ancestor { agent_session_id } => state
+            .ancestors(target.id)
+            .any(|ancestor| ancestor.id == *agent_session_id),
+    }
+}
+
+/// Whether `target` has work an interrupt stops: a running turn of a live
+/// activation, or a started external run.
+pub(crate) fn runs_live_work(state: &Projections, target: SessionId) -> bool {
+    state
+        .activations
+        .get(&target)
+        .is_some_and(|a| a.live.is_some() && a.running_turn.is_some())
+        || state
+            .runs
+            .get(&target)
+            .is_some_and(|run| run.phase == RunPhase::Started)
+}
