@@ -1,0 +1,287 @@
+//! Starting a child: the reservation, then a local child's preparation and
+//! driver, or an external run's start; a start refused after its
+//! reservation is recorded as abandoned or failed.
+
+use std::sync::Arc;
+
+use serde_json::Value;
+use subagent_core::{
+    AbandonReason, Diagnostic, ErrorCode, MessageId, SessionId, StreamId, SubagentActivationSpec,
+    SubagentError, SubagentRunId, SubagentRunInfo,
+};
+use subagent_projections::{Command, StartChild};
+use subagent_store::EventLogExt;
+use tokio_util::sync::CancellationToken;
+
+use crate::activation::{DriverHandle, SubagentActivation};
+use crate::drivers::{ExternalDriver, LocalDriver};
+use crate::engine::{internal_error, refuse_oversized_prompt};
+use crate::seam::{ContinuableCreateRequest, ResolvedStartRequest, SubagentProvider};
+
+use super::{lock, LiveAgent, Materializing, Notice, SubagentRuntime};
+
+impl SubagentRuntime {
+    /// Starts a local continuable child (provider with `prepare_continuable`)
+    /// or an external one-shot run. Every requested option is checked against
+    /// the provider's capabilities before anything is recorded.
+    ///
+    /// For a local child this returns once the prompt is durable in the
+    /// child's inbox; for an external child once the provider published the
+    /// run. A `signal` fired before that point abandons the start (recorded)
+    /// and returns `gateway/cancelled`.
+    ///
+    /// A local child whose agent then fails (cannot be built, or its model
+    /// or transport fails) is not a start failure: it settles through
+    /// [`SubagentActivation::result`] with stop reason `error`.
+    ///
+    /// # Errors
+    /// `subagent/unauthorized` for a stale parent, the start rejections of
+    /// the state machine, `gateway/cancelled`, `subagent/closed`, or the
+    /// provider's failure.
+    pub async fn start_activation(
+        &self,
+        parent: &LiveAgent,
+        spec: SubagentActivationSpec,
+        signal: CancellationToken,
+    ) -> Result<SubagentActivation, SubagentError> {
+        self.authorize(parent)?;
+        let provider = self
+            .provider(&spec.provider)
+            .ok_or_else(|| SubagentError::UnknownProvider(spec.provider.clone()))?;
+        refuse_oversized_prompt(&spec.request.prompt)?;
+        let child = match (spec.child_id, provider.is_continuable()) {
+            (Some(reserved), true) => reserved,
+            _ => SessionId::new(),
+        };
+        let run_id = SubagentRunId::from_uuid(*child.as_uuid());
+        // Capacity may delay the start; the signal owns the wait.
+        let permits = self.inner.capacity.admit(parent.session, &signal).await?;
+        self.authorize(parent)?;
+        let materializing = Materializing::enter(&self.inner.gate)?;
+        let settings = self.inner.deployment.snapshot();
+        self.inner
+            .engine
+            .commit(Command::StartChild(StartChild {
+                parent: parent.session,
+                child,
+                provider: spec.provider.clone(),
+                label: spec.label.clone(),
+                options: spec.request.options.clone(),
+                delivery: spec.delivery,
+                run_id,
+                settings,
+            }))
+            .await?;
+        // A new child's first activation is epoch 1.
+        let handle = DriverHandle::new(child, parent.session, 1);
+        *lock(&handle.permits) = Some(permits);
+        lock(&self.inner.drivers).insert(child, Arc::clone(&handle));
+        // Registered: a drain from now on finds and releases it.
+        drop(materializing);
+        let started = if provider.is_continuable() {
+            self.start_local(&provider, &handle, spec, signal).await
+        } else {
+            self.start_external(&provider, &handle, spec, run_id, signal)
+                .await
+        };
+        match started {
+            Ok(message_id) => Ok(SubagentActivation {
+                child_id: child,
+                message_id,
+                handle,
+                runtime: self.clone(),
+            }),
+            Err(err) => {
+                self.unregister_driver(&handle);
+                Err(err)
+            }
+        }
+    }
+
+    pub(crate) async fn session_history(
+        &self,
+        parent: SessionId,
+    ) -> Result<Vec<Value>, SubagentError> {
+        let mut history = Vec::new();
+        for record in self.log().read_stream(StreamId::Session(parent), 1) {
+            history.push(
+                serde_json::to_value(&record.map_err(internal_error)?.event)
+                    .map_err(internal_error)?,
+            );
+        }
+        Ok(history)
+    }
+
+    pub(crate) async fn start_local(
+        &self,
+        provider: &Arc<dyn SubagentProvider>,
+        handle: &Arc<DriverHandle>,
+        spec: SubagentActivationSpec,
+        signal: CancellationToken,
+    ) -> Result<Option<MessageId>, SubagentError> {
+        let child = handle.child;
+        let request = ContinuableCreateRequest {
+            session_id: child,
+            parent: handle.parent,
+            parent_history: if provider.inherits_parent_context() {
+                self.session_history(handle.parent).await?
+            } else {
+                Vec::new()
+            },
+            signal: signal.clone(),
+        };
+        let prepared = tokio::select! {
+            prepared = provider.prepare_continuable(request) => prepared,
+            () = signal.cancelled() => Err(SubagentError::Cancelled),
+            // A drain or dispose released the reservation meanwhile.
+            () = handle.stop.cancelled() => return Err(SubagentError::Cancelled),
+        };
+        let created = match prepared {
+            Ok(created) if !signal.is_cancelled() => created,
+            outcome => {
+                let (reason, error) = match outcome {
+                    Err(SubagentError::Cancelled) | Ok(_) => {
+                        (AbandonReason::Cancelled, SubagentError::Cancelled)
+                    }
+                    Err(err) => {
+                        let err = self.clean_error(child, err);
+                        (
+                            AbandonReason::PreparationFailed {
+                                diagnostic: Diagnostic::new(err.to_string()),
+                            },
+                            err,
+                        )
+                    }
+                };
+                self.inner
+                    .engine
+                    .commit(Command::AbandonActivation {
+                        child,
+                        epoch: 1,
+                        reason,
+                    })
+                    .await?;
+                return Err(error);
+            }
+        };
+        let message_id = MessageId::new();
+        let seed_source = created
+            .seed
+            .as_ref()
+            .map(|seed| (handle.parent, seed.len() as u64));
+        let prepared = self
+            .inner
+            .engine
+            .commit(Command::PrepareActivation {
+                child,
+                epoch: 1,
+                prompt: Some((message_id, spec.request.prompt.clone())),
+                seed: created.seed,
+                seed_source,
+            })
+            .await;
+        if let Err(refused) = prepared {
+            // Refused, not failed (a fork's seed too large, say): the
+            // reservation is abandoned rather than left live.
+            if refused.code() != ErrorCode::Internal {
+                self.inner
+                    .engine
+                    .commit(Command::AbandonActivation {
+                        child,
+                        epoch: 1,
+                        reason: AbandonReason::PreparationFailed {
+                            diagnostic: Diagnostic::new(refused.to_string()),
+                        },
+                    })
+                    .await?;
+            }
+            return Err(refused);
+        }
+        let driver = LocalDriver {
+            runtime: self.clone(),
+            handle: Arc::clone(handle),
+            provider: spec.provider,
+            label: spec.label,
+            signal,
+            resumed: false,
+            epoch: 1,
+        };
+        let task = tokio::spawn(driver.run());
+        *lock(&handle.task) = Some(task);
+        Ok(Some(message_id))
+    }
+
+    pub(crate) async fn start_external(
+        &self,
+        provider: &Arc<dyn SubagentProvider>,
+        handle: &Arc<DriverHandle>,
+        spec: SubagentActivationSpec,
+        run_id: SubagentRunId,
+        signal: CancellationToken,
+    ) -> Result<Option<MessageId>, SubagentError> {
+        let child = handle.child;
+        let descriptor = self
+            .inner
+            .engine
+            .state()
+            .sessions
+            .get(&child)
+            .and_then(|record| record.descriptor.clone())
+            .ok_or_else(|| SubagentError::Internal("external child has no descriptor".into()))?;
+        let request = ResolvedStartRequest {
+            run_id: child,
+            parent: handle.parent,
+            request: spec.request,
+            descriptor,
+            signal: signal.clone(),
+        };
+        let run = match provider.start(request).await {
+            Ok(run) if !signal.is_cancelled() => run,
+            outcome => {
+                let error = match outcome {
+                    Ok(mut run) => {
+                        let _ = run.dispose().await;
+                        SubagentError::Cancelled
+                    }
+                    Err(err) if signal.is_cancelled() => {
+                        let _ = err;
+                        SubagentError::Cancelled
+                    }
+                    Err(err) => self.clean_error(child, err),
+                };
+                self.inner
+                    .engine
+                    .commit(Command::FailRunStart {
+                        child,
+                        diagnostic: Diagnostic::new(error.to_string()),
+                    })
+                    .await?;
+                return Err(error);
+            }
+        };
+        self.inner
+            .engine
+            .commit(Command::StartRun { child })
+            .await?;
+        self.notify(Notice::Start {
+            parent: handle.parent,
+            info: SubagentRunInfo {
+                run_id,
+                provider: spec.provider.clone(),
+                id: child,
+                local: false,
+            },
+        });
+        let driver = ExternalDriver {
+            runtime: self.clone(),
+            handle: Arc::clone(handle),
+            run,
+            run_id,
+            provider: spec.provider,
+            signal,
+        };
+        let task = tokio::spawn(driver.run());
+        *lock(&handle.task) = Some(task);
+        Ok(None)
+    }
+}
