@@ -1,7 +1,7 @@
 //! # subagent-runtime
 //!
 //! The runtime hosts call: [`SubagentRuntime`] (the `ctx.subagents` facade of
-//! the spec), its drivers, the seams a host plugs into ([`seam`]), the
+//! the spec), its drivers, the seams a host plugs into ([`provider`] and [`agent`]), the
 //! deterministic [`scripted`] agent, and the shipped [`providers`].
 //!
 //! Every transition goes through one path (`engine`): a command is decided
@@ -11,25 +11,31 @@
 //! and report each outcome as a new command.
 
 mod activation;
+pub mod agent;
 mod capacity;
-mod deployment;
 mod drivers;
 mod engine;
-pub use engine::OpenStats;
+pub mod provider;
 pub mod providers;
 mod runtime;
 pub mod scripted;
-pub mod seam;
+mod settings;
 mod tools;
 
+use std::future::Future;
+use std::pin::Pin;
+
+/// A boxed, sendable future: what the seams' async methods return.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+pub use engine::OpenStats;
+
 pub use activation::SubagentActivation;
+pub use agent::{Agent, AgentHost, AgentSpec, ToolCall, ToolDefinition, ToolOutput, ToolPort};
 pub use capacity::CapacityLimits;
+pub use provider::{SubagentProvider, SubagentRun};
 pub use runtime::{
     InboxMessage, InterruptAuthority, LiveAgent, Notice, ProviderRegistration, RecoveryReport,
     SubagentRuntime,
 };
 pub use scripted::{Script, ScriptedHost};
-pub use seam::{
-    Agent, AgentHost, AgentSpec, SubagentProvider, SubagentRun, ToolCall, ToolDefinition,
-    ToolOutput, ToolPort,
-};

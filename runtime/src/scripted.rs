@@ -33,10 +33,11 @@ use serde_json::Value;
 use subagent_core::{ContentBlock, Diagnostic, SessionId, SubagentError, SubagentStopReason};
 use tokio_util::sync::CancellationToken;
 
-use crate::seam::{
-    Agent, AgentHost, AgentSpec, BoxFuture, ToolCall, ToolDefinition, ToolOutput, TranscriptItem,
-    TurnEnd, TurnInput,
+use crate::agent::{
+    Agent, AgentHost, AgentSpec, ToolCall, ToolDefinition, ToolOutput, TranscriptItem, TurnEnd,
+    TurnInput,
 };
+use crate::BoxFuture;
 
 /// One scripted step.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -1,14 +1,14 @@
 //! Tools: what the host provides, and the scope a session reaches them
 //! through.
 //!
-//! The host lists its tools ([`AgentHost::tools`](crate::seam::AgentHost::tools))
-//! and executes them ([`AgentHost::execute_tool`](crate::seam::AgentHost::execute_tool)).
+//! The host lists its tools ([`AgentHost::tools`](crate::agent::AgentHost::tools))
+//! and executes them ([`AgentHost::execute_tool`](crate::agent::AgentHost::execute_tool)).
 //! An agent reaches a tool only through the [`ToolPort`] of its turn, which
 //! the driver serves: it records `ToolCalled`, then either refuses a tool the
 //! session's lineage restricts (recorded as a `ToolReturned` with
 //! `refused: true`, and never executed) or executes it through the host and
 //! records the result. One visibility: a restricted tool is absent from
-//! [`AgentSpec::tools`](crate::seam::AgentSpec::tools) and refused by the
+//! [`AgentSpec::tools`](crate::agent::AgentSpec::tools) and refused by the
 //! port, for the child and every descendant.
 
 use serde::{Deserialize, Serialize};

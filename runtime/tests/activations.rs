@@ -13,9 +13,10 @@ use subagent_core::{
     content::plain_text, ContentBlock, Delivery, ErrorCode, Event, MessageSource, StreamId,
     SubagentActivationSpec, SubagentError, SubagentStopReason,
 };
+use subagent_runtime::provider::ContinuableCreateRequest;
 use subagent_runtime::providers::{ForkProvider, ProcessProvider, SpawnProvider};
 use subagent_runtime::scripted::Step;
-use subagent_runtime::seam::{BoxFuture, ContinuableCreateRequest};
+use subagent_runtime::BoxFuture;
 use subagent_runtime::{Notice, Script, ScriptedHost, SubagentProvider, SubagentRuntime};
 use subagent_store::{EventLog, EventLogExt, MemoryLog};
 use tokio_util::sync::CancellationToken;
@@ -758,7 +759,7 @@ impl SubagentProvider for Flaky {
     }
     fn start(
         &self,
-        request: subagent_runtime::seam::ResolvedStartRequest,
+        request: subagent_runtime::provider::ResolvedStartRequest,
     ) -> BoxFuture<'static, Result<Box<dyn subagent_runtime::SubagentRun>, SubagentError>> {
         let block = self.block_start;
         Box::pin(async move {

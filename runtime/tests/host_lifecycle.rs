@@ -18,7 +18,7 @@ use subagent_core::{
 use subagent_projections::Activity;
 use subagent_runtime::providers::SpawnProvider;
 use subagent_runtime::scripted::Step;
-use subagent_runtime::seam::BoxFuture;
+use subagent_runtime::BoxFuture;
 use subagent_runtime::{
     Agent, AgentHost, AgentSpec, CapacityLimits, InterruptAuthority, Notice, Script, ScriptedHost,
     SubagentActivation, SubagentRuntime,

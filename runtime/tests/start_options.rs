@@ -14,9 +14,10 @@ use subagent_core::{
     ModelSelectionSettings, SessionId, StreamId, SubagentActivationSpec, SubagentCapabilities,
     SubagentError, SubagentResult, SubagentStopReason, ToolRestriction, MAX_SAFE_INTEGER,
 };
+use subagent_runtime::provider::ResolvedStartRequest;
 use subagent_runtime::providers::SpawnProvider;
 use subagent_runtime::scripted::Step;
-use subagent_runtime::seam::{BoxFuture, ResolvedStartRequest};
+use subagent_runtime::BoxFuture;
 use subagent_runtime::{
     Agent, AgentHost, AgentSpec, Script, ScriptedHost, SubagentProvider, SubagentRun,
     SubagentRuntime, ToolCall, ToolDefinition, ToolOutput,

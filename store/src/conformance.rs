@@ -13,7 +13,7 @@ use subagent_core::{
 };
 use tokio_stream::StreamExt;
 
-use crate::admission::IdLocation;
+use crate::append_check::IdLocation;
 use crate::error::StoreError;
 use crate::indexes::{IndexDamage, IndexEntry, LogIndex};
 use crate::log::{EventLog, EventLogExt, ExpectedVersion, StreamAppend};

@@ -11,7 +11,7 @@
 
 use subagent_core::{EventId, StreamId};
 
-use crate::admission::IdLocation;
+use crate::append_check::IdLocation;
 use crate::error::StoreError;
 
 /// One of the log's indexes.

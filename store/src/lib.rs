@@ -16,7 +16,7 @@
 //! - the indexes can be listed and looked up ([`indexes`]), so a verifier can
 //!   check them against the records.
 
-mod admission;
+mod append_check;
 pub mod error;
 pub mod indexes;
 pub mod log;
@@ -28,7 +28,7 @@ pub mod subscription;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 
-pub use admission::IdLocation;
+pub use append_check::IdLocation;
 pub use error::StoreError;
 pub use indexes::{IndexDamage, IndexEntries, IndexEntry, LogIndex};
 pub use log::{

@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use subagent_core::{EventId, NewEvent, RecordedEvent, StreamId};
 use tokio::sync::oneshot;
 
-use crate::admission::IdLocation;
+use crate::append_check::IdLocation;
 use crate::error::StoreError;
 use crate::indexes::{IndexEntries, LogIndex};
 use crate::subscription::Subscription;

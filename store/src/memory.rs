@@ -10,7 +10,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use subagent_core::{EventId, RecordedEvent, StreamId};
 use tokio::sync::watch;
 
-use crate::admission::{
+use crate::append_check::{
     admit_transaction, encode_records, next_position, place, IdLocation, TransactionVerdict,
 };
 use crate::error::StoreError;

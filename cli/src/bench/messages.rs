@@ -17,10 +17,9 @@ use subagent_core::{
     ContentBlock, Delivery, Event, MessageDelivery, MessageId, MessageSource, NewEvent, SessionId,
     StreamId, SubagentActivationSpec, SubagentError, SubagentStopReason,
 };
+use subagent_runtime::agent::{Agent, AgentHost, AgentSpec, TranscriptItem, TurnEnd, TurnInput};
 use subagent_runtime::providers::SpawnProvider;
-use subagent_runtime::seam::{
-    Agent, AgentHost, AgentSpec, BoxFuture, TranscriptItem, TurnEnd, TurnInput,
-};
+use subagent_runtime::BoxFuture;
 use subagent_runtime::SubagentRuntime;
 use subagent_store::{Durability, EventLog, ExpectedVersion, RocksLog, RocksOptions};
 use tokio::sync::mpsc;

@@ -10,8 +10,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
 use crate::activation::DriverHandle;
+use crate::provider::SubagentRun;
 use crate::runtime::{Notice, SubagentRuntime};
-use crate::seam::SubagentRun;
 
 /// Drives one external run: await its result (or a stop), record it, then
 /// dispose the handle when stopped and record that.

@@ -27,9 +27,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
 use crate::activation::DriverHandle;
+use crate::agent::{AgentSpec, ToolCall, ToolOutput, ToolPort, TranscriptItem, TurnInput};
 use crate::engine::{internal, internal_error};
 use crate::runtime::{lock, Notice, SubagentRuntime};
-use crate::seam::{AgentSpec, ToolCall, ToolOutput, ToolPort, TranscriptItem, TurnInput};
 use crate::tools::visible_tools;
 
 /// Why a driver stopped short: what it was doing, and the error.
@@ -322,7 +322,7 @@ impl LocalDriver {
                 messages,
                 cancel: cancel.clone(),
                 transcript,
-                steering: crate::seam::SteeringPort(steering),
+                steering: crate::agent::SteeringPort(steering),
                 tools: ToolPort(tools),
             };
             let mut assistant: Vec<Vec<ContentBlock>> = Vec::new();

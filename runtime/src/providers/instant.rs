@@ -7,7 +7,8 @@ use subagent_core::{
     ContentBlock, Diagnostic, SubagentCapabilities, SubagentError, SubagentResult,
 };
 
-use crate::seam::{BoxFuture, ResolvedStartRequest, SubagentProvider, SubagentRun};
+use crate::provider::{ResolvedStartRequest, SubagentProvider, SubagentRun};
+use crate::BoxFuture;
 
 /// The `instant` provider.
 #[derive(Clone, Copy, Debug, Default)]

@@ -5,7 +5,8 @@
 use serde_json::Value;
 use subagent_core::{ContinuableCreateSpec, SubagentCapabilities, SubagentError};
 
-use crate::seam::{BoxFuture, ContinuableCreateRequest, SubagentProvider};
+use crate::provider::{ContinuableCreateRequest, SubagentProvider};
+use crate::BoxFuture;
 
 /// A fresh continuable child.
 #[derive(Clone, Copy, Debug, Default)]

@@ -15,7 +15,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, Command};
 use tokio_util::sync::CancellationToken;
 
-use crate::seam::{BoxFuture, ResolvedStartRequest, SubagentProvider, SubagentRun};
+use crate::provider::{ResolvedStartRequest, SubagentProvider, SubagentRun};
+use crate::BoxFuture;
 
 /// Runs `program args...` per delegation.
 #[derive(Clone, Debug)]

@@ -36,10 +36,11 @@ use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
 use crate::activation::DriverHandle;
+use crate::agent::AgentHost;
 use crate::capacity::{Capacity, CapacityLimits};
-use crate::deployment::Deployment;
 use crate::engine::Engine;
-use crate::seam::{AgentHost, SubagentProvider};
+use crate::provider::SubagentProvider;
+use crate::settings::Deployment;
 
 /// The runtime's admission gate: whether it is closed, and how many
 /// materializations (starts and cold resumes between their admission and

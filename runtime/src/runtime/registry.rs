@@ -6,7 +6,7 @@ use std::sync::Arc;
 use subagent_core::{Event, SubagentError};
 use subagent_projections::Command;
 
-use crate::seam::SubagentProvider;
+use crate::provider::SubagentProvider;
 
 use super::{lock, Notice, SubagentRuntime};
 

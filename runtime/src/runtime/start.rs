@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 use crate::activation::{DriverHandle, SubagentActivation};
 use crate::drivers::{ExternalDriver, LocalDriver};
 use crate::engine::{internal_error, refuse_oversized_prompt};
-use crate::seam::{ContinuableCreateRequest, ResolvedStartRequest, SubagentProvider};
+use crate::provider::{ContinuableCreateRequest, ResolvedStartRequest, SubagentProvider};
 
 use super::{lock, LiveAgent, Materializing, Notice, SubagentRuntime};
 

@@ -7,7 +7,7 @@ use subagent_core::{EventId, StreamId};
 
 use super::keys::{self, CF_EVENT_IDS, CF_STREAMS};
 use super::{family, map_rocks_error, RocksLog};
-use crate::admission::IdLocation;
+use crate::append_check::IdLocation;
 use crate::error::StoreError;
 use crate::indexes::{IndexDamage, IndexEntries, IndexEntry, LogIndex};
 

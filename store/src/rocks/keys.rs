@@ -13,7 +13,7 @@
 
 use subagent_core::{EventId, StreamId};
 
-use crate::admission::IdLocation;
+use crate::append_check::IdLocation;
 
 pub(crate) const CF_LOG: &str = "log";
 pub(crate) const CF_STREAMS: &str = "streams";

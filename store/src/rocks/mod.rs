@@ -24,7 +24,7 @@ use rocksdb::{ColumnFamily, DB};
 use subagent_core::{EventId, RecordedEvent, StreamId};
 use tokio::sync::watch;
 
-use crate::admission::IdLocation;
+use crate::append_check::IdLocation;
 use crate::error::StoreError;
 use crate::indexes::{IndexEntries, LogIndex};
 use crate::log::{good_prefix, Durability, EventLog, StreamAppend, TransactionTicket};

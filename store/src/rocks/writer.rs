@@ -20,7 +20,7 @@ use tracing::{debug, warn};
 
 use super::keys::{self, CF_EVENT_IDS, CF_LOG, CF_META, CF_STREAMS};
 use super::{family, map_rocks_error, read_stream_version};
-use crate::admission::{
+use crate::append_check::{
     admit_transaction, encode_records, next_position as position_after, place, IdLocation,
     TransactionVerdict,
 };

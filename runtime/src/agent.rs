@@ -1,105 +1,18 @@
-//! The seams the host plugs into: [`SubagentProvider`] (how children are
-//! created or started) and [`AgentHost`] / [`Agent`] (how a live agent runs
-//! turns). The runtime never calls a model itself.
-
-use std::future::Future;
-use std::pin::Pin;
+//! The agent seam: [`AgentHost`] builds a live [`Agent`] from a session's
+//! durable history ([`AgentSpec`]), and the agent runs turns
+//! ([`TurnInput`] in, [`TranscriptItem`]s and a [`TurnEnd`] out), steering
+//! and calling tools through the ports it is given. The runtime never calls
+//! a model itself.
 
 use serde_json::Value;
 use subagent_core::{
-    AgentRoute, ContentBlock, ContinuableCreateSpec, Diagnostic, SessionId, SubagentCapabilities,
-    SubagentDescriptor, SubagentError, SubagentResult, SubagentStartRequest, SubagentStopReason,
+    ContentBlock, Diagnostic, SessionId, SubagentDescriptor, SubagentError, SubagentStopReason,
 };
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 pub use crate::tools::{ToolCall, ToolDefinition, ToolOutput, ToolPort};
-
-/// A boxed, sendable future.
-pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
-
-/// What `prepare_continuable` is asked (`ContinuableCreateRequest`).
-#[derive(Clone, Debug)]
-pub struct ContinuableCreateRequest {
-    /// The reserved child session id.
-    pub session_id: SessionId,
-    /// The delegating parent.
-    pub parent: SessionId,
-    /// The parent's completed-turn history (lossless JSON of its events), for
-    /// seeding providers.
-    pub parent_history: Vec<Value>,
-    /// Caller cancellation; owns preparation until the prompt is accepted.
-    pub signal: CancellationToken,
-}
-
-/// What `start` is asked (`ResolvedSubagentStartRequest`).
-#[derive(Clone, Debug)]
-pub struct ResolvedStartRequest {
-    /// The run's id (the external child's id).
-    pub run_id: SessionId,
-    /// The delegating parent.
-    pub parent: SessionId,
-    /// The task.
-    pub request: SubagentStartRequest,
-    /// The durable descriptor.
-    pub descriptor: SubagentDescriptor,
-    /// Cancellation before and after publication.
-    pub signal: CancellationToken,
-}
-
-/// An external execution handle (`SubagentRun`), owned by the external driver
-/// until disposal completes.
-pub trait SubagentRun: Send {
-    /// Resolves with the terminal result. A child-level failure is a result
-    /// with a non-`completed` stop reason; `Err` is an infrastructure fault.
-    fn result(&mut self) -> BoxFuture<'_, Result<SubagentResult, SubagentError>>;
-    /// Cancels remaining work, reaches quiescence, releases resources.
-    /// Idempotent. `Err` is a cleanup failure, recorded beside the result.
-    fn dispose(&mut self) -> BoxFuture<'_, Result<(), Diagnostic>>;
-}
-
-/// One registered transport for child agents.
-pub trait SubagentProvider: Send + Sync + 'static {
-    /// Unique registry name.
-    fn name(&self) -> &str;
-    /// Supported start-time options.
-    fn capabilities(&self) -> SubagentCapabilities;
-    /// Whether children see the parent's completed-turn prefix.
-    fn inherits_parent_context(&self) -> bool;
-    /// Optional static model route.
-    fn agent_route_defaults(&self) -> Option<AgentRoute> {
-        None
-    }
-    /// Whether this provider prepares local continuable children (the
-    /// presence of `prepareContinuable`).
-    fn is_continuable(&self) -> bool {
-        false
-    }
-    /// Contributes the detached creation inputs of a continuable child.
-    fn prepare_continuable(
-        &self,
-        request: ContinuableCreateRequest,
-    ) -> BoxFuture<'static, Result<ContinuableCreateSpec, SubagentError>> {
-        let _ = request;
-        Box::pin(async {
-            Err(SubagentError::NotResumable(
-                "provider has no continuable capability".into(),
-            ))
-        })
-    }
-    /// Establishes one external execution and returns its handle.
-    fn start(
-        &self,
-        request: ResolvedStartRequest,
-    ) -> BoxFuture<'static, Result<Box<dyn SubagentRun>, SubagentError>> {
-        let _ = request;
-        Box::pin(async {
-            Err(SubagentError::NotResumable(
-                "provider has no one-shot capability".into(),
-            ))
-        })
-    }
-}
+use crate::BoxFuture;
 
 /// Everything a live agent is built from: the session's durable history.
 #[derive(Clone, Debug)]

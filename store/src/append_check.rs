@@ -1,4 +1,4 @@
-//! Append admission: the checks every backend runs, in the same order, before
+//! Append checks: what every backend checks, in the same order, before
 //! it writes anything. Pure: the backend supplies the stream's version and an
 //! event-id lookup, and gets back a verdict. Then [`place`] numbers the
 //! admitted events (checked: a damaged head or stream index cannot wrap a
