@@ -1,7 +1,7 @@
 //! Append checks: what every backend checks, in the same order, before
 //! it writes anything. Pure: the backend supplies the stream's version and an
 //! event-id lookup, and gets back a verdict. Then [`place`] numbers the
-//! admitted events (checked: a damaged head or stream index cannot wrap a
+//! checked events (checked: a damaged head or stream index cannot wrap a
 //! number) and [`encode_records`] encodes them, refusing an event larger
 //! than [`MAX_EVENT_BYTES`].
 
@@ -41,7 +41,7 @@ pub enum Verdict {
 ///
 /// # Errors
 /// The first failed check, as its [`StoreError`].
-pub fn admit<F>(
+pub fn check_part<F>(
     stream: &StreamId,
     expected: ExpectedVersion,
     events: &[NewEvent],
@@ -122,12 +122,12 @@ pub enum TransactionVerdict {
 }
 
 /// Checks an atomic append: at least one part, no stream twice, no event id
-/// twice across parts, then every part with [`admit`]. Either every part is
+/// twice across parts, then every part with [`check_part`]. Either every part is
 /// fresh, or every part is an idempotent retry; anything else is refused.
 ///
 /// # Errors
 /// The first failed check, as its [`StoreError`].
-pub fn admit_transaction<V, F>(
+pub fn check_transaction<V, F>(
     parts: &[StreamAppend],
     mut version_of: V,
     mut locate: F,
@@ -162,7 +162,7 @@ where
     let mut retried = Vec::with_capacity(parts.len());
     for part in parts {
         let current = version_of(&part.stream)?;
-        match admit(
+        match check_part(
             &part.stream,
             part.expected,
             &part.events,
@@ -183,7 +183,7 @@ where
     }
 }
 
-/// Turns admitted parts into records: positions from `first_position` on, in
+/// Turns checked parts into records: positions from `first_position` on, in
 /// part order, versions from each part's `current + 1`. Returns the records
 /// and one outcome per part. The one place both backends number events.
 ///
@@ -273,13 +273,13 @@ mod tests {
         let runtime = StreamId::Runtime;
         let none = |_: &EventId| Ok(None);
         assert_eq!(
-            admit(&runtime, ExpectedVersion::Any, &[], 0, none),
+            check_part(&runtime, ExpectedVersion::Any, &[], 0, none),
             Err(StoreError::EmptyAppend)
         );
 
         let session = StreamId::Session(SessionId::new());
         assert!(matches!(
-            admit(&session, ExpectedVersion::Any, &[removed()], 0, none),
+            check_part(&session, ExpectedVersion::Any, &[removed()], 0, none),
             Err(StoreError::MisplacedEvent {
                 event_type: "ProviderRemoved",
                 ..
@@ -288,7 +288,7 @@ mod tests {
 
         let event = removed();
         assert!(matches!(
-            admit(
+            check_part(
                 &runtime,
                 ExpectedVersion::Any,
                 &[event.clone(), event],
@@ -302,7 +302,7 @@ mod tests {
         ));
 
         assert_eq!(
-            admit(&runtime, ExpectedVersion::Exact(2), &[removed()], 3, none),
+            check_part(&runtime, ExpectedVersion::Exact(2), &[removed()], 3, none),
             Err(StoreError::Conflict {
                 stream: runtime,
                 expected: ExpectedVersion::Exact(2),
@@ -310,7 +310,7 @@ mod tests {
             })
         );
         assert_eq!(
-            admit(&runtime, ExpectedVersion::NoStream, &[removed()], 0, none),
+            check_part(&runtime, ExpectedVersion::NoStream, &[removed()], 0, none),
             Ok(Verdict::Write { current: 0 })
         );
     }
@@ -360,7 +360,7 @@ mod tests {
             }))
         };
         assert_eq!(
-            admit(
+            check_part(
                 &runtime,
                 ExpectedVersion::Exact(99),
                 std::slice::from_ref(&first),
@@ -376,7 +376,7 @@ mod tests {
         );
         for batch in [vec![first.clone(), second.clone()], vec![second, first]] {
             assert!(matches!(
-                admit(&runtime, ExpectedVersion::Any, &batch, 5, locate),
+                check_part(&runtime, ExpectedVersion::Any, &batch, 5, locate),
                 Err(StoreError::DuplicateEventId {
                     reason: "batch is only partly appended already",
                     ..

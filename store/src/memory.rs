@@ -11,7 +11,7 @@ use subagent_core::{EventId, RecordedEvent, StreamId};
 use tokio::sync::watch;
 
 use crate::append_check::{
-    admit_transaction, encode_records, next_position, place, IdLocation, TransactionVerdict,
+    check_transaction, encode_records, next_position, place, IdLocation, TransactionVerdict,
 };
 use crate::error::StoreError;
 use crate::indexes::{IndexDamage, IndexEntries, IndexEntry, LogIndex};
@@ -129,7 +129,7 @@ impl MemoryLog {
 
     fn write(&self, parts: Vec<StreamAppend>) -> Result<Vec<AppendOutcome>, StoreError> {
         let mut state = self.state();
-        let verdict = admit_transaction(
+        let verdict = check_transaction(
             &parts,
             |stream| {
                 Ok(state

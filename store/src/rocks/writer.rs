@@ -1,9 +1,9 @@
 //! The single writer thread of a [`super::RocksLog`]: group commit.
 //!
 //! Appenders enqueue requests on a channel. The writer takes the first one,
-//! then everything else already queued (up to [`MAX_GROUP_REQUESTS`]), admits
+//! then everything else already queued (up to [`MAX_GROUP_REQUESTS`]), checks
 //! each against the stream versions as they will be after the requests before
-//! it, writes all admitted events, their stream and id index entries and the
+//! it, writes all accepted events, their stream and id index entries and the
 //! new head in ONE `WriteBatch` with ONE WAL sync, and only then answers the
 //! appenders. Under load, many appends share one fsync; alone, an append
 //! pays exactly one.
@@ -21,7 +21,7 @@ use tracing::{debug, warn};
 use super::keys::{self, CF_EVENT_IDS, CF_LOG, CF_META, CF_STREAMS};
 use super::{family, map_rocks_error, read_stream_version};
 use crate::append_check::{
-    admit_transaction, encode_records, next_position as position_after, place, IdLocation,
+    check_transaction, encode_records, next_position as position_after, place, IdLocation,
     TransactionVerdict,
 };
 use crate::error::StoreError;
@@ -238,7 +238,7 @@ impl Writer {
         for part in &parts {
             versions.insert(part.stream, self.version_of(overlay, &part.stream)?);
         }
-        let verdict = admit_transaction(
+        let verdict = check_transaction(
             &parts,
             |stream| Ok(versions.get(stream).copied().unwrap_or(0)),
             |id| self.locate(overlay, id),
