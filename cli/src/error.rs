@@ -7,7 +7,7 @@ use thiserror::Error;
 
 /// A failure found by the command line itself rather than a library below.
 #[derive(Debug, Error)]
-pub enum CliError {
+pub(crate) enum CliError {
     /// A file named on the command line could not be opened or created.
     #[error("{}: {source}", path.display())]
     File {

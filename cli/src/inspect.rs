@@ -20,7 +20,7 @@ use crate::{render, CliResult};
 
 /// Which log, and at which position.
 #[derive(Args)]
-pub struct At {
+pub(crate) struct At {
     /// The log directory.
     dir: PathBuf,
     /// Replay up to this position (default: the head).
@@ -33,7 +33,7 @@ pub struct At {
 
 /// The replay subcommands.
 #[derive(Subcommand)]
-pub enum Inspect {
+pub(crate) enum Inspect {
     /// The descendant tree of a root (default: every host root).
     Tree {
         #[command(flatten)]
@@ -112,7 +112,7 @@ pub enum Inspect {
 ///
 /// # Errors
 /// The store's open failure (`store/not-a-log`, `store/damaged`, ...).
-pub fn open(dir: &Path) -> Result<RocksLog, Box<dyn std::error::Error>> {
+pub(crate) fn open(dir: &Path) -> Result<RocksLog, Box<dyn std::error::Error>> {
     RocksLog::open_read_only(dir).map_err(|err| match err {
         damaged @ StoreError::Damaged { .. } => CliError::Damaged {
             dir: dir.to_owned(),
@@ -155,7 +155,7 @@ fn print_json(out: &mut dyn Write, value: &impl serde::Serialize) -> CliResult {
 ///
 /// # Errors
 /// Bad input, read and write failures, as readable messages.
-pub fn run(command: Inspect, out: &mut dyn Write) -> CliResult {
+pub(crate) fn run(command: Inspect, out: &mut dyn Write) -> CliResult {
     match command {
         Inspect::Tree { at, root } => {
             let state = state_at(&open(&at.dir)?, at.at)?;

@@ -15,7 +15,7 @@ use crate::CliResult;
 
 /// Arguments of `subagents log`.
 #[derive(Args)]
-pub struct LogArgs {
+pub(crate) struct LogArgs {
     /// The log directory.
     dir: PathBuf,
     /// Print each event as one JSON object per line.
@@ -36,7 +36,7 @@ const PAYLOAD_CHARS: usize = 96;
 /// # Errors
 /// A missing directory, a malformed `--stream`, `--from` past the end, a
 /// locked or corrupt log, a write failure.
-pub fn run(args: &LogArgs, out: &mut dyn Write) -> CliResult {
+pub(crate) fn run(args: &LogArgs, out: &mut dyn Write) -> CliResult {
     let stream: Option<StreamId> = args.stream.as_deref().map(str::parse).transpose()?;
     let log = crate::inspect::open(&args.dir)?;
     let (what, last) = match stream {
@@ -84,7 +84,7 @@ pub fn run(args: &LogArgs, out: &mut dyn Write) -> CliResult {
 }
 
 /// At most `max` characters of `text`, with an ellipsis when cut.
-pub fn shorten(text: &str, max: usize) -> String {
+pub(crate) fn shorten(text: &str, max: usize) -> String {
     match text.char_indices().nth(max) {
         Some((cut, _)) => format!("{}…", &text[..cut]),
         None => text.to_owned(),

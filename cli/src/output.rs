@@ -15,7 +15,7 @@ use std::io::{self, BufWriter, ErrorKind, StdoutLock, Write};
 
 /// What became of the output, for the exit status.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Fate {
+pub(crate) enum Fate {
     /// Every write and the final flush succeeded.
     Delivered,
     /// The reader closed the pipe; the rest of the output was not wanted.
@@ -25,25 +25,25 @@ pub enum Fate {
 }
 
 /// A buffered writer that records its first failure.
-pub struct Output<W: Write> {
+pub(crate) struct Output<W: Write> {
     inner: BufWriter<W>,
     first_failure: Option<(ErrorKind, String)>,
 }
 
 /// The process's stdout, locked for the command's lifetime.
-pub type Stdout = Output<StdoutLock<'static>>;
+pub(crate) type Stdout = Output<StdoutLock<'static>>;
 
 impl Stdout {
     /// The locked, buffered stdout.
     #[must_use]
-    pub fn stdout() -> Stdout {
+    pub(crate) fn stdout() -> Stdout {
         Output::new(io::stdout().lock())
     }
 }
 
 impl<W: Write> Output<W> {
     /// Wraps `inner` with a buffer.
-    pub fn new(inner: W) -> Self {
+    pub(crate) fn new(inner: W) -> Self {
         Output {
             inner: BufWriter::new(inner),
             first_failure: None,
@@ -60,7 +60,7 @@ impl<W: Write> Output<W> {
     }
 
     /// Flushes what is buffered and reports what became of the output.
-    pub fn finish(&mut self) -> Fate {
+    pub(crate) fn finish(&mut self) -> Fate {
         let _ = self.flush();
         match &self.first_failure {
             None => Fate::Delivered,

@@ -16,7 +16,7 @@ use subagent_projections::{Activity, Projections, RunPhase};
 /// Guide columns drawn at most per tree line. A session deeper than this
 /// keeps the first `DRAWN_LEVELS` columns and shows its depth instead of the
 /// rest: `[depth 20000] └── label ...`.
-pub const DRAWN_LEVELS: usize = 32;
+pub(crate) const DRAWN_LEVELS: usize = 32;
 
 fn mode_word(entry: &SubagentListEntry) -> &'static str {
     match (entry.entry.mode, entry.entry.external) {
@@ -105,7 +105,7 @@ fn later_siblings(entries: &[SubagentDescendantListEntry]) -> Vec<bool> {
 ///
 /// # Errors
 /// A write failure of `out`.
-pub fn tree(out: &mut dyn Write, state: &Projections, root: SessionId) -> io::Result<()> {
+pub(crate) fn tree(out: &mut dyn Write, state: &Projections, root: SessionId) -> io::Result<()> {
     let label = state
         .sessions
         .get(&root)
@@ -141,7 +141,11 @@ pub fn tree(out: &mut dyn Write, state: &Projections, root: SessionId) -> io::Re
 ///
 /// # Errors
 /// A write failure of `out`.
-pub fn children(out: &mut dyn Write, state: &Projections, parent: SessionId) -> io::Result<()> {
+pub(crate) fn children(
+    out: &mut dyn Write,
+    state: &Projections,
+    parent: SessionId,
+) -> io::Result<()> {
     let listed = state.list_children(parent);
     if listed.is_empty() {
         return writeln!(out, "(no children)");
@@ -159,7 +163,7 @@ pub fn children(out: &mut dyn Write, state: &Projections, parent: SessionId) -> 
 ///
 /// # Errors
 /// A write failure of `out`.
-pub fn summary(out: &mut dyn Write, state: &Projections) -> io::Result<()> {
+pub(crate) fn summary(out: &mut dyn Write, state: &Projections) -> io::Result<()> {
     writeln!(out, "state at position {}", state.position)?;
     writeln!(
         out,

@@ -21,7 +21,7 @@ const NAMED: usize = 10;
 /// A target that is not empty, a source that holds no log or cannot be read
 /// even leniently, a `--dropped` file that exists or cannot be created, and
 /// write failures; the target is then untouched.
-pub fn run(
+pub(crate) fn run(
     source: &Path,
     target: &Path,
     dropped: Option<&Path>,

@@ -25,7 +25,7 @@ pub struct IdLocation {
 
 /// What to do with an append.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Verdict {
+pub(crate) enum Verdict {
     /// Write the events at versions `current + 1 ..`.
     Write {
         /// The stream's version before the append.
@@ -41,7 +41,7 @@ pub enum Verdict {
 ///
 /// # Errors
 /// The first failed check, as its [`StoreError`].
-pub fn check_part<F>(
+pub(crate) fn check_part<F>(
     stream: &StreamId,
     expected: ExpectedVersion,
     events: &[NewEvent],
@@ -111,7 +111,7 @@ where
 
 /// What to do with an atomic multi-stream append.
 #[derive(Debug, PartialEq, Eq)]
-pub enum TransactionVerdict {
+pub(crate) enum TransactionVerdict {
     /// Write every part; `currents[i]` is part `i`'s stream version before it.
     Write {
         /// Versions before the append, per part.
@@ -127,7 +127,7 @@ pub enum TransactionVerdict {
 ///
 /// # Errors
 /// The first failed check, as its [`StoreError`].
-pub fn check_transaction<V, F>(
+pub(crate) fn check_transaction<V, F>(
     parts: &[StreamAppend],
     mut version_of: V,
     mut locate: F,
@@ -190,7 +190,7 @@ where
 /// # Errors
 /// [`StoreError::NumberingExhausted`] when a position or version would pass
 /// `u64::MAX` (only a damaged head or stream index gets there).
-pub fn place(
+pub(crate) fn place(
     parts: Vec<StreamAppend>,
     currents: &[u64],
     first_position: u64,
@@ -230,7 +230,7 @@ fn exhausted(what: &'static str, value: u64) -> StoreError {
 ///
 /// # Errors
 /// [`StoreError::NumberingExhausted`] when `head` is `u64::MAX`.
-pub fn next_position(head: u64) -> Result<u64, StoreError> {
+pub(crate) fn next_position(head: u64) -> Result<u64, StoreError> {
     head.checked_add(1).ok_or(exhausted("position", head))
 }
 
@@ -241,7 +241,7 @@ pub fn next_position(head: u64) -> Result<u64, StoreError> {
 /// # Errors
 /// [`StoreError::EventTooLarge`] for the first oversized record; an encoding
 /// failure as [`StoreError::Io`].
-pub fn encode_records(records: &[RecordedEvent]) -> Result<Vec<Vec<u8>>, StoreError> {
+pub(crate) fn encode_records(records: &[RecordedEvent]) -> Result<Vec<Vec<u8>>, StoreError> {
     records
         .iter()
         .map(|record| {

@@ -31,7 +31,7 @@ use crate::CliResult;
 
 /// Arguments of `bench append`.
 #[derive(Args)]
-pub struct AppendArgs {
+pub(crate) struct AppendArgs {
     /// Runs per figure (the median is reported), 1 to 1000.
     #[arg(long, default_value_t = 5, value_parser = args::count(args::RUNS))]
     runs: usize,
@@ -216,7 +216,7 @@ fn measure(
 ///
 /// # Errors
 /// Storage failures.
-pub fn run(args: &AppendArgs, out: &mut dyn Write) -> CliResult {
+pub(super) fn run(args: &AppendArgs, out: &mut dyn Write) -> CliResult {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;

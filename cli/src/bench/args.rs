@@ -9,31 +9,31 @@ use clap::builder::{RangedU64ValueParser, TypedValueParser};
 use thiserror::Error;
 
 /// `--runs`: runs per figure.
-pub const RUNS: RangeInclusive<u64> = 1..=1000;
+pub(super) const RUNS: RangeInclusive<u64> = 1..=1000;
 /// `--scale`: the multiplier of the work per run.
-pub const SCALE: RangeInclusive<f64> = 0.01..=100.0;
+pub(super) const SCALE: RangeInclusive<f64> = 0.01..=100.0;
 /// `bench list --sessions`.
-pub const SESSIONS: RangeInclusive<u64> = 1..=10_000_000;
+pub(super) const SESSIONS: RangeInclusive<u64> = 1..=10_000_000;
 /// `bench memory --children`.
-pub const CHILDREN: RangeInclusive<u64> = 1..=1_000_000;
+pub(super) const CHILDREN: RangeInclusive<u64> = 1..=1_000_000;
 /// `bench messages --round-trips`.
-pub const ROUND_TRIPS: RangeInclusive<u64> = 1..=1_000_000;
+pub(super) const ROUND_TRIPS: RangeInclusive<u64> = 1..=1_000_000;
 /// `bench replay|startup --events`.
-pub const EVENTS: RangeInclusive<u64> = 1_000..=100_000_000;
+pub(super) const EVENTS: RangeInclusive<u64> = 1_000..=100_000_000;
 
 /// A count in `range`, as `usize`.
-pub fn count(range: RangeInclusive<u64>) -> impl TypedValueParser<Value = usize> {
+pub(super) fn count(range: RangeInclusive<u64>) -> impl TypedValueParser<Value = usize> {
     RangedU64ValueParser::<usize>::new().range(range)
 }
 
 /// A count in `range`, as `u64`.
-pub fn count_u64(range: RangeInclusive<u64>) -> impl TypedValueParser<Value = u64> {
+pub(super) fn count_u64(range: RangeInclusive<u64>) -> impl TypedValueParser<Value = u64> {
     RangedU64ValueParser::<u64>::new().range(range)
 }
 
 /// A bad `--scale`.
 #[derive(Debug, Error, PartialEq)]
-pub enum ScaleError {
+pub(super) enum ScaleError {
     /// Not a number at all.
     #[error("{0:?} is not a number")]
     NotANumber(String),
@@ -46,7 +46,7 @@ pub enum ScaleError {
 ///
 /// # Errors
 /// [`ScaleError`].
-pub fn scale(text: &str) -> Result<f64, ScaleError> {
+pub(super) fn scale(text: &str) -> Result<f64, ScaleError> {
     let value: f64 = text
         .trim()
         .parse()

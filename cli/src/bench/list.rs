@@ -22,7 +22,7 @@ use crate::CliResult;
 
 /// Arguments of `bench list`.
 #[derive(Args)]
-pub struct ListArgs {
+pub(crate) struct ListArgs {
     /// Sessions in the descendant tree, 1 to 10,000,000.
     #[arg(long, default_value_t = 100_000, value_parser = args::count_u64(args::SESSIONS))]
     sessions: u64,
@@ -46,7 +46,7 @@ fn micros(runs: usize, mut work: impl FnMut() -> usize) -> Summary {
 ///
 /// # Errors
 /// Storage failures.
-pub fn run(args: &ListArgs, out: &mut dyn Write) -> CliResult {
+pub(super) fn run(args: &ListArgs, out: &mut dyn Write) -> CliResult {
     writeln!(out, "listing, µs: median (min–max) of {} runs", args.runs)?;
     out.flush()?;
     {

@@ -24,7 +24,7 @@ use crate::CliResult;
 
 /// Arguments of `bench memory`.
 #[derive(Args)]
-pub struct MemoryArgs {
+pub(crate) struct MemoryArgs {
     /// Children per run, 1 to 1,000,000.
     #[arg(long, default_value_t = 20_000, value_parser = args::count(args::CHILDREN))]
     children: usize,
@@ -91,7 +91,7 @@ async fn one_run(children: usize) -> Result<(f64, f64), Box<dyn std::error::Erro
 ///
 /// # Errors
 /// Storage or runtime failures.
-pub fn run(args: &MemoryArgs, out: &mut dyn Write) -> CliResult {
+pub(super) fn run(args: &MemoryArgs, out: &mut dyn Write) -> CliResult {
     let tokio = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;

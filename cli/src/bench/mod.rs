@@ -22,7 +22,7 @@ use crate::CliResult;
 
 /// The parts of the benchmark.
 #[derive(Subcommand)]
-pub enum BenchPart {
+pub(crate) enum BenchPart {
     /// Durable append throughput: engine vs raw RocksDB WriteBatch vs SQLite.
     Append(append::AppendArgs),
     /// One-shot activations per second with p50/p99 latency vs the append floor.
@@ -43,7 +43,7 @@ pub enum BenchPart {
 ///
 /// # Errors
 /// Storage failures while measuring, write failures.
-pub fn run(part: BenchPart, out: &mut dyn Write) -> CliResult {
+pub(crate) fn run(part: BenchPart, out: &mut dyn Write) -> CliResult {
     match part {
         BenchPart::Append(args) => append::run(&args, out),
         BenchPart::Activations(args) => activations::run(&args, out),

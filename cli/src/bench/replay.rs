@@ -21,7 +21,7 @@ use crate::CliResult;
 
 /// Arguments of `bench replay` and `bench startup`.
 #[derive(Args)]
-pub struct ReplayArgs {
+pub(crate) struct ReplayArgs {
     /// Events in the generated log, 1,000 to 100,000,000.
     #[arg(long, default_value_t = 1_000_000, value_parser = args::count_u64(args::EVENTS))]
     events: u64,
@@ -42,7 +42,7 @@ fn timed<T>(
 ///
 /// # Errors
 /// Storage failures.
-pub fn replay(args: &ReplayArgs, out: &mut dyn Write) -> CliResult {
+pub(super) fn replay(args: &ReplayArgs, out: &mut dyn Write) -> CliResult {
     let dir = tempfile::tempdir()?;
     let workload = workload::build(dir.path(), args.events, 8, 0)?;
     let log = &workload.log;
@@ -95,7 +95,7 @@ pub fn replay(args: &ReplayArgs, out: &mut dyn Write) -> CliResult {
 ///
 /// # Errors
 /// Storage failures.
-pub fn startup(args: &ReplayArgs, out: &mut dyn Write) -> CliResult {
+pub(super) fn startup(args: &ReplayArgs, out: &mut dyn Write) -> CliResult {
     let dir = tempfile::tempdir()?;
     let workload = workload::build(dir.path(), args.events, 8, 0)?;
     let log = workload.log;

@@ -4,7 +4,7 @@ use std::fmt;
 
 /// The median, min and max of a set of runs.
 #[derive(Clone, Copy, Debug)]
-pub struct Summary {
+pub(super) struct Summary {
     /// Median of the runs.
     pub median: f64,
     /// Smallest run.
@@ -16,7 +16,7 @@ pub struct Summary {
 impl Summary {
     /// Summarizes `samples` (at least one).
     #[must_use]
-    pub fn of(samples: &[f64]) -> Summary {
+    pub(super) fn of(samples: &[f64]) -> Summary {
         let mut sorted = samples.to_vec();
         sorted.sort_by(f64::total_cmp);
         let middle = sorted.len() / 2;
@@ -43,7 +43,7 @@ impl fmt::Display for Summary {
 
 /// The `fraction` percentile (0.5 = p50) of sorted latencies, in milliseconds.
 #[must_use]
-pub fn percentile_ms(sorted: &[std::time::Duration], fraction: f64) -> f64 {
+pub(super) fn percentile_ms(sorted: &[std::time::Duration], fraction: f64) -> f64 {
     let Some(last) = sorted.len().checked_sub(1) else {
         return 0.0;
     };

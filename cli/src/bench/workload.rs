@@ -15,7 +15,7 @@ use subagent_store::{
 };
 
 /// Events one child session contributes (its own stream plus its catalog entry).
-pub const EVENTS_PER_CHILD: u64 = 14;
+pub(super) const EVENTS_PER_CHILD: u64 = 14;
 
 fn child_events(session: SessionId, parent: SessionId, depth: u64) -> Vec<NewEvent> {
     let message = MessageId::new();
@@ -58,7 +58,7 @@ fn child_events(session: SessionId, parent: SessionId, depth: u64) -> Vec<NewEve
 }
 
 /// A generated log.
-pub struct Workload {
+pub(super) struct Workload {
     /// The log.
     pub log: RocksLog,
     /// The first root.
@@ -73,7 +73,7 @@ pub struct Workload {
 ///
 /// # Errors
 /// Storage failures.
-pub fn build(
+pub(super) fn build(
     dir: &Path,
     events: u64,
     fanout: usize,

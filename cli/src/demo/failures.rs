@@ -17,7 +17,7 @@ use tracing::{Event, Level, Metadata, Subscriber};
 
 /// The first failure reported since the watch was made. Cheap to clone.
 #[derive(Clone)]
-pub struct FailureWatch {
+pub(super) struct FailureWatch {
     first: Arc<watch::Sender<Option<String>>>,
 }
 
@@ -32,12 +32,12 @@ impl Default for FailureWatch {
 impl FailureWatch {
     /// The first reported failure, if any.
     #[must_use]
-    pub fn first(&self) -> Option<String> {
+    pub(super) fn first(&self) -> Option<String> {
         self.first.borrow().clone()
     }
 
     /// Records `failure` unless an earlier one is already held.
-    pub fn report(&self, failure: String) {
+    pub(super) fn report(&self, failure: String) {
         self.first.send_if_modified(|first| {
             if first.is_some() {
                 return false;
@@ -49,7 +49,7 @@ impl FailureWatch {
 
     /// Resolves with the first failure once one is reported (at once if one
     /// already was).
-    pub async fn reported(&self) -> String {
+    pub(super) async fn reported(&self) -> String {
         let mut receiver = self.first.subscribe();
         // The sender lives in `self`, so the wait cannot see it closed.
         let first = receiver
@@ -69,14 +69,14 @@ impl FailureWatch {
 /// and every warning that carries an `error` field (a driver that failed, a
 /// commit or a checkpoint that could not be written). A warning without one
 /// (e.g. a checkpoint discarded and refolded) is not a failure.
-pub struct FailureRecorder {
+pub(super) struct FailureRecorder {
     watch: FailureWatch,
 }
 
 impl FailureRecorder {
     /// A recorder reporting into `watch`.
     #[must_use]
-    pub fn new(watch: FailureWatch) -> Self {
+    pub(super) fn new(watch: FailureWatch) -> Self {
         FailureRecorder { watch }
     }
 }

@@ -185,7 +185,7 @@ fn with_reported_cause(
 ///
 /// # Errors
 /// Storage failures, runtime rejections and failures, write failures.
-pub fn run(data: &Path, hold_ms: u64, out: &mut dyn Write) -> CliResult {
+pub(crate) fn run(data: &Path, hold_ms: u64, out: &mut dyn Write) -> CliResult {
     let failures = FailureWatch::default();
     // Only the first subscriber of the process is installed; the demo runs once.
     let _ = tracing::subscriber::set_global_default(FailureRecorder::new(failures.clone()));

@@ -12,17 +12,17 @@ use subagent_projections::testing::HistoryBuilder;
 use subagent_store::{Durability, EventLog, ExpectedVersion, RocksLog, RocksOptions};
 
 /// The `subagents` binary under test.
-pub fn binary() -> Command {
+pub(crate) fn binary() -> Command {
     Command::new(env!("CARGO_BIN_EXE_subagents"))
 }
 
 /// Runs `subagents args...` to completion.
-pub fn subagents(args: &[&str]) -> Output {
+pub(crate) fn subagents(args: &[&str]) -> Output {
     binary().args(args).output().expect("run subagents")
 }
 
 /// Stdout and stderr as text.
-pub fn text(output: &Output) -> (String, String) {
+pub(crate) fn text(output: &Output) -> (String, String) {
     (
         String::from_utf8_lossy(&output.stdout).into_owned(),
         String::from_utf8_lossy(&output.stderr).into_owned(),
@@ -30,7 +30,7 @@ pub fn text(output: &Output) -> (String, String) {
 }
 
 /// Runs the demo into `dir`; returns its stdout.
-pub fn demo(dir: &Path) -> String {
+pub(crate) fn demo(dir: &Path) -> String {
     let output = subagents(&["demo", "--data", dir.to_str().unwrap()]);
     let (stdout, stderr) = text(&output);
     assert!(output.status.success(), "demo failed: {stderr}");
@@ -38,7 +38,7 @@ pub fn demo(dir: &Path) -> String {
 }
 
 /// The root session id the demo printed.
-pub fn root_of(stdout: &str) -> String {
+pub(crate) fn root_of(stdout: &str) -> String {
     let line = stdout
         .lines()
         .find(|l| l.starts_with("[1/7] root session "))
@@ -49,7 +49,7 @@ pub fn root_of(stdout: &str) -> String {
 /// Appends `history`'s events to a new log in `dir`, in order, one append
 /// per run of consecutive events of a stream (so positions and stream
 /// versions are the history's), then closes the log.
-pub fn write_history(dir: &Path, history: &HistoryBuilder) {
+pub(crate) fn write_history(dir: &Path, history: &HistoryBuilder) {
     let log = RocksLog::open(
         dir,
         RocksOptions {
@@ -70,7 +70,7 @@ pub fn write_history(dir: &Path, history: &HistoryBuilder) {
 
 /// A log in `dir` holding one root and a chain `depth` sessions deep below
 /// it, labelled `c1`, `c2`, ...; returns the root.
-pub fn chain_log(dir: &Path, depth: u64) -> SessionId {
+pub(crate) fn chain_log(dir: &Path, depth: u64) -> SessionId {
     let mut history = HistoryBuilder::new();
     let root = history.root("root");
     let mut parent = root;
@@ -89,7 +89,7 @@ pub fn chain_log(dir: &Path, depth: u64) -> SessionId {
 
 /// A log in `dir` holding one root with `children` direct children: a tree
 /// that draws about 130 bytes a child.
-pub fn wide_log(dir: &Path, children: u64) -> SessionId {
+pub(crate) fn wide_log(dir: &Path, children: u64) -> SessionId {
     let mut history = HistoryBuilder::new();
     let root = history.root("root");
     for index in 0..children {

@@ -6,7 +6,7 @@ use subagent_core::{NewEvent, RecordedEvent};
 use subagent_store::{EventLog, ExpectedVersion};
 
 /// A current-thread tokio runtime for the async parts of a sync test.
-pub fn runtime() -> tokio::runtime::Runtime {
+pub(crate) fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -14,7 +14,7 @@ pub fn runtime() -> tokio::runtime::Runtime {
 }
 
 /// `records` as export lines.
-pub fn lines(records: &[RecordedEvent]) -> String {
+pub(crate) fn lines(records: &[RecordedEvent]) -> String {
     records
         .iter()
         .map(|r| serde_json::to_string(r).unwrap() + "\n")
@@ -24,7 +24,7 @@ pub fn lines(records: &[RecordedEvent]) -> String {
 /// Appends `records` as they are, one append each, bypassing import's
 /// checks: what a log written by a faulty build would hold, and (one write-
 /// ahead record per event) what a host's log looks like on disk.
-pub fn append_raw<L: EventLog + ?Sized>(log: &L, records: &[RecordedEvent]) {
+pub(crate) fn append_raw<L: EventLog + ?Sized>(log: &L, records: &[RecordedEvent]) {
     runtime().block_on(async {
         for record in records {
             let new = NewEvent {

@@ -41,7 +41,7 @@ pub struct ForkProvider;
 /// at the last `TurnEnded` (or empty when no turn completed), so the seed is
 /// balanced: no turn is cut in half.
 #[must_use]
-pub fn completed_turn_prefix(history: &[Value]) -> Vec<Value> {
+pub(super) fn completed_turn_prefix(history: &[Value]) -> Vec<Value> {
     let end = history
         .iter()
         .rposition(|event| event.get("type").and_then(Value::as_str) == Some("TurnEnded"))

@@ -124,7 +124,7 @@ pub(crate) struct Inner {
 }
 
 /// Committed events between projections checkpoints.
-pub const CHECKPOINT_EVERY: u64 = 10_000;
+pub(crate) const CHECKPOINT_EVERY: u64 = 10_000;
 
 /// The runtime. Cheap to clone.
 #[derive(Clone)]

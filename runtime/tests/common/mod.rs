@@ -14,7 +14,7 @@ use subagent_store::{EventLogExt, MemoryLog};
 
 /// A runtime over a fresh in-memory log, with `host`'s agents, the given
 /// capacity limits and the `spawn` provider registered.
-pub async fn spawn_runtime(
+pub(crate) async fn spawn_runtime(
     host: ScriptedHost,
     limits: CapacityLimits,
 ) -> (MemoryLog, SubagentRuntime) {
@@ -32,7 +32,7 @@ pub async fn spawn_runtime(
 /// DESIGN.md invariants 4 and 5, on projections rebuilt from the log: every
 /// accepted message is pending, claimed by exactly one turn, or dropped; no
 /// message is both pending and claimed; nothing is claimed twice.
-pub fn assert_inbox_invariants(log: &MemoryLog) {
+pub(crate) fn assert_inbox_invariants(log: &MemoryLog) {
     let records: Vec<_> = log
         .read_all(1)
         .map(|record| record.expect("log reads back"))
@@ -62,7 +62,7 @@ pub fn assert_inbox_invariants(log: &MemoryLog) {
 }
 
 /// Starts a child of `parent` with a fresh cancellation signal.
-pub async fn start(
+pub(crate) async fn start(
     runtime: &SubagentRuntime,
     parent: &subagent_runtime::LiveAgent,
     spec: subagent_core::SubagentActivationSpec,
