@@ -6,173 +6,103 @@
 //! variants; a rejection never appends to the log.
 
 use serde::{Deserialize, Serialize};
+
+use crate::SessionId;
 use thiserror::Error;
 
-/// A stable, machine-readable error code (`area/kind`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum ErrorCode {
-    /// The caller's authority does not own the target, or its handle is stale.
-    #[serde(rename = "subagent/unauthorized")]
-    Unauthorized,
-    /// The target exists but cannot be resumed (external, unknown mode, ...).
-    #[serde(rename = "subagent/not-resumable")]
-    NotResumable,
-    /// The message could not be delivered now (for example at capacity).
-    #[serde(rename = "subagent/delivery-unavailable")]
-    DeliveryUnavailable,
-    /// The addressed parent is not live or not known.
-    #[serde(rename = "subagent/parent-unavailable")]
-    ParentUnavailable,
-    /// An attachment failed validation.
-    #[serde(rename = "subagent/attachment-invalid")]
-    AttachmentInvalid,
-    /// A browser zone is not a valid IANA time zone.
-    #[serde(rename = "subagent/invalid-time-zone")]
-    InvalidTimeZone,
-    /// A requested start option is not supported by the chosen provider.
-    #[serde(rename = "subagent/capability-unsupported")]
-    CapabilityUnsupported,
-    /// No provider is registered under the requested name.
-    #[serde(rename = "subagent/unknown-provider")]
-    UnknownProvider,
-    /// A provider with that name is already registered.
-    #[serde(rename = "subagent/duplicate-provider")]
-    DuplicateProvider,
-    /// The output schema is outside the enforced subset.
-    #[serde(rename = "subagent/invalid-output-schema")]
-    InvalidOutputSchema,
-    /// `max_depth` is negative, fractional or above 2^53 - 1.
-    #[serde(rename = "subagent/invalid-depth")]
-    InvalidDepth,
-    /// The child's computed depth would exceed the accepted `max_depth`.
-    #[serde(rename = "subagent/depth-exceeded")]
-    DepthExceeded,
-    /// A tool filter names a tool that does not exist.
-    #[serde(rename = "subagent/unknown-tool")]
-    UnknownTool,
-    /// A persona template is malformed or names an unknown variable.
-    #[serde(rename = "subagent/invalid-persona")]
-    InvalidPersona,
-    /// A provider/model route outside the allowed model selection.
-    #[serde(rename = "subagent/route-not-allowed")]
-    RouteNotAllowed,
-    /// Admission below the parent is closed by a drain.
-    #[serde(rename = "subagent/admission-closed")]
-    AdmissionClosed,
-    /// Several branches of one operation failed; see the aggregated errors.
-    #[serde(rename = "subagent/aggregate")]
-    Aggregate,
-    /// The runtime was closed: it accepts no further calls.
-    #[serde(rename = "subagent/closed")]
-    Closed,
-    /// The root session is already held open by this runtime.
-    #[serde(rename = "subagent/root-held")]
-    RootHeld,
-    /// A request would record an event larger than
-    /// [`crate::MAX_EVENT_BYTES`] (a message, result or seed too large).
-    #[serde(rename = "subagent/event-too-large")]
-    EventTooLarge,
-    /// The request is malformed.
-    #[serde(rename = "gateway/bad-request")]
-    BadRequest,
-    /// The caller cancelled before the operation was accepted.
-    #[serde(rename = "gateway/cancelled")]
-    Cancelled,
-    /// An infrastructure fault (storage, a crashed driver, ...).
-    #[serde(rename = "gateway/internal")]
-    Internal,
-}
-
-impl ErrorCode {
-    /// Every code, for exhaustive tests and documentation.
-    pub const ALL: [ErrorCode; 23] = [
-        ErrorCode::Unauthorized,
-        ErrorCode::NotResumable,
-        ErrorCode::DeliveryUnavailable,
-        ErrorCode::ParentUnavailable,
-        ErrorCode::AttachmentInvalid,
-        ErrorCode::InvalidTimeZone,
-        ErrorCode::CapabilityUnsupported,
-        ErrorCode::UnknownProvider,
-        ErrorCode::DuplicateProvider,
-        ErrorCode::InvalidOutputSchema,
-        ErrorCode::InvalidDepth,
-        ErrorCode::DepthExceeded,
-        ErrorCode::UnknownTool,
-        ErrorCode::InvalidPersona,
-        ErrorCode::RouteNotAllowed,
-        ErrorCode::AdmissionClosed,
-        ErrorCode::Aggregate,
-        ErrorCode::Closed,
-        ErrorCode::RootHeld,
-        ErrorCode::EventTooLarge,
-        ErrorCode::BadRequest,
-        ErrorCode::Cancelled,
-        ErrorCode::Internal,
-    ];
-
-    /// The stable string form, e.g. `subagent/unauthorized`.
-    #[must_use]
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            ErrorCode::Unauthorized => "subagent/unauthorized",
-            ErrorCode::NotResumable => "subagent/not-resumable",
-            ErrorCode::DeliveryUnavailable => "subagent/delivery-unavailable",
-            ErrorCode::ParentUnavailable => "subagent/parent-unavailable",
-            ErrorCode::AttachmentInvalid => "subagent/attachment-invalid",
-            ErrorCode::InvalidTimeZone => "subagent/invalid-time-zone",
-            ErrorCode::CapabilityUnsupported => "subagent/capability-unsupported",
-            ErrorCode::UnknownProvider => "subagent/unknown-provider",
-            ErrorCode::DuplicateProvider => "subagent/duplicate-provider",
-            ErrorCode::InvalidOutputSchema => "subagent/invalid-output-schema",
-            ErrorCode::InvalidDepth => "subagent/invalid-depth",
-            ErrorCode::DepthExceeded => "subagent/depth-exceeded",
-            ErrorCode::UnknownTool => "subagent/unknown-tool",
-            ErrorCode::InvalidPersona => "subagent/invalid-persona",
-            ErrorCode::RouteNotAllowed => "subagent/route-not-allowed",
-            ErrorCode::AdmissionClosed => "subagent/admission-closed",
-            ErrorCode::Aggregate => "subagent/aggregate",
-            ErrorCode::Closed => "subagent/closed",
-            ErrorCode::RootHeld => "subagent/root-held",
-            ErrorCode::EventTooLarge => "subagent/event-too-large",
-            ErrorCode::BadRequest => "gateway/bad-request",
-            ErrorCode::Cancelled => "gateway/cancelled",
-            ErrorCode::Internal => "gateway/internal",
+/// Declares every error once: each entry's doc, stable code, message and
+/// payload generate both the [`ErrorCode`] variant (with
+/// [`ErrorCode::ALL`], [`ErrorCode::as_str`] and [`ErrorCode::parse`]) and
+/// the [`SubagentError`] variant with its [`SubagentError::code`].
+macro_rules! declare_errors {
+    ($(
+        $(#[doc = $doc:literal])*
+        #[code = $code:literal]
+        #[error($($display:tt)*)]
+        $variant:ident
+            $(( $($tuple:ty),* $(,)? ))?
+            $({ $( $(#[doc = $fdoc:literal])* $field:ident : $fty:ty ),* $(,)? })?,
+    )*) => {
+        /// A stable, machine-readable error code (`area/kind`).
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum ErrorCode {
+            $( $(#[doc = $doc])* $variant, )*
         }
-    }
+
+        impl ErrorCode {
+            /// Every code, for exhaustive tests and documentation.
+            pub const ALL: &'static [ErrorCode] = &[$(ErrorCode::$variant),*];
+
+            /// The wire form of the code.
+            #[must_use]
+            pub const fn as_str(self) -> &'static str {
+                match self {
+                    $(ErrorCode::$variant => $code,)*
+                }
+            }
+
+            /// The code whose wire form is `text`.
+            #[must_use]
+            pub fn parse(text: &str) -> Option<ErrorCode> {
+                match text {
+                    $($code => Some(ErrorCode::$variant),)*
+                    _ => None,
+                }
+            }
+        }
+
+        /// Every rejection and failure the runtime reports to a caller.
+        ///
+        /// Messages never carry tool inputs, file contents, environment values or
+        /// credentials; they name ids, providers and option names only.
+        #[derive(Clone, Debug, PartialEq, Error)]
+        pub enum SubagentError {
+            $(
+                $(#[doc = $doc])*
+                #[error($($display)*)]
+                $variant $(( $($tuple),* ))? $({ $( $(#[doc = $fdoc])* $field: $fty ),* })?,
+            )*
+        }
+
+        impl SubagentError {
+            /// The stable code of this error.
+            #[must_use]
+            pub fn code(&self) -> ErrorCode {
+                match self {
+                    $(SubagentError::$variant { .. } => ErrorCode::$variant,)*
+                }
+            }
+        }
+    };
 }
 
-impl std::fmt::Display for ErrorCode {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// Every rejection and failure the runtime reports to a caller.
-///
-/// Messages never carry tool inputs, file contents, environment values or
-/// credentials; they name ids, providers and option names only.
-#[derive(Clone, Debug, PartialEq, Error)]
-pub enum SubagentError {
-    /// See [`ErrorCode::Unauthorized`].
+declare_errors! {
+    /// The caller's authority does not own the target, or its handle is stale.
+    #[code = "subagent/unauthorized"]
     #[error("unauthorized: {0}")]
     Unauthorized(String),
-    /// See [`ErrorCode::NotResumable`].
+    /// The target exists but cannot be resumed (external, unknown mode, ...).
+    #[code = "subagent/not-resumable"]
     #[error("not resumable: {0}")]
     NotResumable(String),
-    /// See [`ErrorCode::DeliveryUnavailable`].
+    /// The message could not be delivered now (for example at capacity).
+    #[code = "subagent/delivery-unavailable"]
     #[error("delivery unavailable: {0}")]
     DeliveryUnavailable(String),
-    /// See [`ErrorCode::ParentUnavailable`].
+    /// The addressed parent is not live or not known.
+    #[code = "subagent/parent-unavailable"]
     #[error("parent unavailable: {0}")]
     ParentUnavailable(String),
-    /// See [`ErrorCode::AttachmentInvalid`].
+    /// An attachment failed validation.
+    #[code = "subagent/attachment-invalid"]
     #[error("attachment invalid: {0}")]
     AttachmentInvalid(String),
-    /// See [`ErrorCode::InvalidTimeZone`].
+    /// A browser zone is not a valid IANA time zone.
+    #[code = "subagent/invalid-time-zone"]
     #[error("invalid time zone: {0:?}")]
     InvalidTimeZone(String),
-    /// See [`ErrorCode::CapabilityUnsupported`].
+    /// A requested start option is not supported by the chosen provider.
+    #[code = "subagent/capability-unsupported"]
     #[error("provider {provider:?} does not support the {capability} start option")]
     CapabilityUnsupported {
         /// The chosen provider.
@@ -180,19 +110,24 @@ pub enum SubagentError {
         /// The capability flag the request needs (`outputSchema`, `depthLimit`, ...).
         capability: &'static str,
     },
-    /// See [`ErrorCode::UnknownProvider`].
+    /// No provider is registered under the requested name.
+    #[code = "subagent/unknown-provider"]
     #[error("no provider is registered as {0:?}")]
     UnknownProvider(String),
-    /// See [`ErrorCode::DuplicateProvider`].
+    /// A provider with that name is already registered.
+    #[code = "subagent/duplicate-provider"]
     #[error("a provider is already registered as {0:?}")]
     DuplicateProvider(String),
-    /// See [`ErrorCode::InvalidOutputSchema`].
+    /// The output schema is outside the enforced subset.
+    #[code = "subagent/invalid-output-schema"]
     #[error("output schema rejected: {0}")]
     InvalidOutputSchema(String),
-    /// See [`ErrorCode::InvalidDepth`].
+    /// `max_depth` is negative, fractional or above 2^53 - 1.
+    #[code = "subagent/invalid-depth"]
     #[error("max depth must be a non-negative safe integer, got {0}")]
-    InvalidDepth(String),
-    /// See [`ErrorCode::DepthExceeded`].
+    InvalidDepth(serde_json::Value),
+    /// The child's computed depth would exceed the accepted `max_depth`.
+    #[code = "subagent/depth-exceeded"]
     #[error("child depth {depth} exceeds max depth {max_depth}")]
     DepthExceeded {
         /// The computed depth of the child.
@@ -200,29 +135,46 @@ pub enum SubagentError {
         /// The accepted cap.
         max_depth: u64,
     },
-    /// See [`ErrorCode::UnknownTool`].
+    /// A tool filter names a tool that does not exist.
+    #[code = "subagent/unknown-tool"]
     #[error("tool filter names unknown tool {0:?}")]
     UnknownTool(String),
-    /// See [`ErrorCode::InvalidPersona`].
+    /// A persona template is malformed or names an unknown variable.
+    #[code = "subagent/invalid-persona"]
     #[error("persona rejected: {0}")]
     InvalidPersona(String),
-    /// See [`ErrorCode::RouteNotAllowed`].
+    /// A provider/model route outside the allowed model selection.
+    #[code = "subagent/route-not-allowed"]
     #[error("model route rejected: {0}")]
     RouteNotAllowed(String),
-    /// See [`ErrorCode::AdmissionClosed`].
-    #[error("admission below {0} is closed")]
-    AdmissionClosed(String),
-    /// See [`ErrorCode::Aggregate`]. The text names the first
+    /// Admission below the parent is closed by a drain.
+    #[code = "subagent/admission-closed"]
+    #[error("admission below {below} is closed")]
+    AdmissionClosed {
+        /// The session whose drain closed admission (the parent or an
+        /// ancestor of the refused start).
+        below: SessionId,
+    },
+    /// Several branches of one operation failed; see the aggregated errors.
+    ///
+    /// The text names the first
     /// [`AGGREGATE_CAUSES_SHOWN`] causes with their codes, then how many more.
-    #[error("{}", aggregate_text(.0))]
-    Aggregate(Vec<SubagentError>),
-    /// See [`ErrorCode::Closed`].
+    #[code = "subagent/aggregate"]
+    #[error("{0}")]
+    Aggregate(Causes),
+    /// The runtime was closed: it accepts no further calls.
+    #[code = "subagent/closed"]
     #[error("the runtime is closed")]
     Closed,
-    /// See [`ErrorCode::RootHeld`].
+    /// The root session is already held open by this runtime.
+    #[code = "subagent/root-held"]
     #[error("root {0} is already held open by this runtime")]
-    RootHeld(String),
-    /// See [`ErrorCode::EventTooLarge`]. Nothing was recorded.
+    RootHeld(SessionId),
+    /// A request would record an event larger than
+    /// [`crate::MAX_EVENT_BYTES`] (a message, result or seed too large).
+    ///
+    /// Nothing was recorded.
+    #[code = "subagent/event-too-large"]
     #[error("a {event_type} event of {bytes} bytes is larger than the {limit}-byte limit")]
     EventTooLarge {
         /// The event's type name (`MessageAccepted`, `AssistantMessage`, ...).
@@ -234,15 +186,123 @@ pub enum SubagentError {
         /// [`crate::MAX_CONTENT_BYTES`].
         limit: usize,
     },
-    /// See [`ErrorCode::BadRequest`].
+    /// A command came out of order for its session: the state machine's
+    /// precondition for it does not hold (a driver or host bug, or a race
+    /// the caller lost). Nothing was recorded.
+    #[code = "subagent/out-of-order"]
+    #[error("{session}: {reason}")]
+    OutOfOrder {
+        /// The session the command addressed.
+        session: SessionId,
+        /// Which precondition failed.
+        reason: OutOfOrder,
+    },
+    /// The request is malformed.
+    #[code = "gateway/bad-request"]
     #[error("bad request: {0}")]
     BadRequest(String),
-    /// See [`ErrorCode::Cancelled`].
+    /// The caller cancelled before the operation was accepted.
+    #[code = "gateway/cancelled"]
     #[error("cancelled before acceptance")]
     Cancelled,
-    /// See [`ErrorCode::Internal`].
+    /// An infrastructure fault (storage, a crashed driver, ...).
+    #[code = "gateway/internal"]
     #[error("internal error: {0}")]
     Internal(String),
+}
+
+impl Serialize for ErrorCode {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for ErrorCode {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = std::borrow::Cow::<str>::deserialize(deserializer)?;
+        ErrorCode::parse(&text)
+            .ok_or_else(|| serde::de::Error::custom(format!("unknown error code {text:?}")))
+    }
+}
+
+impl std::fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Which precondition an out-of-order command broke
+/// ([`SubagentError::OutOfOrder`]).
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+pub enum OutOfOrder {
+    /// The activation at this epoch is not live.
+    #[error("activation {epoch} is not live")]
+    NotLive {
+        /// The epoch the command named.
+        epoch: u64,
+    },
+    /// The activation was already prepared.
+    #[error("prepared twice")]
+    PreparedTwice,
+    /// The activation was already published.
+    #[error("published twice")]
+    PublishedTwice,
+    /// A published activation is released, not abandoned.
+    #[error("a published activation is released, not abandoned")]
+    AbandonPublished,
+    /// The epoch already settled; a result is never overwritten.
+    #[error("a settled result is never overwritten")]
+    AlreadySettled,
+    /// The session has no published activation.
+    #[error("no published activation")]
+    NotPublished,
+    /// A turn is already running.
+    #[error("a turn is already running")]
+    TurnRunning,
+    /// No turn is running.
+    #[error("no turn is running")]
+    NoTurnRunning,
+    /// A transcript entry names another turn than the running one.
+    #[error("transcript entry names turn {entry}, but turn {running} is running")]
+    OtherTurn {
+        /// The turn the entry names.
+        entry: u64,
+        /// The running turn.
+        running: u64,
+    },
+    /// The session has no external run.
+    #[error("no external run")]
+    NoRun,
+    /// The external run is not in a phase the command accepts.
+    #[error("the external run is {phase}; {accepted}")]
+    RunPhase {
+        /// The run's phase (`requested`, `started`, `settled`, `disposed`).
+        phase: &'static str,
+        /// What the command needs.
+        accepted: &'static str,
+    },
+    /// A counter reached `u64::MAX` (turns or epochs of one session).
+    #[error("{0} numbers are exhausted")]
+    Exhausted(&'static str),
+}
+
+/// The causes of a [`SubagentError::Aggregate`], in the order they
+/// happened. Its text is bounded: the count, the first
+/// [`AGGREGATE_CAUSES_SHOWN`] causes with their codes, then how many more.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Causes(pub Vec<SubagentError>);
+
+impl std::ops::Deref for Causes {
+    type Target = [SubagentError];
+    fn deref(&self) -> &[SubagentError] {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for Causes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&aggregate_text(&self.0))
+    }
 }
 
 /// How many causes an aggregate's text names before "and N more".
@@ -304,20 +364,17 @@ impl SubagentError {
             SubagentError::UnknownProvider(m) => SubagentError::UnknownProvider(clean(&m)),
             SubagentError::DuplicateProvider(m) => SubagentError::DuplicateProvider(clean(&m)),
             SubagentError::InvalidOutputSchema(m) => SubagentError::InvalidOutputSchema(clean(&m)),
-            SubagentError::InvalidDepth(m) => SubagentError::InvalidDepth(clean(&m)),
             SubagentError::UnknownTool(m) => SubagentError::UnknownTool(clean(&m)),
             SubagentError::InvalidPersona(m) => SubagentError::InvalidPersona(clean(&m)),
             SubagentError::RouteNotAllowed(m) => SubagentError::RouteNotAllowed(clean(&m)),
-            SubagentError::AdmissionClosed(m) => SubagentError::AdmissionClosed(clean(&m)),
-            SubagentError::RootHeld(m) => SubagentError::RootHeld(clean(&m)),
             SubagentError::BadRequest(m) => SubagentError::BadRequest(clean(&m)),
             SubagentError::Internal(m) => SubagentError::Internal(clean(&m)),
-            SubagentError::Aggregate(errors) => SubagentError::Aggregate(
+            SubagentError::Aggregate(Causes(errors)) => SubagentError::Aggregate(Causes(
                 errors
                     .into_iter()
                     .map(|error| error.map_messages(clean))
                     .collect(),
-            ),
+            )),
             SubagentError::CapabilityUnsupported {
                 provider,
                 capability,
@@ -326,39 +383,13 @@ impl SubagentError {
                 capability,
             },
             unchanged @ (SubagentError::DepthExceeded { .. }
+            | SubagentError::InvalidDepth(_)
+            | SubagentError::AdmissionClosed { .. }
+            | SubagentError::RootHeld(_)
+            | SubagentError::OutOfOrder { .. }
             | SubagentError::EventTooLarge { .. }
             | SubagentError::Cancelled
             | SubagentError::Closed) => unchanged,
-        }
-    }
-
-    /// The stable code of this error.
-    #[must_use]
-    pub fn code(&self) -> ErrorCode {
-        match self {
-            SubagentError::Unauthorized(_) => ErrorCode::Unauthorized,
-            SubagentError::NotResumable(_) => ErrorCode::NotResumable,
-            SubagentError::DeliveryUnavailable(_) => ErrorCode::DeliveryUnavailable,
-            SubagentError::ParentUnavailable(_) => ErrorCode::ParentUnavailable,
-            SubagentError::AttachmentInvalid(_) => ErrorCode::AttachmentInvalid,
-            SubagentError::InvalidTimeZone(_) => ErrorCode::InvalidTimeZone,
-            SubagentError::CapabilityUnsupported { .. } => ErrorCode::CapabilityUnsupported,
-            SubagentError::UnknownProvider(_) => ErrorCode::UnknownProvider,
-            SubagentError::DuplicateProvider(_) => ErrorCode::DuplicateProvider,
-            SubagentError::InvalidOutputSchema(_) => ErrorCode::InvalidOutputSchema,
-            SubagentError::InvalidDepth(_) => ErrorCode::InvalidDepth,
-            SubagentError::DepthExceeded { .. } => ErrorCode::DepthExceeded,
-            SubagentError::UnknownTool(_) => ErrorCode::UnknownTool,
-            SubagentError::InvalidPersona(_) => ErrorCode::InvalidPersona,
-            SubagentError::RouteNotAllowed(_) => ErrorCode::RouteNotAllowed,
-            SubagentError::AdmissionClosed(_) => ErrorCode::AdmissionClosed,
-            SubagentError::Aggregate(_) => ErrorCode::Aggregate,
-            SubagentError::Closed => ErrorCode::Closed,
-            SubagentError::RootHeld(_) => ErrorCode::RootHeld,
-            SubagentError::EventTooLarge { .. } => ErrorCode::EventTooLarge,
-            SubagentError::BadRequest(_) => ErrorCode::BadRequest,
-            SubagentError::Cancelled => ErrorCode::Cancelled,
-            SubagentError::Internal(_) => ErrorCode::Internal,
         }
     }
 }
@@ -400,24 +431,24 @@ mod tests {
     fn an_aggregate_names_its_first_causes_with_their_codes_then_counts_the_rest() {
         let disk_full =
             || SubagentError::Internal("storage failure: No space left on device".into());
-        let one = SubagentError::Aggregate(vec![disk_full()]);
+        let one = SubagentError::Aggregate(Causes(vec![disk_full()]));
         assert_eq!(
             one.to_string(),
             "1 branch failed: [gateway/internal] internal error: storage failure: \
              No space left on device"
         );
-        let three = SubagentError::Aggregate(vec![
+        let three = SubagentError::Aggregate(Causes(vec![
             disk_full(),
             SubagentError::Unauthorized("no live agent x".into()),
             SubagentError::Closed,
-        ]);
+        ]));
         assert_eq!(
             three.to_string(),
             "3 branches failed: [gateway/internal] internal error: storage failure: \
              No space left on device; [subagent/unauthorized] unauthorized: no live agent x; \
              [subagent/closed] the runtime is closed"
         );
-        let many = SubagentError::Aggregate((0..7).map(|_| disk_full()).collect());
+        let many = SubagentError::Aggregate(Causes((0..7).map(|_| disk_full()).collect()));
         let text = many.to_string();
         assert!(
             text.starts_with("7 branches failed: [gateway/internal]"),
@@ -430,8 +461,8 @@ mod tests {
     #[test]
     fn a_nested_aggregate_stays_bounded() {
         let leaf = || SubagentError::Internal("x".repeat(100));
-        let inner = || SubagentError::Aggregate((0..50).map(|_| leaf()).collect());
-        let outer = SubagentError::Aggregate((0..50).map(|_| inner()).collect());
+        let inner = || SubagentError::Aggregate(Causes((0..50).map(|_| leaf()).collect()));
+        let outer = SubagentError::Aggregate(Causes((0..50).map(|_| inner()).collect()));
         let text = outer.to_string();
         // 3 inner aggregates of 3 leaves each, never 2,500.
         assert_eq!(text.matches(&"x".repeat(100)).count(), 9);

@@ -23,7 +23,7 @@ pub mod arbitrary;
 
 pub use content::ContentBlock;
 pub use contracts::*;
-pub use error::{ErrorCode, SubagentError};
+pub use error::{Causes, ErrorCode, OutOfOrder, SubagentError};
 pub use event::{
     AbandonReason, Event, NewEvent, RecordedEvent, StreamId, StreamKind, Usage,
     CURRENT_SCHEMA_VERSION,

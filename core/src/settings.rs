@@ -36,7 +36,7 @@ impl DepthPolicy {
         match value {
             Value::String(text) if text == "provider-managed" => Ok(DepthPolicy::ProviderManaged),
             Value::Number(_) => parse_max_depth(value).map(DepthPolicy::Limit),
-            other => Err(SubagentError::InvalidDepth(other.to_string())),
+            other => Err(SubagentError::InvalidDepth(other.clone())),
         }
     }
 }
@@ -49,7 +49,7 @@ pub fn parse_max_depth(value: &Value) -> Result<u64, SubagentError> {
     value
         .as_u64()
         .filter(|depth| *depth <= MAX_SAFE_INTEGER)
-        .ok_or_else(|| SubagentError::InvalidDepth(value.to_string()))
+        .ok_or_else(|| SubagentError::InvalidDepth(value.clone()))
 }
 
 /// Resolves a delegation tool's depth policy against the user's setting
@@ -74,7 +74,7 @@ pub fn resolve_max_depth(
         .flatten()
     {
         if depth > MAX_SAFE_INTEGER {
-            return Err(SubagentError::InvalidDepth(depth.to_string()));
+            return Err(SubagentError::InvalidDepth(depth.into()));
         }
     }
     Ok(match (configured, user_setting) {

@@ -326,25 +326,33 @@ fn rule(
             }
             Ok(Expectation::None)
         }
-        Event::RunStarted { run_id } => {
-            run_phase(state, session, *run_id, &[RunPhase::Requested], "start")
-        }
+        Event::RunStarted { run_id } => run_phase(
+            state,
+            session,
+            *run_id,
+            &[RunPhase::Requested],
+            "only a requested run starts",
+        ),
         Event::RunSettled { run_id, .. } => run_phase(
             state,
             session,
             *run_id,
             &[RunPhase::Requested, RunPhase::Started],
-            "settle",
+            "only a started run settles",
         ),
-        Event::RunDisposed { run_id, .. } => {
-            run_phase(state, session, *run_id, &[RunPhase::Settled], "dispose")
-        }
+        Event::RunDisposed { run_id, .. } => run_phase(
+            state,
+            session,
+            *run_id,
+            &[RunPhase::Settled],
+            "only a settled run is disposed",
+        ),
         Event::RunStartFailed { run_id, .. } => run_phase(
             state,
             session,
             *run_id,
             &[RunPhase::Requested],
-            "fail to start",
+            "only a requested run fails to start",
         ),
         Event::MessageAccepted { .. } => accepted_message(state, expected, created()?, record),
         Event::MessagesClaimed { ids, turn } => {
@@ -618,14 +626,9 @@ fn run_phase(
     session: SessionId,
     run_id: subagent_core::SubagentRunId,
     phases: &[RunPhase],
-    what: &str,
+    accepted: &'static str,
 ) -> Result<Expectation, Broken> {
-    let run = run_in(
-        state,
-        session,
-        phases,
-        &format!("the run cannot {what} now"),
-    )?;
+    let run = run_in(state, session, phases, accepted)?;
     if run.run_id != run_id {
         return broken(format!("the run of {session} is {}", run.run_id));
     }

@@ -9,8 +9,8 @@ use std::collections::HashSet;
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 use subagent_core::{
-    ContentBlock, Delivery, Event, MessageDelivery, MessageId, MessageSource, SessionId,
-    SessionMode, StreamId, SubagentCapabilities, SubagentRunId,
+    ContentBlock, Delivery, Event, MessageDelivery, MessageId, MessageSource, OutOfOrder,
+    SessionId, SessionMode, StreamId, SubagentCapabilities, SubagentError, SubagentRunId,
 };
 use subagent_projections::testing::{history, impossible_histories, steps, HistoryBuilder};
 use subagent_projections::{decide, fuzzing, Command, HistoryCheck, HistoryViolation, Projections};
@@ -156,7 +156,13 @@ fn child_with(turns: u64, epoch: u64, root_depth: u64) -> (Projections, SessionI
 fn decide_refuses_instead_of_overflowing_on_u64_max() {
     let (state, _, child) = child_with(u64::MAX, 1, 0);
     let err = decide(&state, Command::BeginTurn { session: child }).unwrap_err();
-    assert_eq!(err.code().as_str(), "gateway/bad-request", "{err}");
+    assert_eq!(
+        err,
+        SubagentError::OutOfOrder {
+            session: child,
+            reason: OutOfOrder::Exhausted("turn")
+        }
+    );
 
     // A released child at epoch u64::MAX cannot be cold-resumed past it.
     let (mut state, root, child) = child_with(1, u64::MAX, 0);
@@ -186,7 +192,13 @@ fn decide_refuses_instead_of_overflowing_on_u64_max() {
         },
     )
     .unwrap_err();
-    assert_eq!(err.code().as_str(), "gateway/bad-request", "{err}");
+    assert_eq!(
+        err,
+        SubagentError::OutOfOrder {
+            session: child,
+            reason: OutOfOrder::Exhausted("activation epoch")
+        }
+    );
 
     // A parent at depth u64::MAX has no deeper child.
     let (state, root, _) = child_with(1, 1, u64::MAX);
@@ -204,7 +216,13 @@ fn decide_refuses_instead_of_overflowing_on_u64_max() {
         }),
     )
     .unwrap_err();
-    assert_eq!(err.code().as_str(), "gateway/bad-request", "{err}");
+    assert_eq!(
+        err,
+        SubagentError::OutOfOrder {
+            session: root,
+            reason: OutOfOrder::Exhausted("depth")
+        }
+    );
 }
 
 #[test]

@@ -3,8 +3,9 @@
 
 use subagent_core::{
     AbandonReason, AgentOptions, AgentRoute, ContentBlock, Delivery, Diagnostic, ErrorCode, Event,
-    MessageId, MessageSource, ModelSelectionSettings, SessionId, StartOptions, StartSettings,
-    SubagentCapabilities, SubagentResult, SubagentRunId, SubagentStopReason, ToolRestriction,
+    MessageId, MessageSource, ModelSelectionSettings, OutOfOrder, SessionId, StartOptions,
+    StartSettings, SubagentCapabilities, SubagentError, SubagentResult, SubagentRunId,
+    SubagentStopReason, ToolRestriction,
 };
 use subagent_projections::machine::{decide, settlement_summary, Command, Decision, StartChild};
 use subagent_projections::testing::HistoryBuilder;
@@ -77,6 +78,11 @@ impl World {
                 one_shot: false,
             },
         });
+    }
+
+    /// The exact rejection of `command`.
+    fn refuse(&self, command: Command) -> SubagentError {
+        decide(&self.state, command).expect_err("command rejected")
     }
 
     fn reject(&self, command: Command) -> ErrorCode {
@@ -193,8 +199,11 @@ fn starting_a_continuable_child_reserves_it_and_preparation_accepts_the_prompt()
         "the prompt goes through the inbox"
     );
     assert_eq!(
-        world.reject(prepared(child, MessageId::new())),
-        ErrorCode::BadRequest,
+        world.refuse(prepared(child, MessageId::new())),
+        SubagentError::OutOfOrder {
+            session: child,
+            reason: OutOfOrder::PreparedTwice
+        },
         "prepared twice"
     );
 }
@@ -348,8 +357,11 @@ fn a_continuable_activation_runs_to_settlement_and_notifies_its_parent() {
     );
     assert_eq!(world.state.activity(child), Activity::Running);
     assert_eq!(
-        world.reject(Command::BeginTurn { session: child }),
-        ErrorCode::BadRequest
+        world.refuse(Command::BeginTurn { session: child }),
+        SubagentError::OutOfOrder {
+            session: child,
+            reason: OutOfOrder::TurnRunning
+        }
     );
     let answer = vec![ContentBlock::text("found it")];
     world.run(Command::RecordTranscript {
@@ -361,7 +373,7 @@ fn a_continuable_activation_runs_to_settlement_and_notifies_its_parent() {
         },
     });
     assert_eq!(
-        world.reject(Command::RecordTranscript {
+        world.refuse(Command::RecordTranscript {
             session: child,
             entry: Event::AssistantMessage {
                 turn: 2,
@@ -369,7 +381,13 @@ fn a_continuable_activation_runs_to_settlement_and_notifies_its_parent() {
                 usage: None
             }
         }),
-        ErrorCode::BadRequest
+        SubagentError::OutOfOrder {
+            session: child,
+            reason: OutOfOrder::OtherTurn {
+                entry: 2,
+                running: 1
+            }
+        }
     );
     assert_eq!(
         world.reject(Command::RecordTranscript {
@@ -413,12 +431,15 @@ fn a_continuable_activation_runs_to_settlement_and_notifies_its_parent() {
         "status only, never the child's words"
     );
     assert_eq!(
-        world.reject(Command::SettleActivation {
+        world.refuse(Command::SettleActivation {
             child,
             epoch: 1,
             result: SubagentResult::completed(vec![])
         }),
-        ErrorCode::BadRequest
+        SubagentError::OutOfOrder {
+            session: child,
+            reason: OutOfOrder::AlreadySettled
+        }
     );
     world.run(Command::ReleaseActivation {
         child,
@@ -479,12 +500,15 @@ fn releasing_before_settlement_ends_the_turn_and_settles_aborted() {
     let (_, result) = world.state.activations[&child].last_result.clone().unwrap();
     assert_eq!(result.stop_reason, SubagentStopReason::Aborted);
     assert_eq!(
-        world.reject(Command::ReleaseActivation {
+        world.refuse(Command::ReleaseActivation {
             child,
             epoch: 1,
             cleanup_error: None
         }),
-        ErrorCode::BadRequest
+        SubagentError::OutOfOrder {
+            session: child,
+            reason: OutOfOrder::NotLive { epoch: 1 }
+        }
     );
 }
 
@@ -511,12 +535,15 @@ fn only_unpublished_activations_are_abandoned() {
         run_id: SubagentRunId::new(),
     });
     assert_eq!(
-        world.reject(Command::AbandonActivation {
+        world.refuse(Command::AbandonActivation {
             child: other,
             epoch: 1,
             reason: AbandonReason::Drained
         }),
-        ErrorCode::BadRequest
+        SubagentError::OutOfOrder {
+            session: other,
+            reason: OutOfOrder::AbandonPublished
+        }
     );
 }
 
@@ -526,11 +553,17 @@ fn an_external_run_reports_its_final_text_diagnostic_and_status_to_the_parent() 
     let root = world.root();
     let child = world.start(root, "process", Delivery::Parent);
     assert_eq!(
-        world.reject(Command::SettleRun {
+        world.refuse(Command::SettleRun {
             child,
             result: SubagentResult::completed(vec![])
         }),
-        ErrorCode::BadRequest
+        SubagentError::OutOfOrder {
+            session: child,
+            reason: OutOfOrder::RunPhase {
+                phase: "requested",
+                accepted: "only a started, unsettled run settles"
+            }
+        }
     );
     world.run(Command::StartRun { child });
     let result = SubagentResult::failed(
@@ -565,11 +598,17 @@ fn an_external_run_reports_its_final_text_diagnostic_and_status_to_the_parent() 
     });
     assert_eq!(world.state.runs[&child].phase, RunPhase::Disposed);
     assert_eq!(
-        world.reject(Command::DisposeRun {
+        world.refuse(Command::DisposeRun {
             child,
             cleanup_error: None
         }),
-        ErrorCode::BadRequest
+        SubagentError::OutOfOrder {
+            session: child,
+            reason: OutOfOrder::RunPhase {
+                phase: "disposed",
+                accepted: "only a run not yet disposed is disposed"
+            }
+        }
     );
 }
 
@@ -598,8 +637,14 @@ fn disposing_an_unsettled_run_settles_it_aborted_and_failed_starts_are_recorded(
     });
     assert_eq!(world.state.runs[&failing].phase, RunPhase::StartFailed);
     assert_eq!(
-        world.reject(Command::StartRun { child: failing }),
-        ErrorCode::BadRequest
+        world.refuse(Command::StartRun { child: failing }),
+        SubagentError::OutOfOrder {
+            session: failing,
+            reason: OutOfOrder::RunPhase {
+                phase: "refused at start",
+                accepted: "only a requested run starts"
+            }
+        }
     );
 }
 
@@ -896,8 +941,11 @@ fn steering_claims_pending_messages_for_the_running_turn_only() {
         run_id: SubagentRunId::new(),
     });
     assert_eq!(
-        world.reject(Command::ClaimSteering { session: child }),
-        ErrorCode::BadRequest,
+        world.refuse(Command::ClaimSteering { session: child }),
+        SubagentError::OutOfOrder {
+            session: child,
+            reason: OutOfOrder::NoTurnRunning
+        },
         "no turn is running"
     );
     world.run(Command::BeginTurn { session: child });
@@ -1288,12 +1336,15 @@ fn a_failed_agent_settles_error_notifies_its_parent_and_releases_so_a_send_cold_
     // Nothing is left live: the failed epoch cannot fail or settle again,
     // and the next send cold-resumes a new epoch that claims both messages.
     assert_eq!(
-        world.reject(Command::FailActivation {
+        world.refuse(Command::FailActivation {
             child,
             epoch: 1,
             diagnostic: Diagnostic::new("again"),
         }),
-        ErrorCode::BadRequest
+        SubagentError::OutOfOrder {
+            session: child,
+            reason: OutOfOrder::NotLive { epoch: 1 }
+        }
     );
     assert_eq!(
         types(&world.run(send(root, child))),

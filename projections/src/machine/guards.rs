@@ -3,7 +3,9 @@
 //! [`crate::admissible::admit`] (which checks a recorded history against
 //! the same rules) share them, so a rule is written once.
 
-use subagent_core::{AgentOptions, Event, SessionId, SessionMode, SubagentError, MAX_SAFE_INTEGER};
+use subagent_core::{
+    AgentOptions, Event, OutOfOrder, SessionId, SessionMode, SubagentError, MAX_SAFE_INTEGER,
+};
 
 use crate::activation::{ActivationPhase, LiveActivation, RunPhase, RunState};
 use crate::sessions::SessionRecord;
@@ -11,9 +13,9 @@ use crate::state::{Projections, ProviderRecord};
 
 use super::messaging::admission_closed_above;
 
-/// A command that comes out of order for `session` (`what` says why).
-pub(crate) fn out_of_order(session: SessionId, what: &str) -> SubagentError {
-    SubagentError::BadRequest(format!("{session}: {what}"))
+/// A command that comes out of order for `session`, for `reason`.
+pub(crate) fn out_of_order(session: SessionId, reason: OutOfOrder) -> SubagentError {
+    SubagentError::OutOfOrder { session, reason }
 }
 
 /// `session` is not in use yet (a root's creation).
@@ -91,7 +93,7 @@ pub(crate) fn start_parent(
         .get(&parent)
         .ok_or_else(|| SubagentError::ParentUnavailable(format!("unknown parent {parent}")))?;
     if let Some(closed) = admission_closed_above(state, parent) {
-        return Err(SubagentError::AdmissionClosed(closed.to_string()));
+        return Err(SubagentError::AdmissionClosed { below: closed });
     }
     Ok(record)
 }
@@ -110,12 +112,13 @@ pub(crate) fn child_depth(
     parent: &SessionRecord,
     max_depth: Option<u64>,
 ) -> Result<u64, SubagentError> {
-    let depth = parent.depth.checked_add(1).ok_or_else(|| {
-        SubagentError::BadRequest(format!("parent {} is at the deepest depth", parent.id))
-    })?;
+    let depth = parent
+        .depth
+        .checked_add(1)
+        .ok_or_else(|| out_of_order(parent.id, OutOfOrder::Exhausted("depth")))?;
     if let Some(max_depth) = max_depth {
         if max_depth > MAX_SAFE_INTEGER {
-            return Err(SubagentError::InvalidDepth(max_depth.to_string()));
+            return Err(SubagentError::InvalidDepth(max_depth.into()));
         }
         if depth > max_depth {
             return Err(SubagentError::DepthExceeded { depth, max_depth });
@@ -153,7 +156,7 @@ pub(crate) fn live(
         .get(&child)
         .and_then(|activation| activation.live.as_ref())
         .filter(|live| live.epoch == epoch)
-        .ok_or_else(|| out_of_order(child, &format!("activation {epoch} is not live")))
+        .ok_or_else(|| out_of_order(child, OutOfOrder::NotLive { epoch }))
 }
 
 pub(crate) fn live_where<'a>(
@@ -161,7 +164,7 @@ pub(crate) fn live_where<'a>(
     child: SessionId,
     epoch: u64,
     admits: impl Fn(&LiveActivation) -> bool,
-    refusal: &str,
+    refusal: OutOfOrder,
 ) -> Result<&'a LiveActivation, SubagentError> {
     let live = live(state, child, epoch)?;
     if admits(live) {
@@ -182,7 +185,7 @@ pub(crate) fn requested_live(
         child,
         epoch,
         |live| live.phase == ActivationPhase::Requested,
-        "prepared twice",
+        OutOfOrder::PreparedTwice,
     )
 }
 
@@ -197,7 +200,7 @@ pub(crate) fn unpublished_live(
         child,
         epoch,
         |live| live.phase != ActivationPhase::Published,
-        "published twice",
+        OutOfOrder::PublishedTwice,
     )
 }
 
@@ -213,7 +216,7 @@ pub(crate) fn abandonable_live(
         child,
         epoch,
         |live| live.phase != ActivationPhase::Published,
-        "a published activation is released, not abandoned",
+        OutOfOrder::AbandonPublished,
     )
 }
 
@@ -228,7 +231,7 @@ pub(crate) fn unsettled_live(
         child,
         epoch,
         |live| !live.settled,
-        "a settled result is never overwritten",
+        OutOfOrder::AlreadySettled,
     )
 }
 
@@ -242,7 +245,7 @@ pub(crate) fn published(
         .get(&session)
         .and_then(|activation| activation.live.as_ref())
         .filter(|live| live.phase == ActivationPhase::Published)
-        .ok_or_else(|| out_of_order(session, "no published activation"))
+        .ok_or_else(|| out_of_order(session, OutOfOrder::NotPublished))
 }
 
 /// The turn a published, idle activation starts next, and the activation.
@@ -253,12 +256,12 @@ pub(crate) fn next_turn(
     let activation = published(state, session)?;
     let turns = state.activations.get(&session);
     if turns.and_then(|a| a.running_turn).is_some() {
-        return Err(out_of_order(session, "a turn is already running"));
+        return Err(out_of_order(session, OutOfOrder::TurnRunning));
     }
     let turn = turns
         .map_or(0, |a| a.turns)
         .checked_add(1)
-        .ok_or_else(|| out_of_order(session, "turn numbers are exhausted"))?;
+        .ok_or_else(|| out_of_order(session, OutOfOrder::Exhausted("turn")))?;
     Ok((turn, activation))
 }
 
@@ -269,7 +272,7 @@ pub(crate) fn running_turn(state: &Projections, session: SessionId) -> Result<u6
         .activations
         .get(&session)
         .and_then(|activation| activation.running_turn)
-        .ok_or_else(|| out_of_order(session, "no turn is running"))
+        .ok_or_else(|| out_of_order(session, OutOfOrder::NoTurnRunning))
 }
 
 /// A transcript entry of the session's running turn; returns the turn.
@@ -291,25 +294,41 @@ pub(crate) fn transcript_turn(
         }
     };
     if entry_turn != turn {
-        return Err(out_of_order(session, "transcript entry names another turn"));
+        return Err(out_of_order(
+            session,
+            OutOfOrder::OtherTurn {
+                entry: entry_turn,
+                running: turn,
+            },
+        ));
     }
     Ok(turn)
 }
 
-/// The external run of `child`, in one of `phases`.
+/// The external run of `child`, in one of `phases` (`accepted` says
+/// which, for the rejection).
 pub(crate) fn run_in<'a>(
     state: &'a Projections,
     child: SessionId,
     phases: &[RunPhase],
-    refusal: &str,
+    accepted: &'static str,
 ) -> Result<&'a RunState, SubagentError> {
     let run = state
         .runs
         .get(&child)
-        .ok_or_else(|| out_of_order(child, "no external run"))?;
+        .ok_or_else(|| out_of_order(child, OutOfOrder::NoRun))?;
     if phases.contains(&run.phase) {
-        Ok(run)
-    } else {
-        Err(out_of_order(child, refusal))
+        return Ok(run);
     }
+    let phase = match run.phase {
+        RunPhase::Requested => "requested",
+        RunPhase::Started => "started",
+        RunPhase::Settled => "settled",
+        RunPhase::Disposed => "disposed",
+        RunPhase::StartFailed => "refused at start",
+    };
+    Err(out_of_order(
+        child,
+        OutOfOrder::RunPhase { phase, accepted },
+    ))
 }

@@ -4,7 +4,7 @@
 
 use subagent_core::{
     ContentBlock, Delivery, Event, InterruptAuthority, MessageDelivery, MessageId, MessageSource,
-    SessionId, StreamId, SubagentError,
+    OutOfOrder, SessionId, StreamId, SubagentError,
 };
 
 use crate::activation::{LiveActivation, RunPhase};
@@ -142,12 +142,12 @@ pub(crate) fn route_message(
     // by its host.
     let resume_epoch = if to_child && live.is_none() {
         if let Some(closed) = admission_closed_above(state, sender) {
-            return Err(SubagentError::AdmissionClosed(closed.to_string()));
+            return Err(SubagentError::AdmissionClosed { below: closed });
         }
         let epoch = activation
             .map_or(0, |a| a.epoch)
             .checked_add(1)
-            .ok_or_else(|| out_of_order(target, "activation epochs are exhausted"))?;
+            .ok_or_else(|| out_of_order(target, OutOfOrder::Exhausted("activation epoch")))?;
         Some(epoch)
     } else {
         None

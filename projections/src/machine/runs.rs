@@ -14,7 +14,12 @@ use super::guards::run_in;
 
 /// Records that the provider published a requested run.
 pub(super) fn start_run(state: &Projections, child: SessionId) -> Result<Decision, SubagentError> {
-    let run = run_in(state, child, &[RunPhase::Requested], "run started twice")?;
+    let run = run_in(
+        state,
+        child,
+        &[RunPhase::Requested],
+        "only a requested run starts",
+    )?;
     Ok(single(
         StreamId::Session(child),
         vec![Event::RunStarted { run_id: run.run_id }],
@@ -47,7 +52,7 @@ pub(super) fn dispose_run(
         state,
         child,
         &[RunPhase::Requested, RunPhase::Started, RunPhase::Settled],
-        "run already disposed",
+        "only a run not yet disposed is disposed",
     )?;
     let mut decision = if run.phase == RunPhase::Settled {
         Vec::new()

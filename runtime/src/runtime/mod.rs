@@ -87,7 +87,7 @@ pub(crate) fn aggregate(failures: Vec<SubagentError>) -> Result<(), SubagentErro
     if failures.is_empty() {
         Ok(())
     } else {
-        Err(SubagentError::Aggregate(failures))
+        Err(SubagentError::Aggregate(subagent_core::Causes(failures)))
     }
 }
 

@@ -88,7 +88,7 @@ impl SubagentRuntime {
             .commit(Command::ReopenRoot { session })
             .await?;
         if !lock(&self.inner.roots).insert(session) {
-            return Err(SubagentError::RootHeld(session.to_string()));
+            return Err(SubagentError::RootHeld(session));
         }
         Ok(LiveAgent { session })
     }
