@@ -409,72 +409,88 @@ pub enum StreamKind {
     Session,
 }
 
-impl Event {
-    /// Every event type name, in declaration order.
-    pub const TYPE_NAMES: [&'static str; 28] = [
-        "ProviderRegistered",
-        "ProviderRemoved",
-        "AdmissionClosed",
-        "AdmissionReopened",
-        "HostRecovered",
-        "SessionCreated",
-        "ChildCataloged",
-        "HistorySeeded",
-        "ActivationRequested",
-        "ActivationPrepared",
-        "ActivationPublished",
-        "ActivationSettled",
-        "ActivationReleased",
-        "ActivationAbandoned",
-        "RunRequested",
-        "RunStarted",
-        "RunSettled",
-        "RunDisposed",
-        "RunStartFailed",
-        "MessageAccepted",
-        "MessagesClaimed",
-        "MessagesDropped",
-        "TurnStarted",
-        "AssistantMessage",
-        "ToolCalled",
-        "ToolReturned",
-        "TurnEnded",
-        "InterruptRequested",
-    ];
+/// Generates [`EventKind`] and [`Event::kind`] from one list of the
+/// event types, so a new event cannot have a data variant but no kind.
+macro_rules! event_kinds {
+    ($($variant:ident),* $(,)?) => {
+        /// The type of an event without its data: what tests, filters and
+        /// reports compare instead of type-name strings. Its [`Self::as_str`]
+        /// is the wire `type` tag.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum EventKind {
+            $(
+                #[doc = concat!("[`Event::", stringify!($variant), "`].")]
+                $variant,
+            )*
+        }
 
-    /// The wire type name, e.g. `SessionCreated`.
+        impl EventKind {
+            /// Every kind, in declaration order.
+            pub const ALL: &'static [EventKind] = &[$(EventKind::$variant),*];
+
+            /// The wire type name, e.g. `SessionCreated`.
+            #[must_use]
+            pub const fn as_str(self) -> &'static str {
+                match self {
+                    $(EventKind::$variant => stringify!($variant),)*
+                }
+            }
+        }
+
+        impl Event {
+            /// This event's kind.
+            #[must_use]
+            pub fn kind(&self) -> EventKind {
+                match self {
+                    $(Event::$variant { .. } => EventKind::$variant,)*
+                }
+            }
+        }
+    };
+}
+
+event_kinds! {
+    ProviderRegistered,
+    ProviderRemoved,
+    AdmissionClosed,
+    AdmissionReopened,
+    HostRecovered,
+    SessionCreated,
+    ChildCataloged,
+    HistorySeeded,
+    ActivationRequested,
+    ActivationPrepared,
+    ActivationPublished,
+    ActivationSettled,
+    ActivationReleased,
+    ActivationAbandoned,
+    RunRequested,
+    RunStarted,
+    RunSettled,
+    RunDisposed,
+    RunStartFailed,
+    MessageAccepted,
+    MessagesClaimed,
+    MessagesDropped,
+    TurnStarted,
+    AssistantMessage,
+    ToolCalled,
+    ToolReturned,
+    TurnEnded,
+    InterruptRequested,
+}
+
+impl std::fmt::Display for EventKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Event {
+    /// The wire type name, e.g. `SessionCreated` ([`EventKind::as_str`]).
     #[must_use]
     pub fn type_name(&self) -> &'static str {
-        match self {
-            Event::ProviderRegistered { .. } => "ProviderRegistered",
-            Event::ProviderRemoved { .. } => "ProviderRemoved",
-            Event::AdmissionClosed { .. } => "AdmissionClosed",
-            Event::AdmissionReopened { .. } => "AdmissionReopened",
-            Event::HostRecovered { .. } => "HostRecovered",
-            Event::SessionCreated { .. } => "SessionCreated",
-            Event::ChildCataloged { .. } => "ChildCataloged",
-            Event::HistorySeeded { .. } => "HistorySeeded",
-            Event::ActivationRequested { .. } => "ActivationRequested",
-            Event::ActivationPrepared { .. } => "ActivationPrepared",
-            Event::ActivationPublished { .. } => "ActivationPublished",
-            Event::ActivationSettled { .. } => "ActivationSettled",
-            Event::ActivationReleased { .. } => "ActivationReleased",
-            Event::ActivationAbandoned { .. } => "ActivationAbandoned",
-            Event::RunRequested { .. } => "RunRequested",
-            Event::RunStarted { .. } => "RunStarted",
-            Event::RunSettled { .. } => "RunSettled",
-            Event::RunDisposed { .. } => "RunDisposed",
-            Event::RunStartFailed { .. } => "RunStartFailed",
-            Event::MessageAccepted { .. } => "MessageAccepted",
-            Event::MessagesClaimed { .. } => "MessagesClaimed",
-            Event::MessagesDropped { .. } => "MessagesDropped",
-            Event::TurnStarted { .. } => "TurnStarted",
-            Event::AssistantMessage { .. } => "AssistantMessage",
-            Event::ToolCalled { .. } => "ToolCalled",
-            Event::ToolReturned { .. } => "ToolReturned",
-            Event::TurnEnded { .. } => "TurnEnded",
-            Event::InterruptRequested { .. } => "InterruptRequested",
-        }
+        self.kind().as_str()
     }
 
     /// The kind of stream this event belongs in.
@@ -658,8 +674,8 @@ mod tests {
 
     #[test]
     fn type_names_cover_every_variant_once() {
-        let distinct: HashSet<&str> = Event::TYPE_NAMES.iter().copied().collect();
-        assert_eq!(distinct.len(), Event::TYPE_NAMES.len());
+        let distinct: HashSet<&str> = EventKind::ALL.iter().map(|kind| kind.as_str()).collect();
+        assert_eq!(distinct.len(), EventKind::ALL.len());
     }
 
     #[test]
@@ -698,7 +714,10 @@ mod round_trip {
             let json = serde_json::to_string(&event).unwrap();
             let back: Event = serde_json::from_str(&json).unwrap();
             prop_assert_eq!(&back, &event);
-            prop_assert!(Event::TYPE_NAMES.contains(&event.type_name()));
+            prop_assert!(EventKind::ALL.contains(&event.kind()));
+            // The kind's name is the wire tag serde writes.
+            let json = serde_json::to_value(&event).unwrap();
+            prop_assert_eq!(json["type"].as_str(), Some(event.kind().as_str()));
             let tagged: Value = serde_json::from_str(&json).unwrap();
             prop_assert_eq!(tagged["type"].as_str(), Some(event.type_name()));
         }

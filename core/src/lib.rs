@@ -25,7 +25,7 @@ pub use content::ContentBlock;
 pub use contracts::*;
 pub use error::{Causes, ErrorCode, OutOfOrder, SubagentError};
 pub use event::{
-    AbandonReason, Event, NewEvent, RecordedEvent, StreamId, StreamKind, Usage,
+    AbandonReason, Event, EventKind, NewEvent, RecordedEvent, StreamId, StreamKind, Usage,
     CURRENT_SCHEMA_VERSION,
 };
 pub use ids::{EventId, MessageId, SessionId, SubagentRunId};

@@ -4,14 +4,14 @@
 
 mod common;
 
-use common::start;
+use common::{start, stream_events};
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use subagent_core::{
-    content::plain_text, ContentBlock, Delivery, ErrorCode, Event, MessageSource, StreamId,
-    SubagentActivationSpec, SubagentError, SubagentStopReason,
+    content::plain_text, ContentBlock, Delivery, ErrorCode, Event, EventKind, MessageSource,
+    StreamId, SubagentActivationSpec, SubagentError, SubagentStopReason,
 };
 use subagent_runtime::provider::ContinuableCreateRequest;
 use subagent_runtime::providers::{ForkProvider, ProcessProvider, SpawnProvider};
@@ -94,12 +94,6 @@ async fn runtime_over(log: Arc<dyn EventLog>) -> SubagentRuntime {
     runtime
 }
 
-fn events_of(log: &MemoryLog, stream: StreamId) -> Vec<Event> {
-    log.read_stream(stream, 1)
-        .map(|r| r.unwrap().event)
-        .collect()
-}
-
 #[tokio::test]
 async fn a_local_child_returns_its_last_non_empty_assistant_message_and_notifies_its_parent() {
     let log = MemoryLog::new();
@@ -115,7 +109,7 @@ async fn a_local_child_returns_its_last_non_empty_assistant_message_and_notifies
     let result = activation.result().await.unwrap();
     assert_eq!(result.stop_reason, SubagentStopReason::Completed);
     assert_eq!(plain_text(&result.output), "the answer is 42");
-    let child_events = events_of(&log, StreamId::Session(activation.child_id()));
+    let child_events = stream_events(&log, StreamId::Session(activation.child_id()));
     let types: Vec<_> = child_events.iter().map(Event::type_name).collect();
     for expected in [
         "SessionCreated",
@@ -133,7 +127,7 @@ async fn a_local_child_returns_its_last_non_empty_assistant_message_and_notifies
     ] {
         assert!(types.contains(&expected), "missing {expected} in {types:?}");
     }
-    let notice = events_of(&log, StreamId::Session(root.session()))
+    let notice = stream_events(&log, StreamId::Session(root.session()))
         .into_iter()
         .find_map(|event| match event {
             Event::MessageAccepted {
@@ -155,9 +149,11 @@ async fn a_local_child_returns_its_last_non_empty_assistant_message_and_notifies
     );
     activation.dispose().await.unwrap();
     activation.dispose().await.unwrap();
-    assert!(events_of(&log, StreamId::Session(activation.child_id()))
-        .iter()
-        .any(|e| e.type_name() == "ActivationReleased"));
+    assert!(
+        stream_events(&log, StreamId::Session(activation.child_id()))
+            .iter()
+            .any(|e| e.kind() == EventKind::ActivationReleased)
+    );
 }
 
 #[tokio::test]
@@ -172,9 +168,9 @@ async fn caller_delivery_suppresses_the_parent_notice() {
         plain_text(&activation.result().await.unwrap().output),
         "default answer"
     );
-    let accepted = events_of(&log, StreamId::Session(root.session()))
+    let accepted = stream_events(&log, StreamId::Session(root.session()))
         .into_iter()
-        .filter(|e| e.type_name() == "MessageAccepted")
+        .filter(|e| e.kind() == EventKind::MessageAccepted)
         .count();
     assert_eq!(accepted, 0);
     activation.dispose().await.unwrap();
@@ -227,9 +223,9 @@ async fn disposing_mid_turn_aborts_the_result_and_releases_the_activation() {
     // Wait until the turn is running.
     let child = StreamId::Session(activation.child_id());
     for _ in 0..200 {
-        if events_of(&log, child)
+        if stream_events(&log, child)
             .iter()
-            .any(|e| e.type_name() == "AssistantMessage")
+            .any(|e| e.kind() == EventKind::AssistantMessage)
         {
             break;
         }
@@ -238,7 +234,7 @@ async fn disposing_mid_turn_aborts_the_result_and_releases_the_activation() {
     activation.dispose().await.unwrap();
     let result = activation.result().await.unwrap();
     assert_eq!(result.stop_reason, SubagentStopReason::Aborted);
-    let types: Vec<_> = events_of(&log, child)
+    let types: Vec<_> = stream_events(&log, child)
         .iter()
         .map(Event::type_name)
         .collect();
@@ -266,7 +262,7 @@ async fn an_external_run_reports_its_final_text_and_status_to_the_parent_and_acc
     assert_eq!(result.stop_reason, SubagentStopReason::Completed);
     assert_eq!(plain_text(&result.output), "HELLO WORLD");
     activation.dispose().await.unwrap();
-    let report = events_of(&log, StreamId::Session(root.session()))
+    let report = stream_events(&log, StreamId::Session(root.session()))
         .into_iter()
         .find_map(|event| match event {
             Event::MessageAccepted {
@@ -281,7 +277,7 @@ async fn an_external_run_reports_its_final_text_and_status_to_the_parent_and_acc
         report.contains("HELLO WORLD") && report.contains("status: completed"),
         "{report}"
     );
-    let types: Vec<_> = events_of(&log, StreamId::Session(activation.child_id()))
+    let types: Vec<_> = stream_events(&log, StreamId::Session(activation.child_id()))
         .iter()
         .map(Event::type_name)
         .collect();
@@ -381,7 +377,7 @@ async fn cancelling_before_publication_fails_the_start_and_records_the_abandoned
     assert_eq!(err.code(), ErrorCode::Cancelled);
     let children = runtime.list_children(root.session()).await.unwrap();
     assert_eq!(children.len(), 1, "the reservation stays in the catalog");
-    let types: Vec<_> = events_of(&log, StreamId::Session(children[0].entry.child_id))
+    let types: Vec<_> = stream_events(&log, StreamId::Session(children[0].entry.child_id))
         .iter()
         .map(Event::type_name)
         .collect();
@@ -404,7 +400,7 @@ async fn a_fork_child_is_seeded_with_the_parent_completed_turn_prefix() {
         .await
         .unwrap();
     activation.result().await.unwrap();
-    let seeded = events_of(&log, StreamId::Session(activation.child_id()))
+    let seeded = stream_events(&log, StreamId::Session(activation.child_id()))
         .into_iter()
         .find_map(|event| match event {
             Event::HistorySeeded { source, .. } => Some(source),
@@ -525,7 +521,7 @@ fn reopening_after_the_host_died_settles_live_work_explicitly() {
             .await
             .unwrap();
         assert!(report.events > 0);
-        let child_events = events_of(&log, StreamId::Session(child));
+        let child_events = stream_events(&log, StreamId::Session(child));
         assert!(matches!(
             child_events.last(),
             Some(Event::ActivationAbandoned {
@@ -533,7 +529,7 @@ fn reopening_after_the_host_died_settles_live_work_explicitly() {
                 ..
             })
         ));
-        let external_events = events_of(&log, StreamId::Session(external));
+        let external_events = stream_events(&log, StreamId::Session(external));
         let settled = external_events.iter().find_map(|e| match e {
             Event::RunSettled { result, .. } => Some(result.clone()),
             _ => None,
@@ -545,9 +541,9 @@ fn reopening_after_the_host_died_settles_live_work_explicitly() {
             .unwrap()
             .as_str()
             .contains("host restarted"));
-        assert!(events_of(&log, StreamId::Runtime)
+        assert!(stream_events(&log, StreamId::Runtime)
             .iter()
-            .any(|e| e.type_name() == "HostRecovered"));
+            .any(|e| e.kind() == EventKind::HostRecovered));
         assert!(
             runtime.list().unwrap().is_empty(),
             "providers are registered again by the new host"
@@ -585,7 +581,7 @@ async fn dispose_releases_descendants_before_their_ancestors() {
     let released: Vec<_> = log
         .read_all(1)
         .map(|r| r.unwrap())
-        .filter(|r| r.event.type_name() == "ActivationReleased")
+        .filter(|r| r.event.kind() == EventKind::ActivationReleased)
         .map(|r| r.stream)
         .collect();
     assert_eq!(
@@ -792,7 +788,7 @@ async fn a_cleanup_failure_is_recorded_beside_the_settled_result_and_never_overw
         "kept"
     );
     activation.dispose().await.unwrap();
-    let events = events_of(&log, StreamId::Session(activation.child_id()));
+    let events = stream_events(&log, StreamId::Session(activation.child_id()));
     assert!(matches!(
         events.last(),
         Some(Event::RunDisposed { cleanup_error: Some(diagnostic), .. }) if diagnostic.as_str() == "socket still open"
@@ -831,7 +827,7 @@ async fn an_external_start_cancelled_before_publication_fails_and_is_recorded() 
     let child = runtime.list_children(root.session()).await.unwrap()[0]
         .entry
         .child_id;
-    let types: Vec<_> = events_of(&log, StreamId::Session(child))
+    let types: Vec<_> = stream_events(&log, StreamId::Session(child))
         .iter()
         .map(Event::type_name)
         .collect();

@@ -5,14 +5,14 @@
 
 mod common;
 
-use common::{spawn_runtime, start};
+use common::{count, events, spawn_runtime, start, text, until};
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use subagent_core::{
-    ContentBlock, Delivery, ErrorCode, Event, MessageSource, ModelSelectionSettings, SessionId,
+    Delivery, ErrorCode, Event, EventKind, MessageSource, ModelSelectionSettings, SessionId,
     StreamId, SubagentActivationSpec, SubagentError, SubagentStopReason,
 };
 use subagent_projections::Activity;
@@ -104,28 +104,6 @@ fn spec(label: &str, delivery: Delivery) -> SubagentActivationSpec {
     SubagentActivationSpec::with_text_prompt("spawn", label, "task", delivery)
 }
 
-fn events(log: &dyn EventLog, session: SessionId) -> Vec<Event> {
-    log.read_stream(StreamId::Session(session), 1)
-        .map(|record| record.unwrap().event)
-        .collect()
-}
-
-fn count(events: &[Event], name: &str) -> usize {
-    events.iter().filter(|e| e.type_name() == name).count()
-}
-
-async fn until(what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !done() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-}
-
-fn text(content: &str) -> Vec<ContentBlock> {
-    vec![ContentBlock::text(content)]
-}
-
 /// The settlement notices in `session`'s stream, by the child they are about.
 fn notices_about(log: &dyn EventLog, session: SessionId, child: SessionId) -> Vec<String> {
     events(log, session)
@@ -186,8 +164,8 @@ async fn an_agent_that_cannot_be_built_settles_error_notifies_the_parent_and_is_
         Some(&result),
         "the log holds what result() returned"
     );
-    assert_eq!(count(&child_events, "ActivationReleased"), 1);
-    assert_eq!(count(&child_events, "ActivationPublished"), 0);
+    assert_eq!(count(&child_events, EventKind::ActivationReleased), 1);
+    assert_eq!(count(&child_events, EventKind::ActivationPublished), 0);
     assert!(
         !serde_json::to_string(&child_events)
             .unwrap()
@@ -244,7 +222,7 @@ async fn an_agent_that_cannot_be_built_settles_error_notifies_the_parent_and_is_
         .await
         .unwrap();
     until("the resumed turn", || {
-        count(&events(&log, child), "TurnEnded") == 1
+        count(&events(&log, child), EventKind::TurnEnded) == 1
     })
     .await;
     let claimed = events(&log, child)
@@ -279,7 +257,7 @@ async fn a_live_parent_is_woken_by_the_failure_notice_of_its_child() {
         .unwrap();
     parent.result().await.unwrap();
     let parent_id = parent.child_id();
-    assert_eq!(count(&events(&log, parent_id), "TurnStarted"), 1);
+    assert_eq!(count(&events(&log, parent_id), EventKind::TurnStarted), 1);
     // The parent delegates to a child whose agent cannot be built.
     let broken = start(&runtime, &parent.agent(), spec("broken", Delivery::Parent))
         .await
@@ -288,7 +266,7 @@ async fn a_live_parent_is_woken_by_the_failure_notice_of_its_child() {
     assert_eq!(result.stop_reason, SubagentStopReason::Error);
     // The idle parent runs a turn on the notice, as for any settlement.
     until("the parent's turn on the notice", || {
-        count(&events(&log, parent_id), "TurnEnded") == 2
+        count(&events(&log, parent_id), EventKind::TurnEnded) == 2
     })
     .await;
     let notice = notices_about(&log, parent_id, broken.child_id());
@@ -316,7 +294,7 @@ async fn a_cold_resume_whose_agent_cannot_be_built_settles_error_and_the_message
         .await
         .expect("accepted: the resume's failure settles, it does not refuse");
     until("the resumed epoch to fail", || {
-        count(&events(&log, child), "ActivationReleased") == 2
+        count(&events(&log, child), EventKind::ActivationReleased) == 2
     })
     .await;
     let failed = events(&log, child)
@@ -344,7 +322,7 @@ async fn a_cold_resume_whose_agent_cannot_be_built_settles_error_and_the_message
         .await
         .unwrap();
     until("the third epoch's turn", || {
-        count(&events(&log, child), "TurnEnded") == 2
+        count(&events(&log, child), EventKind::TurnEnded) == 2
     })
     .await;
     let claimed = events(&log, child)
@@ -702,7 +680,7 @@ async fn a_restarted_host_reopens_its_root_and_messages_drains_and_lists_its_chi
         .await
         .unwrap();
     until("the resumed turn", || {
-        count(&events(&log, first), "TurnEnded") == 2
+        count(&events(&log, first), EventKind::TurnEnded) == 2
     })
     .await;
     assert!(runtime.wait_for_children(&root).await.unwrap());
@@ -725,7 +703,7 @@ async fn a_restarted_host_reopens_its_root_and_messages_drains_and_lists_its_chi
     let state = runtime.projections();
     assert_eq!(state.activity(first), Activity::Inactive);
     assert_eq!(
-        count(&events(&log, first), "ActivationReleased"),
+        count(&events(&log, first), EventKind::ActivationReleased),
         2,
         "both epochs released"
     );
@@ -1074,11 +1052,11 @@ async fn an_agent_that_says_too_much_settles_error_and_the_runtime_goes_on() {
     );
     let child_events = events(&log, child.child_id());
     assert_eq!(
-        count(&child_events, "AssistantMessage"),
+        count(&child_events, EventKind::AssistantMessage),
         0,
         "nothing oversized was recorded"
     );
-    assert_eq!(count(&child_events, "ActivationReleased"), 1);
+    assert_eq!(count(&child_events, EventKind::ActivationReleased), 1);
     assert!(runtime.projections().live_activations().is_empty());
     // Later commands are decided as usual.
     runtime

@@ -4,16 +4,15 @@
 
 mod common;
 
-use common::start;
+use common::{count, events, fold, start, stream_events, until};
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use subagent_core::{
-    ContentBlock, Delivery, ErrorCode, Event, MessageId, MessageSource, SessionId, StreamId,
-    SubagentActivationSpec, SubagentStopReason,
+    ContentBlock, Delivery, ErrorCode, Event, EventKind, MessageId, MessageSource, SessionId,
+    StreamId, SubagentActivationSpec, SubagentStopReason,
 };
-use subagent_projections::Projections;
 use subagent_runtime::providers::ProcessProvider;
 use subagent_runtime::scripted::Step;
 use subagent_runtime::{
@@ -52,32 +51,14 @@ async fn setup() -> (MemoryLog, SubagentRuntime) {
     (log, runtime)
 }
 
-fn state(log: &MemoryLog) -> Projections {
-    let records: Vec<_> = log.read_all(1).map(|r| r.unwrap()).collect();
-    Projections::fold(&records)
-}
-
-async fn until(
+/// Waits until `done` holds for `stream`'s events.
+async fn until_stream(
     log: &MemoryLog,
     what: &str,
     mut done: impl FnMut(&[Event]) -> bool,
     stream: StreamId,
 ) {
-    for _ in 0..500 {
-        let events: Vec<Event> = log
-            .read_stream(stream, 1)
-            .map(|r| r.unwrap().event)
-            .collect();
-        if done(&events) {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("timed out waiting for {what}");
-}
-
-fn count(events: &[Event], name: &str) -> usize {
-    events.iter().filter(|e| e.type_name() == name).count()
+    until(what, || done(&stream_events(log, stream))).await;
 }
 
 async fn started(
@@ -104,10 +85,10 @@ async fn a_message_to_an_idle_child_starts_a_turn_with_relay_attribution() {
         .await
         .unwrap();
     let stream = StreamId::Session(child.child_id());
-    until(
+    until_stream(
         &log,
         "a second turn",
-        |events| count(events, "TurnEnded") == 2,
+        |events| count(events, EventKind::TurnEnded) == 2,
         stream,
     )
     .await;
@@ -123,7 +104,7 @@ async fn a_message_to_an_idle_child_starts_a_turn_with_relay_attribution() {
         .any(|e| matches!(e, Event::MessagesClaimed { ids, turn: 2 } if *ids == vec![id])));
     assert!(events.iter().any(|e| matches!(e, Event::AssistantMessage { content, .. } if subagent_core::content::plain_text(content) == "second")));
     assert_eq!(
-        count(&events, "ActivationSettled"),
+        count(&events, EventKind::ActivationSettled),
         1,
         "the activation settled once, on its first turn"
     );
@@ -148,10 +129,10 @@ async fn an_absent_child_is_cold_resumed_from_its_durable_history() {
         .await
         .unwrap();
     let stream = StreamId::Session(child.child_id());
-    until(
+    until_stream(
         &log,
         "the resumed epoch to settle",
-        |events| count(events, "ActivationSettled") == 2,
+        |events| count(events, EventKind::ActivationSettled) == 2,
         stream,
     )
     .await;
@@ -177,7 +158,7 @@ async fn an_absent_child_is_cold_resumed_from_its_durable_history() {
         .read_stream(stream, 1)
         .map(|r| r.unwrap().event)
         .collect();
-    assert_eq!(count(&events, "ActivationReleased"), 2);
+    assert_eq!(count(&events, EventKind::ActivationReleased), 2);
     common::assert_inbox_invariants(&log);
 }
 
@@ -196,7 +177,7 @@ async fn a_child_messages_its_parent_and_non_adjacent_or_stale_senders_are_refus
         )
         .await
         .unwrap();
-    assert!(state(&log).pending_messages(root.session()).contains(&id));
+    assert!(fold(&log).pending_messages(root.session()).contains(&id));
     let head = log.head();
     let refusals = [
         (
@@ -272,10 +253,10 @@ async fn an_interrupt_keeps_pending_messages_parked_until_a_waking_send_resumes_
     let root = runtime.open_root("host").await.unwrap();
     let child = started(&runtime, &root, "slow").await;
     let stream = StreamId::Session(child.child_id());
-    until(
+    until_stream(
         &log,
         "the first turn to run",
-        |events| count(events, "AssistantMessage") == 1,
+        |events| count(events, EventKind::AssistantMessage) == 1,
         stream,
     )
     .await;
@@ -316,16 +297,16 @@ async fn an_interrupt_keeps_pending_messages_parked_until_a_waking_send_resumes_
         child.result().await.unwrap().stop_reason,
         SubagentStopReason::Aborted
     );
-    until(
+    until_stream(
         &log,
         "the interrupted turn to end",
-        |events| count(events, "TurnEnded") == 1,
+        |events| count(events, EventKind::TurnEnded) == 1,
         stream,
     )
     .await;
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert_eq!(
-        state(&log).pending_messages(child.child_id()),
+        fold(&log).pending_messages(child.child_id()),
         queued,
         "parked, not run, after the interrupt"
     );
@@ -339,10 +320,10 @@ async fn an_interrupt_keeps_pending_messages_parked_until_a_waking_send_resumes_
         .await
         .unwrap();
     queued.push(waking);
-    until(
+    until_stream(
         &log,
         "the resumed turn",
-        |events| count(events, "TurnEnded") == 2,
+        |events| count(events, EventKind::TurnEnded) == 2,
         stream,
     )
     .await;
@@ -382,12 +363,7 @@ async fn drain_children_releases_only_the_selected_children_of_that_parent() {
         .unwrap_err();
     assert_eq!(err.code(), ErrorCode::Unauthorized);
     assert_eq!(
-        count(
-            &log.read_stream(StreamId::Session(a.child_id()), 1)
-                .map(|r| r.unwrap().event)
-                .collect::<Vec<_>>(),
-            "ActivationReleased"
-        ),
+        count(&events(&log, a.child_id()), EventKind::ActivationReleased),
         0,
         "nothing released on refusal"
     );
@@ -395,7 +371,7 @@ async fn drain_children_releases_only_the_selected_children_of_that_parent() {
         .drain_children(&root, &[a.child_id(), SessionId::new()])
         .await
         .unwrap();
-    let live = state(&log);
+    let live = fold(&log);
     assert!(live.activations[&a.child_id()].live.is_none());
     assert!(
         live.activations[&b.child_id()].live.is_some(),
@@ -424,7 +400,7 @@ async fn drain_descendants_closes_admission_releases_child_first_and_spares_othe
     let released: Vec<StreamId> = log
         .read_all(1)
         .map(|r| r.unwrap())
-        .filter(|r| r.event.type_name() == "ActivationReleased")
+        .filter(|r| r.event.kind() == EventKind::ActivationReleased)
         .map(|r| r.stream)
         .collect();
     assert_eq!(
@@ -444,15 +420,13 @@ async fn drain_descendants_closes_admission_releases_child_first_and_spares_othe
         "no new child below a draining parent"
     );
     assert!(
-        state(&log).activations[&unrelated.child_id()]
-            .live
-            .is_some(),
+        fold(&log).activations[&unrelated.child_id()].live.is_some(),
         "unrelated trees stay live"
     );
     assert!(runtime.wait_for_children(&other_root).await.unwrap());
     runtime.close_root(&root).await.unwrap();
     assert!(
-        state(&log).admission_closed.is_empty(),
+        fold(&log).admission_closed.is_empty(),
         "the cutoff ends when the parent leaves"
     );
     unrelated.dispose().await.unwrap();
@@ -580,10 +554,10 @@ async fn a_running_target_takes_a_message_at_its_next_step_boundary() {
     let root = runtime.open_root("host").await.unwrap();
     let child = started(&runtime, &root, "steered").await;
     let stream = StreamId::Session(child.child_id());
-    until(
+    until_stream(
         &log,
         "the turn to run",
-        |events| count(events, "AssistantMessage") == 1,
+        |events| count(events, EventKind::AssistantMessage) == 1,
         stream,
     )
     .await;
@@ -596,10 +570,10 @@ async fn a_running_target_takes_a_message_at_its_next_step_boundary() {
         )
         .await
         .unwrap();
-    until(
+    until_stream(
         &log,
         "the turn to end",
-        |events| count(events, "TurnEnded") == 1,
+        |events| count(events, EventKind::TurnEnded) == 1,
         stream,
     )
     .await;
@@ -626,7 +600,7 @@ async fn a_running_target_takes_a_message_at_its_next_step_boundary() {
         texts,
         vec!["start", "(steered) also check the tests", "end"]
     );
-    assert_eq!(count(&events, "TurnStarted"), 1, "no extra turn");
+    assert_eq!(count(&events, EventKind::TurnStarted), 1, "no extra turn");
     child.dispose().await.unwrap();
     common::assert_inbox_invariants(&log);
 }
@@ -655,11 +629,11 @@ async fn interrupting_an_external_run_stops_its_one_execution() {
         .read_stream(StreamId::Session(run.child_id()), 1)
         .map(|r| r.unwrap().event)
         .collect();
-    assert_eq!(count(&events, "InterruptRequested"), 1);
-    until(
+    assert_eq!(count(&events, EventKind::InterruptRequested), 1);
+    until_stream(
         &log,
         "the run to be disposed",
-        |events| count(events, "RunDisposed") == 1,
+        |events| count(events, EventKind::RunDisposed) == 1,
         StreamId::Session(run.child_id()),
     )
     .await;

@@ -5,13 +5,12 @@
 
 mod common;
 
-use common::start;
+use common::{fold, start};
 
 use std::collections::HashSet;
 use std::time::Duration;
 
 use subagent_core::{ContentBlock, Delivery, Event, SubagentActivationSpec};
-use subagent_projections::Projections;
 use subagent_runtime::scripted::Step;
 use subagent_runtime::{InterruptAuthority, Script, ScriptedHost, SubagentRuntime};
 use subagent_store::{EventLogExt, MemoryLog};
@@ -36,14 +35,9 @@ async fn setup() -> (MemoryLog, SubagentRuntime) {
     (log, runtime)
 }
 
-fn rebuilt(log: &MemoryLog) -> Projections {
-    let records: Vec<_> = log.read_all(1).map(|r| r.unwrap()).collect();
-    Projections::fold(&records)
-}
-
 async fn settle_inbox(log: &MemoryLog, child: subagent_core::SessionId) {
     for _ in 0..500 {
-        let state = rebuilt(log);
+        let state = fold(log);
         if state.pending_messages(child).is_empty()
             && state
                 .activations
@@ -149,7 +143,7 @@ async fn a_drain_during_a_start_leaves_nothing_live_below_the_parent() {
         if let Ok(activation) = start.await.unwrap() {
             activation.dispose().await.unwrap();
         }
-        let state = rebuilt(&log);
+        let state = fold(&log);
         let below: Vec<_> = state
             .list_descendants(root.session())
             .into_iter()

@@ -4,15 +4,15 @@
 
 mod common;
 
-use common::start;
+use common::{events, start};
 
 use std::sync::{Arc, Mutex};
 
 use serde_json::json;
 use subagent_core::{
     content::plain_text, AgentOptions, AgentRoute, Delivery, DepthPolicy, ErrorCode, Event,
-    ModelSelectionSettings, SessionId, StreamId, SubagentActivationSpec, SubagentCapabilities,
-    SubagentError, SubagentResult, SubagentStopReason, ToolRestriction, MAX_SAFE_INTEGER,
+    ModelSelectionSettings, SessionId, SubagentActivationSpec, SubagentCapabilities, SubagentError,
+    SubagentResult, SubagentStopReason, ToolRestriction, MAX_SAFE_INTEGER,
 };
 use subagent_runtime::provider::ResolvedStartRequest;
 use subagent_runtime::providers::SpawnProvider;
@@ -107,15 +107,9 @@ fn spec_with(
     spec
 }
 
-fn events_of(log: &MemoryLog, session: SessionId) -> Vec<Event> {
-    log.read_stream(StreamId::Session(session), 1)
-        .map(|record| record.unwrap().event)
-        .collect()
-}
-
 /// `(tool, refused, output)` of every tool call the session recorded.
 fn tool_results(log: &MemoryLog, session: SessionId) -> Vec<(String, bool, String)> {
-    let events = events_of(log, session);
+    let events = events(log, session);
     let mut names = std::collections::HashMap::new();
     let mut results = Vec::new();
     for event in events {
@@ -448,7 +442,7 @@ async fn provider_and_agent_errors_are_cleaned_before_they_are_recorded_or_retur
     assert_clean_diagnostic(result.diagnostic.as_ref().unwrap(), &secrets);
     let run_id = run.child_id();
     let _ = run.dispose().await;
-    let cleanup = events_of(&log, run_id)
+    let cleanup = events(&log, run_id)
         .into_iter()
         .find_map(|event| match event {
             Event::RunDisposed { cleanup_error, .. } => cleanup_error,

@@ -11,7 +11,8 @@ use std::path::PathBuf;
 use proptest::strategy::{Strategy, ValueTree};
 use proptest::test_runner::TestRunner;
 use subagent_core::{
-    arbitrary, Event, EventId, RecordedEvent, SessionId, StreamId, CURRENT_SCHEMA_VERSION,
+    arbitrary, Event, EventId, EventKind, RecordedEvent, SessionId, StreamId,
+    CURRENT_SCHEMA_VERSION,
 };
 use subagent_store::record::decode_body;
 
@@ -38,7 +39,7 @@ fn every_released_schema_fixture_still_decodes_losslessly() {
                 assert_eq!(again, original, "line {} re-encodes differently", index + 1);
             }
         }
-        let all: BTreeSet<&str> = Event::TYPE_NAMES.into_iter().collect();
+        let all: BTreeSet<&str> = EventKind::ALL.iter().map(|kind| kind.as_str()).collect();
         if version == CURRENT_SCHEMA_VERSION {
             assert_eq!(types, all, "the current fixture covers every event type");
         }
@@ -56,7 +57,7 @@ fn regenerate_current_fixture() {
     let mut seen = BTreeSet::new();
     let mut lines = Vec::new();
     let stream_session = SessionId::from_uuid(uuid::Uuid::from_u128(7));
-    while seen.len() < Event::TYPE_NAMES.len() {
+    while seen.len() < EventKind::ALL.len() {
         let event = arbitrary::event().new_tree(&mut runner).unwrap().current();
         if !seen.insert(event.type_name()) {
             continue;

@@ -71,3 +71,52 @@ pub(crate) async fn start(
         .start_activation(parent, spec, tokio_util::sync::CancellationToken::new())
         .await
 }
+
+/// The events of `session`'s stream, in order.
+pub(crate) fn events(
+    log: &dyn subagent_store::EventLog,
+    session: subagent_core::SessionId,
+) -> Vec<Event> {
+    stream_events(log, subagent_core::StreamId::Session(session))
+}
+
+/// The events of `stream`, in order.
+pub(crate) fn stream_events(
+    log: &dyn subagent_store::EventLog,
+    stream: subagent_core::StreamId,
+) -> Vec<Event> {
+    log.read_stream(stream, 1)
+        .map(|record| record.expect("the log reads back").event)
+        .collect()
+}
+
+/// How many of `events` are of `kind`.
+pub(crate) fn count(events: &[Event], kind: subagent_core::EventKind) -> usize {
+    events.iter().filter(|event| event.kind() == kind).count()
+}
+
+/// The projections rebuilt from the whole log.
+pub(crate) fn fold(log: &dyn subagent_store::EventLog) -> Projections {
+    let records: Vec<_> = log
+        .read_all(1)
+        .map(|record| record.expect("the log reads back"))
+        .collect();
+    Projections::fold(&records)
+}
+
+/// Polls `done` every 5 ms until it holds; panics naming `what` after 10 s.
+pub(crate) async fn until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !done() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+}
+
+/// One text block.
+pub(crate) fn text(content: &str) -> Vec<subagent_core::ContentBlock> {
+    vec![subagent_core::ContentBlock::text(content)]
+}
