@@ -49,7 +49,7 @@ test: lint unit
 
 bench: deps
 	for part in append activations messages replay list startup memory; do \
-		$(CARGO) run -q --release -p subagent-cli --bin subagents -- bench $$part $(BENCH_ARGS) || exit 1; \
+		$(CARGO) run -q --release -p subagent-bench -- $$part $(BENCH_ARGS) || exit 1; \
 	done
 
 # Each cargo-fuzz target for FUZZ_SECONDS, growing the committed corpora

@@ -6,7 +6,6 @@
 //! with status 0, any other write error and every command failure print one
 //! `error: ...` line on stderr with status 1.
 
-mod bench;
 mod demo;
 mod error;
 mod inspect;
@@ -58,11 +57,6 @@ enum Command {
     /// salvage.
     #[command(flatten)]
     Inspect(inspect::Inspect),
-    /// Measure the engine against baselines doing the same work.
-    Bench {
-        #[command(subcommand)]
-        part: bench::BenchPart,
-    },
 }
 
 fn main() -> ExitCode {
@@ -72,7 +66,6 @@ fn main() -> ExitCode {
         Command::Demo { data, hold_ms } => demo::run(&data, hold_ms, &mut out),
         Command::Log(args) => log_cmd::run(&args, &mut out),
         Command::Inspect(command) => inspect::run(command, &mut out),
-        Command::Bench { part } => bench::run(part, &mut out),
     };
     // The output's fate decides first: a failed command write surfaces as
     // whatever error wrapped it, but the cause is stdout.

@@ -27,11 +27,11 @@ use subagent_store::{Durability, EventLog, ExpectedVersion, RocksLog, RocksOptio
 
 use super::args;
 use super::stats::Summary;
-use crate::CliResult;
+use crate::BenchResult;
 
 /// Arguments of `bench append`.
 #[derive(Args)]
-pub(crate) struct AppendArgs {
+pub struct AppendArgs {
     /// Runs per figure (the median is reported), 1 to 1000.
     #[arg(long, default_value_t = 5, value_parser = args::count(args::RUNS))]
     runs: usize,
@@ -216,7 +216,7 @@ fn measure(
 ///
 /// # Errors
 /// Storage failures.
-pub(super) fn run(args: &AppendArgs, out: &mut dyn Write) -> CliResult {
+pub(super) fn run(args: &AppendArgs, out: &mut dyn Write) -> BenchResult {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;

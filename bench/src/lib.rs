@@ -1,4 +1,6 @@
-//! `subagents bench`: figures measured side by side with baselines that do
+//! # subagent-bench
+//!
+//! `subagents-bench`: figures measured side by side with baselines that do
 //! the same work in the same run. Never asserted anywhere; read and recorded
 //! in BENCHMARKS.md. Every numeric argument is range-checked by clap (see
 //! [`args`]); the tables are written to the command's handled stdout, one
@@ -14,15 +16,23 @@ mod replay;
 mod stats;
 mod workload;
 
+pub use activations::ActivationArgs;
+pub use append::AppendArgs;
+pub use list::ListArgs;
+pub use memory::MemoryArgs;
+pub use messages::MessageArgs;
+pub use replay::ReplayArgs;
+
 use std::io::Write;
 
 use clap::Subcommand;
 
-use crate::CliResult;
+/// Boxed error for a part's result; every failure ends as one readable line.
+pub type BenchResult = Result<(), Box<dyn std::error::Error>>;
 
 /// The parts of the benchmark.
 #[derive(Subcommand)]
-pub(crate) enum BenchPart {
+pub enum BenchPart {
     /// Durable append throughput: engine vs raw RocksDB WriteBatch vs SQLite.
     Append(append::AppendArgs),
     /// One-shot activations per second with p50/p99 latency vs the append floor.
@@ -43,7 +53,7 @@ pub(crate) enum BenchPart {
 ///
 /// # Errors
 /// Storage failures while measuring, write failures.
-pub(crate) fn run(part: BenchPart, out: &mut dyn Write) -> CliResult {
+pub fn run(part: BenchPart, out: &mut dyn Write) -> BenchResult {
     match part {
         BenchPart::Append(args) => append::run(&args, out),
         BenchPart::Activations(args) => activations::run(&args, out),

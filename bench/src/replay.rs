@@ -17,11 +17,11 @@ use subagent_store::{EventLog, EventLogExt};
 use super::args;
 use super::stats::Summary;
 use super::workload;
-use crate::CliResult;
+use crate::BenchResult;
 
 /// Arguments of `bench replay` and `bench startup`.
 #[derive(Args)]
-pub(crate) struct ReplayArgs {
+pub struct ReplayArgs {
     /// Events in the generated log, 1,000 to 100,000,000.
     #[arg(long, default_value_t = 1_000_000, value_parser = args::count_u64(args::EVENTS))]
     events: u64,
@@ -42,7 +42,7 @@ fn timed<T>(
 ///
 /// # Errors
 /// Storage failures.
-pub(super) fn replay(args: &ReplayArgs, out: &mut dyn Write) -> CliResult {
+pub(super) fn replay(args: &ReplayArgs, out: &mut dyn Write) -> BenchResult {
     let dir = tempfile::tempdir()?;
     let workload = workload::build(dir.path(), args.events, 8, 0)?;
     let log = &workload.log;
@@ -95,7 +95,7 @@ pub(super) fn replay(args: &ReplayArgs, out: &mut dyn Write) -> CliResult {
 ///
 /// # Errors
 /// Storage failures.
-pub(super) fn startup(args: &ReplayArgs, out: &mut dyn Write) -> CliResult {
+pub(super) fn startup(args: &ReplayArgs, out: &mut dyn Write) -> BenchResult {
     let dir = tempfile::tempdir()?;
     let workload = workload::build(dir.path(), args.events, 8, 0)?;
     let log = workload.log;

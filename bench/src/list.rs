@@ -18,11 +18,11 @@ use subagent_store::{EventLog, EventLogExt};
 use super::args;
 use super::stats::Summary;
 use super::workload;
-use crate::CliResult;
+use crate::BenchResult;
 
 /// Arguments of `bench list`.
 #[derive(Args)]
-pub(crate) struct ListArgs {
+pub struct ListArgs {
     /// Sessions in the descendant tree, 1 to 10,000,000.
     #[arg(long, default_value_t = 100_000, value_parser = args::count_u64(args::SESSIONS))]
     sessions: u64,
@@ -46,7 +46,7 @@ fn micros(runs: usize, mut work: impl FnMut() -> usize) -> Summary {
 ///
 /// # Errors
 /// Storage failures.
-pub(super) fn run(args: &ListArgs, out: &mut dyn Write) -> CliResult {
+pub(super) fn run(args: &ListArgs, out: &mut dyn Write) -> BenchResult {
     writeln!(out, "listing, µs: median (min–max) of {} runs", args.runs)?;
     out.flush()?;
     {

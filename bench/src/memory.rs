@@ -20,11 +20,11 @@ use tokio_util::sync::CancellationToken;
 
 use super::args;
 use super::stats::Summary;
-use crate::CliResult;
+use crate::BenchResult;
 
 /// Arguments of `bench memory`.
 #[derive(Args)]
-pub(crate) struct MemoryArgs {
+pub struct MemoryArgs {
     /// Children per run, 1 to 1,000,000.
     #[arg(long, default_value_t = 20_000, value_parser = args::count(args::CHILDREN))]
     children: usize,
@@ -91,7 +91,7 @@ async fn one_run(children: usize) -> Result<(f64, f64), Box<dyn std::error::Erro
 ///
 /// # Errors
 /// Storage or runtime failures.
-pub(super) fn run(args: &MemoryArgs, out: &mut dyn Write) -> CliResult {
+pub(super) fn run(args: &MemoryArgs, out: &mut dyn Write) -> BenchResult {
     let tokio = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;

@@ -27,11 +27,11 @@ use tokio_util::sync::CancellationToken;
 
 use super::args;
 use super::stats::{percentile_ms, Summary};
-use crate::CliResult;
+use crate::BenchResult;
 
 /// Arguments of `bench messages`.
 #[derive(Args)]
-pub(crate) struct MessageArgs {
+pub struct MessageArgs {
     /// Runs per figure (the median is reported), 1 to 1000.
     #[arg(long, default_value_t = 5, value_parser = args::count(args::RUNS))]
     runs: usize,
@@ -246,7 +246,7 @@ async fn floor_run(
 ///
 /// # Errors
 /// Storage or runtime failures.
-pub(super) fn run(args: &MessageArgs, out: &mut dyn Write) -> CliResult {
+pub(super) fn run(args: &MessageArgs, out: &mut dyn Write) -> BenchResult {
     let tokio = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;

@@ -1,0 +1,85 @@
+//! Bad arguments through the real `subagents-bench` binary: every number
+//! outside its range is clap's usage error (exit 2), refused before anything
+//! is measured.
+
+use std::process::Command;
+
+#[test]
+fn bench_numbers_outside_their_range_are_refused_before_measuring() {
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (
+            vec!["append", "--scale", "inf"],
+            "inf is not a finite number in 0.01..=100",
+        ),
+        (
+            vec!["append", "--scale", "-inf"],
+            "-inf is not a finite number in 0.01..=100",
+        ),
+        (
+            vec!["append", "--scale", "NaN"],
+            "NaN is not a finite number in 0.01..=100",
+        ),
+        (
+            vec!["append", "--scale", "-1"],
+            "-1 is not a finite number in 0.01..=100",
+        ),
+        (
+            vec!["append", "--scale", "0"],
+            "0 is not a finite number in 0.01..=100",
+        ),
+        (
+            vec!["append", "--scale", "1e300"],
+            "1e300 is not a finite number in 0.01..=100",
+        ),
+        (
+            vec!["append", "--scale", "lots"],
+            "\"lots\" is not a number",
+        ),
+        (
+            vec!["activations", "--scale", "inf"],
+            "inf is not a finite number",
+        ),
+        (vec!["append", "--runs", "0"], "0 is not in 1..=1000"),
+        (vec!["activations", "--runs", "0"], "0 is not in 1..=1000"),
+        (vec!["messages", "--runs", "0"], "0 is not in 1..=1000"),
+        (vec!["memory", "--runs", "0"], "0 is not in 1..=1000"),
+        (vec!["replay", "--runs", "0"], "0 is not in 1..=1000"),
+        (vec!["list", "--runs", "0"], "0 is not in 1..=1000"),
+        (vec!["startup", "--runs", "0"], "0 is not in 1..=1000"),
+        (vec!["append", "--runs", "1001"], "1001 is not in 1..=1000"),
+        (vec!["list", "--sessions", "0"], "0 is not in 1..=10000000"),
+        (
+            vec!["list", "--sessions", "18446744073709551615"],
+            "18446744073709551615 is not in 1..=10000000",
+        ),
+        (vec!["memory", "--children", "0"], "0 is not in 1..=1000000"),
+        (
+            vec!["messages", "--round-trips", "0"],
+            "0 is not in 1..=1000000",
+        ),
+        (
+            vec!["replay", "--events", "999"],
+            "999 is not in 1000..=100000000",
+        ),
+        (
+            vec!["startup", "--events", "0"],
+            "0 is not in 1000..=100000000",
+        ),
+    ];
+    for (part_args, message) in cases {
+        let args = part_args;
+        let output = Command::new(env!("CARGO_BIN_EXE_subagents-bench"))
+            .args(&args)
+            .output()
+            .expect("run subagents-bench");
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(message), "{args:?}: {stderr}");
+        assert!(
+            stderr.starts_with("error: invalid value"),
+            "{args:?}: {stderr}"
+        );
+        assert_eq!(stdout, "", "{args:?} measured nothing");
+    }
+}
