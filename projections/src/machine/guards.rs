@@ -159,13 +159,14 @@ pub(crate) fn live(
         .ok_or_else(|| out_of_order(child, OutOfOrder::NotLive { epoch }))
 }
 
-pub(crate) fn live_where<'a>(
-    state: &'a Projections,
+/// The live activation at `epoch`, if `admits` it; else `refusal`.
+fn live_where(
+    state: &Projections,
     child: SessionId,
     epoch: u64,
     admits: impl Fn(&LiveActivation) -> bool,
     refusal: OutOfOrder,
-) -> Result<&'a LiveActivation, SubagentError> {
+) -> Result<&LiveActivation, SubagentError> {
     let live = live(state, child, epoch)?;
     if admits(live) {
         Ok(live)
