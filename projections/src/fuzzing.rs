@@ -226,7 +226,7 @@ impl FuzzWorld {
             }
             _ => {}
         }
-        match op % 22 {
+        match op % 23 {
             0 => {
                 let session = SessionId::from_uuid(self.fresh());
                 self.sessions.push(session);
@@ -382,6 +382,19 @@ impl FuzzWorld {
             20 => Command::ReopenAdmission {
                 parent: self.session(arg()),
             },
+            21 => {
+                let session = self.session(arg());
+                let turn = self.state.activations.get(&session).map_or(1, |a| a.turns);
+                let name = ["read_file", "shell"][usize::from(arg()) % 2];
+                Command::CallTool {
+                    session,
+                    turn,
+                    call_id: format!("call-{}", self.fresh()),
+                    name: name.into(),
+                    input: serde_json::json!({}),
+                    known: arg() % 4 != 0,
+                }
+            }
             _ => Command::Recover,
         }
     }

@@ -1086,6 +1086,89 @@ fn tool_filters_name_only_host_tools_and_narrow_down_the_lineage() {
 }
 
 #[test]
+fn decide_answers_tool_calls_refusing_what_the_lineage_restricts() {
+    let mut world = World::new();
+    let root = world.root();
+    let parent = with_options(
+        root,
+        "spawn",
+        StartOptions {
+            tool_filter: Some(ToolRestriction::Deny(vec!["shell".into()])),
+            ..StartOptions::default()
+        },
+    );
+    let child = parent.child;
+    world.run(Command::StartChild(parent));
+    world.run(Command::PrepareActivation {
+        child,
+        epoch: 1,
+        prompt: Some((MessageId::new(), vec![ContentBlock::text("go")])),
+        seed: None,
+        seed_source: None,
+    });
+    world.run(Command::PublishActivation {
+        child,
+        epoch: 1,
+        run_id: SubagentRunId::new(),
+    });
+    let call = |name: &str, known: bool| Command::CallTool {
+        session: child,
+        turn: 1,
+        call_id: format!("call-{name}"),
+        name: name.into(),
+        input: serde_json::json!({"path": "x"}),
+        known,
+    };
+    // No turn is running yet.
+    assert_eq!(
+        world.refuse(call("read_file", true)),
+        SubagentError::OutOfOrder {
+            session: child,
+            reason: OutOfOrder::NoTurnRunning
+        }
+    );
+    world.run(Command::BeginTurn { session: child });
+
+    // Permitted and known: only the call, the instruction to execute.
+    let recorded = world.run(call("read_file", true));
+    assert_eq!(types(&recorded), vec!["ToolCalled"]);
+
+    // Restricted down the lineage: the call and its refusal, together.
+    let recorded = world.run(call("shell", true));
+    assert_eq!(types(&recorded), vec!["ToolCalled", "ToolReturned"]);
+    assert!(matches!(
+        &recorded[1].1,
+        Event::ToolReturned { call_id, is_error: true, refused: true, output, .. }
+            if call_id == "call-shell"
+                && subagent_core::content::plain_text(output) == "tool shell is not available to this agent"
+    ));
+
+    // Permitted but not a host tool: fails, not refused.
+    let recorded = world.run(call("teleport", false));
+    assert!(matches!(
+        &recorded[1].1,
+        Event::ToolReturned { is_error: true, refused: false, output, .. }
+            if subagent_core::content::plain_text(output) == "unknown tool teleport"
+    ));
+
+    // A call naming another turn is out of order.
+    let mut other_turn = call("read_file", true);
+    if let Command::CallTool { turn, .. } = &mut other_turn {
+        *turn = 2;
+    }
+    assert_eq!(
+        world.refuse(other_turn),
+        SubagentError::OutOfOrder {
+            session: child,
+            reason: OutOfOrder::OtherTurn {
+                entry: 2,
+                running: 1
+            }
+        }
+    );
+}
+
+#[test]
 fn local_children_inherit_the_parents_options_with_the_request_merged_over() {
     let mut world = World::new();
     world.register_capable("capable");

@@ -70,6 +70,27 @@ pub enum Command {
         /// The entry.
         entry: Event,
     },
+    /// The running turn's agent calls a tool. `decide` records the call and
+    /// answers it: a tool the session's lineage restricts is refused, and an
+    /// unknown one fails, both recorded as the call's `ToolReturned` in the
+    /// same decision; otherwise the decision holds only the call, the
+    /// instruction to execute it (its result is recorded with
+    /// [`Command::RecordTranscript`]).
+    CallTool {
+        /// The session whose turn calls.
+        session: SessionId,
+        /// The turn.
+        turn: u64,
+        /// The call's id.
+        call_id: String,
+        /// The tool's name.
+        name: String,
+        /// Its JSON input.
+        input: Value,
+        /// Whether the host has a tool of that name (a setting, not a fact
+        /// of the log, so the caller supplies it like a start's settings).
+        known: bool,
+    },
     /// Steering: the running turn claims every pending message at its next
     /// step boundary. A no-op when nothing is pending.
     ClaimSteering {

@@ -14,7 +14,7 @@
 //!   [`crate::admissible`];
 //! - `registry`: roots and providers;
 //! - `lifecycle`: a continuable child's activation, from start to release;
-//! - `turns`: turns, transcript and steering;
+//! - `turns`: turns, transcript, tool calls and steering;
 //! - `runs`: external one-shot runs;
 //! - `messaging`: messages, interrupts and admission;
 //! - `recovery`: settling what a dead host left live.
@@ -97,6 +97,14 @@ pub fn decide(state: &Projections, command: Command) -> Result<Decision, Subagen
         Command::RecordTranscript { session, entry } => {
             turns::record_transcript(state, session, entry)
         }
+        Command::CallTool {
+            session,
+            turn,
+            call_id,
+            name,
+            input,
+            known,
+        } => turns::call_tool(state, session, turn, call_id, name, input, known),
         Command::ClaimSteering { session } => turns::claim_steering(state, session),
         Command::EndTurn {
             session,

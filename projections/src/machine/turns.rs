@@ -1,8 +1,12 @@
 //! Turns of a published activation: a turn begins by claiming every
-//! pending message, records its transcript, claims steering at step
+//! pending message, records its transcript, has its tool calls answered
+//! (refused down the lineage, or let through), claims steering at step
 //! boundaries, and ends.
 
-use subagent_core::{Event, SessionId, StreamId, SubagentError, SubagentStopReason};
+use serde_json::Value;
+use subagent_core::{
+    ContentBlock, Event, SessionId, StreamId, SubagentError, SubagentStopReason, ToolRestriction,
+};
 
 use crate::state::Projections;
 
@@ -67,4 +71,42 @@ pub(super) fn end_turn(
         StreamId::Session(session),
         vec![Event::TurnEnded { turn, stop_reason }],
     ))
+}
+
+/// A tool call of the running turn, and the runtime's answer to it.
+/// (`name`, `input` and `known` as in [`super::Command::CallTool`].)
+pub(super) fn call_tool(
+    state: &Projections,
+    session: SessionId,
+    turn: u64,
+    call_id: String,
+    name: String,
+    input: Value,
+    known: bool,
+) -> Result<Decision, SubagentError> {
+    let called = Event::ToolCalled {
+        turn,
+        call_id: call_id.clone(),
+        name: name.clone(),
+        input,
+    };
+    transcript_turn(state, session, &called)?;
+    let refusal = if !ToolRestriction::permits_in(state.tool_lineage(session), &name) {
+        Some((format!("tool {name} is not available to this agent"), true))
+    } else if !known {
+        Some((format!("unknown tool {name}"), false))
+    } else {
+        None
+    };
+    let mut events = vec![called];
+    if let Some((text, refused)) = refusal {
+        events.push(Event::ToolReturned {
+            turn,
+            call_id,
+            output: vec![ContentBlock::text(text)],
+            is_error: true,
+            refused,
+        });
+    }
+    Ok(single(StreamId::Session(session), events))
 }

@@ -11,7 +11,9 @@ use tracing::warn;
 
 use crate::activation::DriverHandle;
 use crate::provider::SubagentRun;
-use crate::runtime::{Notice, SubagentRuntime};
+use crate::runtime::SubagentRuntime;
+
+use super::announce_settled;
 
 /// Drives one external run: await its result (or a stop), record it, then
 /// dispose the handle when stopped and record that.
@@ -60,21 +62,20 @@ impl ExternalDriver {
                     result: result.clone(),
                 })
                 .await?;
-            // A parent-delivered report is a message to the parent.
-            self.runtime.wake(self.handle.parent);
-            self.runtime.notify(Notice::End {
-                parent: self.handle.parent,
-                info: SubagentRunEndInfo {
+            let last_message = (!result.output.is_empty()).then(|| result.output.clone());
+            announce_settled(
+                &self.runtime,
+                &self.handle,
+                Some(SubagentRunEndInfo {
                     run_id: self.run_id,
                     provider: self.provider.clone(),
                     id: child,
                     local: false,
                     stop_reason: result.stop_reason.clone(),
-                    last_assistant_message: (!result.output.is_empty())
-                        .then(|| result.output.clone()),
-                },
-            });
-            self.handle.settle(Ok(result));
+                    last_assistant_message: last_message,
+                }),
+                Ok(result),
+            );
             stop.cancelled().await;
         }
         let cleanup_error = self

@@ -6,3 +6,28 @@ mod local;
 
 pub(crate) use external::ExternalDriver;
 pub(crate) use local::LocalDriver;
+
+use subagent_core::{SubagentError, SubagentResult, SubagentRunEndInfo};
+
+use crate::activation::DriverHandle;
+use crate::runtime::{Notice, SubagentRuntime};
+
+/// What follows every recorded settlement, local or external: the parent is
+/// woken (a parent-delivered notice or report is a message to it),
+/// `subagent/end` is announced when `end` is given (only for a child whose
+/// `subagent/start` was announced), and the handle's `result()` resolves.
+pub(crate) fn announce_settled(
+    runtime: &SubagentRuntime,
+    handle: &DriverHandle,
+    end: Option<SubagentRunEndInfo>,
+    result: Result<SubagentResult, SubagentError>,
+) {
+    runtime.wake(handle.parent);
+    if let Some(info) = end {
+        runtime.notify(Notice::End {
+            parent: handle.parent,
+            info,
+        });
+    }
+    handle.settle(result);
+}

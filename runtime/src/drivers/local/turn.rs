@@ -1,0 +1,292 @@
+//! One turn of a local activation: claiming the inbox, running the agent
+//! while its transcript, steering claims and tool calls are recorded, then
+//! ending the turn durably and, on the epoch's first, settling it.
+
+use serde_json::Value;
+use subagent_core::{
+    content::ContentBlock, select_output, Event, SubagentError, SubagentResult, SubagentRunEndInfo,
+    SubagentRunId, SubagentStopReason,
+};
+use subagent_projections::Command;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::agent::{Agent, ToolCall, ToolOutput, ToolPort, TranscriptItem, TurnEnd, TurnInput};
+use crate::runtime::lock;
+
+use crate::drivers::announce_settled;
+
+use super::{Failure, LocalDriver};
+
+/// What [`LocalDriver::prepare`] published: the run id pairing
+/// `subagent/start` with `subagent/end`, and the output schema a settling
+/// turn must satisfy.
+pub(super) struct Published {
+    pub(super) run_id: SubagentRunId,
+    pub(super) output_schema: Option<Value>,
+}
+
+/// How a turn ran: the agent's end, the contents of its assistant
+/// messages, and the wake count an interrupt of this turn was taken at.
+pub(super) struct TurnRan {
+    pub(super) end: TurnEnd,
+    pub(super) assistant: Vec<Vec<ContentBlock>>,
+    pub(super) interrupted_at: Option<u64>,
+}
+
+/// The driver's state across turns.
+pub(super) struct TurnState {
+    /// Whether the epoch has settled (on its first turn's end).
+    pub(super) settled: bool,
+    /// The stream version after the last claim (see `claimed_contents`).
+    pub(super) scan_from: u64,
+    /// After an interrupt the driver parks: pending messages wait for the
+    /// next waking send, which resumes them in FIFO order.
+    pub(super) parked: bool,
+}
+
+impl LocalDriver {
+    /// Runs one turn: claims every pending message, hands them to the
+    /// agent, and records its transcript, steering claims and tool calls as
+    /// they come, until the turn ends or is stopped.
+    pub(super) async fn run_turn(
+        &self,
+        agent: &mut dyn Agent,
+        turns: &mut TurnState,
+    ) -> Result<TurnRan, Failure> {
+        let claimed = self
+            .runtime
+            .inner
+            .engine
+            .commit(Command::BeginTurn {
+                session: self.handle.child,
+            })
+            .await?;
+        let turn = claimed
+            .iter()
+            .find_map(|record| match record.event {
+                Event::TurnStarted { turn, .. } => Some(turn),
+                _ => None,
+            })
+            .unwrap_or(0);
+        let messages = self.claimed_contents(&claimed, &mut turns.scan_from)?;
+        let (transcript, mut items) = mpsc::channel(64);
+        // A turn stops on dispose (the driver's token) or on the caller's
+        // start signal.
+        let cancel = self.handle.stop.child_token();
+        *lock(&self.handle.turn) = Some(cancel.clone());
+        let (signal, turn_cancel) = (self.signal.clone(), cancel.clone());
+        tokio::spawn(async move {
+            tokio::select! {
+                () = signal.cancelled() => turn_cancel.cancel(),
+                () = turn_cancel.cancelled() => {}
+            }
+        });
+        let (steering, mut steer_requests) = mpsc::channel(4);
+        let (tools, mut tool_requests) = mpsc::channel(4);
+        let input = TurnInput {
+            messages,
+            cancel: cancel.clone(),
+            transcript,
+            steering: crate::agent::SteeringPort(steering),
+            tools: ToolPort(tools),
+        };
+        let mut assistant: Vec<Vec<ContentBlock>> = Vec::new();
+        let mut turn_future = agent.run_turn(input);
+        let end = loop {
+            tokio::select! {
+                end = &mut turn_future => break end,
+                Some(item) = items.recv() => self.record(turn, item, &mut assistant).await?,
+                Some(reply) = steer_requests.recv() => {
+                    // Transcript entries the agent sent before asking come first.
+                    while let Ok(item) = items.try_recv() {
+                        self.record(turn, item, &mut assistant).await?;
+                    }
+                    let _ = reply.send(self.steer(&mut turns.scan_from).await?);
+                }
+                Some((call, reply)) = tool_requests.recv() => {
+                    while let Ok(item) = items.try_recv() {
+                        self.record(turn, item, &mut assistant).await?;
+                    }
+                    let _ = reply.send(self.call_tool(turn, call, &cancel).await?);
+                }
+            }
+        };
+        drop(turn_future);
+        lock(&self.handle.turn).take();
+        let interrupted_at = lock(&self.handle.interrupted_at)
+            .take()
+            .filter(|_| !self.handle.stop.is_cancelled());
+        while let Some(item) = items.recv().await {
+            self.record(turn, item, &mut assistant).await?;
+        }
+        Ok(TurnRan {
+            end,
+            assistant,
+            interrupted_at,
+        })
+    }
+
+    /// Ends the turn durably and, on the epoch's first turn, settles it:
+    /// the result is the last non-empty assistant message, and a requested
+    /// schema is satisfied only by a valid capture (a completed turn without
+    /// one ends `error`).
+    pub(super) async fn finish_turn(
+        &self,
+        live: &Published,
+        end: TurnEnd,
+        assistant: &[Vec<ContentBlock>],
+        turns: &mut TurnState,
+    ) -> Result<(), Failure> {
+        let engine = &self.runtime.inner.engine;
+        let child = self.handle.child;
+        engine
+            .commit(Command::EndTurn {
+                session: child,
+                stop_reason: end.stop_reason.clone(),
+            })
+            .await?;
+        if turns.settled {
+            return Ok(());
+        }
+        turns.settled = true;
+        let mut result = SubagentResult {
+            output: select_output(assistant.iter().map(Vec::as_slice), ""),
+            structured: None,
+            // Agent text is cleaned before it is recorded.
+            diagnostic: end
+                .diagnostic
+                .as_ref()
+                .map(|text| self.runtime.clean_diagnostic(child, text.as_str())),
+            stop_reason: end.stop_reason.clone(),
+        };
+        if let Some(schema) = &live.output_schema {
+            match subagent_core::schema::validate_capture(schema, end.structured.as_ref()) {
+                Ok(capture) => result.structured = Some(capture),
+                Err(reason) if result.stop_reason == SubagentStopReason::Completed => {
+                    result.stop_reason = SubagentStopReason::Error;
+                    result.diagnostic = Some(subagent_core::Diagnostic::new(reason));
+                }
+                Err(_) => {}
+            }
+        }
+        engine
+            .commit(Command::SettleActivation {
+                child,
+                epoch: self.epoch,
+                result: result.clone(),
+            })
+            .await?;
+        let last_message = (!result.output.is_empty()).then(|| result.output.clone());
+        announce_settled(
+            &self.runtime,
+            &self.handle,
+            Some(SubagentRunEndInfo {
+                run_id: live.run_id,
+                provider: self.provider.clone(),
+                id: child,
+                local: true,
+                stop_reason: result.stop_reason.clone(),
+                last_assistant_message: last_message,
+            }),
+            Ok(result),
+        );
+        Ok(())
+    }
+
+    pub(super) async fn record(
+        &self,
+        turn: u64,
+        item: TranscriptItem,
+        assistant: &mut Vec<Vec<ContentBlock>>,
+    ) -> Result<(), SubagentError> {
+        let TranscriptItem::Assistant(content) = item;
+        assistant.push(content.clone());
+        self.transcribe(Event::AssistantMessage {
+            turn,
+            content,
+            usage: None,
+        })
+        .await
+    }
+
+    pub(super) async fn transcribe(&self, entry: Event) -> Result<(), SubagentError> {
+        self.runtime
+            .inner
+            .engine
+            .commit(Command::RecordTranscript {
+                session: self.handle.child,
+                entry,
+            })
+            .await?;
+        Ok(())
+    }
+
+    /// Serves one tool call: `decide` records it and answers a call the
+    /// session's lineage refuses (or an unknown tool) at once; any other is
+    /// executed through the host (cut short by the turn's cancellation) and
+    /// its result recorded.
+    pub(super) async fn call_tool(
+        &self,
+        turn: u64,
+        call: ToolCall,
+        cancel: &CancellationToken,
+    ) -> Result<ToolOutput, SubagentError> {
+        let child = self.handle.child;
+        let known = self
+            .runtime
+            .inner
+            .deployment
+            .tools
+            .iter()
+            .any(|tool| tool.name == call.name);
+        let recorded = self
+            .runtime
+            .inner
+            .engine
+            .commit(Command::CallTool {
+                session: child,
+                turn,
+                call_id: call.call_id.clone(),
+                name: call.name.clone(),
+                input: call.input.clone(),
+                known,
+            })
+            .await?;
+        let answered = recorded.into_iter().find_map(|record| match record.event {
+            Event::ToolReturned {
+                output,
+                is_error,
+                refused,
+                ..
+            } => Some(ToolOutput {
+                output,
+                is_error,
+                refused,
+            }),
+            _ => None,
+        });
+        if let Some(answer) = answered {
+            return Ok(answer);
+        }
+        let call_id = call.call_id.clone();
+        let execution = self
+            .runtime
+            .inner
+            .host
+            .execute_tool(child, call, cancel.child_token());
+        let output = tokio::select! {
+            output = execution => ToolOutput { refused: false, ..output },
+            () = cancel.cancelled() => ToolOutput::error("interrupted"),
+        };
+        self.transcribe(Event::ToolReturned {
+            turn,
+            call_id,
+            output: output.output.clone(),
+            is_error: output.is_error,
+            refused: output.refused,
+        })
+        .await?;
+        Ok(output)
+    }
+}
