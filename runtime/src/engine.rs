@@ -134,7 +134,6 @@ pub(crate) fn internal_error(err: impl std::error::Error + 'static) -> SubagentE
 }
 
 impl Engine {
-    /// Folds the whole log into fresh projections.
     /// Opens from the newest usable checkpoint plus the log's tail (a
     /// checkpoint that cannot be trusted is discarded and the log refolded),
     /// and saves a new checkpoint every `checkpoint_every` committed events.
