@@ -4,6 +4,9 @@
 //!
 //! Live objects of the TypeScript API (`Agent`, `AbortSignal`) have no place
 //! here: the runtime holds them. Core keeps only their durable identities.
+//!
+//! Over 500 lines because it is a table: one type per contract of
+//! `types.ts`, each with its wire form; its tests are in `contracts_tests.rs`.
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;

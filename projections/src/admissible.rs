@@ -17,6 +17,9 @@
 //! inputs the log does not hold (persona variables, tool names, model
 //! selection, capabilities of the requested options), and ids the runtime
 //! generates fresh (message and run ids).
+//!
+//! Over 500 lines because [`admit`] is a table: one arm per event type, each
+//! naming the rules it shares with `decide`.
 
 use std::fmt;
 

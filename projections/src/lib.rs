@@ -16,6 +16,7 @@ pub mod checkpoint;
 #[cfg(feature = "testing")]
 pub mod fuzzing;
 pub mod inbox;
+mod lineage;
 pub mod machine;
 pub mod sessions;
 pub mod state;

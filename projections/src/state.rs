@@ -12,7 +12,6 @@ use serde::{Deserialize, Serialize};
 use subagent_core::{
     AgentRoute, CatalogMode, Event, RecordedEvent, SessionId, SubagentCapabilities,
     SubagentCatalogEntry, SubagentDescendantListEntry, SubagentDescriptor, SubagentListEntry,
-    ToolRestriction,
 };
 
 use crate::activation::{
@@ -435,38 +434,6 @@ impl Projections {
                 (entry, activity)
             })
             .filter(|(_, activity)| matches!(activity, Activity::Running | Activity::Inactive))
-            .collect()
-    }
-
-    /// `session`'s record, then its parent's, and so on up to its root;
-    /// nothing for an unknown session. Every walk up the tree goes through
-    /// here. It takes at most as many steps as there are sessions, so even
-    /// a parent cycle (which no admissible history holds) ends.
-    pub fn lineage(&self, session: SessionId) -> impl Iterator<Item = &SessionRecord> + '_ {
-        std::iter::successors(self.sessions.get(&session), |record| {
-            record.parent.and_then(|parent| self.sessions.get(&parent))
-        })
-        .take(self.sessions.len())
-    }
-
-    /// `session`'s ancestors, nearest first: [`Self::lineage`] without
-    /// `session` itself.
-    pub fn ancestors(&self, session: SessionId) -> impl Iterator<Item = &SessionRecord> + '_ {
-        self.lineage(session).skip(1)
-    }
-
-    /// The tool restrictions that apply to `session`: its own, then each
-    /// ancestor's. A tool is visible and executable only when every one of
-    /// them permits it ([`ToolRestriction::permits_in`]).
-    #[must_use]
-    pub fn tool_lineage(&self, session: SessionId) -> Vec<&ToolRestriction> {
-        self.lineage(session)
-            .filter_map(|record| {
-                record
-                    .descriptor
-                    .as_ref()
-                    .and_then(|descriptor| descriptor.tool_filter.as_ref())
-            })
             .collect()
     }
 
