@@ -176,40 +176,30 @@ pub(super) fn settle_activation(
     Ok(settle(state, child, live, result))
 }
 
-/// Ends a live activation's running turn with `stop_reason`, if one runs.
-fn end_running_turn(
+/// Releases a live activation: its running turn ends with the stop reason
+/// of `unsettled` (the result an unsettled epoch settles with), an unsettled
+/// epoch settles with it (and notifies as any settlement), and
+/// `ActivationReleased` records `cleanup_error`.
+fn release_live(
     state: &Projections,
     child: SessionId,
-    stop_reason: SubagentStopReason,
-    decision: &mut Decision,
-) {
+    live: &LiveActivation,
+    unsettled: SubagentResult,
+    cleanup_error: Option<Diagnostic>,
+) -> Decision {
+    let mut decision = Vec::new();
     if let Some(turn) = state.activations.get(&child).and_then(|a| a.running_turn) {
         push_to(
-            decision,
+            &mut decision,
             StreamId::Session(child),
-            vec![Event::TurnEnded { turn, stop_reason }],
+            vec![Event::TurnEnded {
+                turn,
+                stop_reason: unsettled.stop_reason.clone(),
+            }],
         );
     }
-}
-
-/// Releases a live activation: its running turn ends `aborted`, an
-/// unsettled one settles `aborted`, then it is released.
-pub(super) fn release(
-    state: &Projections,
-    child: SessionId,
-    epoch: u64,
-    cleanup_error: Option<Diagnostic>,
-) -> Result<Decision, SubagentError> {
-    let live = live(state, child, epoch)?;
-    let mut decision = Vec::new();
-    end_running_turn(state, child, SubagentStopReason::Aborted, &mut decision);
     if !live.settled {
-        let aborted = SubagentResult::failed(
-            SubagentStopReason::Aborted,
-            Vec::new(),
-            "disposed before it settled",
-        );
-        for (stream, events) in settle(state, child, live, aborted) {
+        for (stream, events) in settle(state, child, live, unsettled) {
             push_to(&mut decision, stream, events);
         }
     }
@@ -217,11 +207,28 @@ pub(super) fn release(
         &mut decision,
         StreamId::Session(child),
         vec![Event::ActivationReleased {
-            epoch,
+            epoch: live.epoch,
             cleanup_error,
         }],
     );
-    Ok(decision)
+    decision
+}
+
+/// Releases a live activation (dispose): its running turn ends `aborted`,
+/// an unsettled one settles `aborted`, then it is released.
+pub(super) fn release(
+    state: &Projections,
+    child: SessionId,
+    epoch: u64,
+    cleanup_error: Option<Diagnostic>,
+) -> Result<Decision, SubagentError> {
+    let live = live(state, child, epoch)?;
+    let aborted = SubagentResult::failed(
+        SubagentStopReason::Aborted,
+        Vec::new(),
+        "disposed before it settled",
+    );
+    Ok(release_live(state, child, live, aborted, cleanup_error))
 }
 
 /// Records a failed agent or driver ([`super::Command::FailActivation`]):
@@ -235,31 +242,14 @@ pub(super) fn fail(
     diagnostic: Diagnostic,
 ) -> Result<Decision, SubagentError> {
     let live = live(state, child, epoch)?;
-    let mut decision = Vec::new();
-    end_running_turn(state, child, SubagentStopReason::Error, &mut decision);
-    let cleanup_error = if live.settled {
-        Some(diagnostic)
-    } else {
-        let failed = SubagentResult {
-            output: Vec::new(),
-            structured: None,
-            diagnostic: Some(diagnostic),
-            stop_reason: SubagentStopReason::Error,
-        };
-        for (stream, events) in settle(state, child, live, failed) {
-            push_to(&mut decision, stream, events);
-        }
-        None
+    let cleanup_error = live.settled.then(|| diagnostic.clone());
+    let failed = SubagentResult {
+        output: Vec::new(),
+        structured: None,
+        diagnostic: Some(diagnostic),
+        stop_reason: SubagentStopReason::Error,
     };
-    push_to(
-        &mut decision,
-        StreamId::Session(child),
-        vec![Event::ActivationReleased {
-            epoch,
-            cleanup_error,
-        }],
-    );
-    Ok(decision)
+    Ok(release_live(state, child, live, failed, cleanup_error))
 }
 
 /// Records an activation that ended before publication.

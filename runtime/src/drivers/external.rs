@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use subagent_core::{SubagentError, SubagentResult, SubagentRunEndInfo, SubagentRunId};
+use subagent_core::{SubagentError, SubagentResult, SubagentRunId};
 use subagent_projections::Command;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
@@ -13,7 +13,7 @@ use crate::activation::DriverHandle;
 use crate::provider::SubagentRun;
 use crate::runtime::SubagentRuntime;
 
-use super::announce_settled;
+use super::{announce_settled, end_info};
 
 /// Drives one external run: await its result (or a stop), record it, then
 /// dispose the handle when stopped and record that.
@@ -62,20 +62,8 @@ impl ExternalDriver {
                     result: result.clone(),
                 })
                 .await?;
-            let last_message = (!result.output.is_empty()).then(|| result.output.clone());
-            announce_settled(
-                &self.runtime,
-                &self.handle,
-                Some(SubagentRunEndInfo {
-                    run_id: self.run_id,
-                    provider: self.provider.clone(),
-                    id: child,
-                    local: false,
-                    stop_reason: result.stop_reason.clone(),
-                    last_assistant_message: last_message,
-                }),
-                Ok(result),
-            );
+            let end = end_info(self.run_id, &self.provider, child, false, &result);
+            announce_settled(&self.runtime, &self.handle, Some(end), Ok(result));
             stop.cancelled().await;
         }
         let cleanup_error = self

@@ -7,7 +7,7 @@ mod local;
 pub(crate) use external::ExternalDriver;
 pub(crate) use local::LocalDriver;
 
-use subagent_core::{SubagentError, SubagentResult, SubagentRunEndInfo};
+use subagent_core::{SessionId, SubagentError, SubagentResult, SubagentRunEndInfo, SubagentRunId};
 
 use crate::activation::DriverHandle;
 use crate::runtime::{Notice, SubagentRuntime};
@@ -30,4 +30,24 @@ pub(crate) fn announce_settled(
         });
     }
     handle.settle(result);
+}
+
+/// The `subagent/end` of a settled child: its run, provider, id and
+/// locality, the result's stop reason, and its output as the last assistant
+/// message (none when empty).
+pub(crate) fn end_info(
+    run_id: SubagentRunId,
+    provider: &str,
+    child: SessionId,
+    local: bool,
+    result: &SubagentResult,
+) -> SubagentRunEndInfo {
+    SubagentRunEndInfo {
+        run_id,
+        provider: provider.to_owned(),
+        id: child,
+        local,
+        stop_reason: result.stop_reason.clone(),
+        last_assistant_message: (!result.output.is_empty()).then(|| result.output.clone()),
+    }
 }

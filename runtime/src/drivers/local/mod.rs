@@ -14,9 +14,7 @@
 use std::sync::Arc;
 
 use serde_json::Value;
-use subagent_core::{
-    Event, SubagentDescriptor, SubagentError, SubagentRunEndInfo, SubagentRunId, SubagentRunInfo,
-};
+use subagent_core::{Event, SubagentDescriptor, SubagentError, SubagentRunId, SubagentRunInfo};
 use subagent_projections::Command;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
@@ -26,7 +24,7 @@ use crate::agent::{Agent, AgentSpec};
 use crate::engine::internal;
 use crate::runtime::{lock, Notice, SubagentRuntime};
 
-use super::announce_settled;
+use super::{announce_settled, end_info};
 use crate::tools::visible_tools;
 
 mod claims;
@@ -163,14 +161,7 @@ impl LocalDriver {
                         // published child; an agent that was never built had none.
                         let end = run_id
                             .filter(|_| published)
-                            .map(|run_id| SubagentRunEndInfo {
-                                run_id,
-                                provider: self.provider.clone(),
-                                id: child,
-                                local: true,
-                                stop_reason: settled.stop_reason,
-                                last_assistant_message: None,
-                            });
+                            .map(|run_id| end_info(run_id, &self.provider, child, true, &settled));
                         announce_settled(runtime, &self.handle, end, result);
                     }
                     None => self.handle.settle(result),

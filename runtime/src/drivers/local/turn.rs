@@ -4,8 +4,8 @@
 
 use serde_json::Value;
 use subagent_core::{
-    content::ContentBlock, select_output, Event, SubagentError, SubagentResult, SubagentRunEndInfo,
-    SubagentRunId, SubagentStopReason,
+    content::ContentBlock, select_output, Event, SubagentError, SubagentResult, SubagentRunId,
+    SubagentStopReason,
 };
 use subagent_projections::Command;
 use tokio::sync::mpsc;
@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 use crate::agent::{Agent, ToolCall, ToolOutput, ToolPort, TranscriptItem, TurnEnd, TurnInput};
 use crate::runtime::lock;
 
-use crate::drivers::announce_settled;
+use crate::drivers::{announce_settled, end_info};
 
 use super::{Failure, LocalDriver};
 
@@ -177,20 +177,8 @@ impl LocalDriver {
                 result: result.clone(),
             })
             .await?;
-        let last_message = (!result.output.is_empty()).then(|| result.output.clone());
-        announce_settled(
-            &self.runtime,
-            &self.handle,
-            Some(SubagentRunEndInfo {
-                run_id: live.run_id,
-                provider: self.provider.clone(),
-                id: child,
-                local: true,
-                stop_reason: result.stop_reason.clone(),
-                last_assistant_message: last_message,
-            }),
-            Ok(result),
-        );
+        let end = end_info(live.run_id, &self.provider, child, true, &result);
+        announce_settled(&self.runtime, &self.handle, Some(end), Ok(result));
         Ok(())
     }
 
