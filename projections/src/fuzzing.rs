@@ -296,10 +296,19 @@ impl FuzzWorld {
                     },
                 }
             }
-            9 => Command::EndTurn {
-                session: self.session(arg()),
-                stop_reason: Self::result(arg()).stop_reason,
-            },
+            9 => {
+                let session = self.session(arg());
+                let result = Self::result(arg());
+                Command::EndTurn {
+                    session,
+                    stop_reason: result.stop_reason,
+                    output: crate::TurnOutput {
+                        assistant: vec![result.output],
+                        structured: result.structured,
+                        diagnostic: result.diagnostic,
+                    },
+                }
+            }
             10 => {
                 let child = self.session(arg());
                 Command::SettleActivation {
@@ -392,7 +401,7 @@ impl FuzzWorld {
                     call_id: format!("call-{}", self.fresh()),
                     name: name.into(),
                     input: serde_json::json!({}),
-                    known: arg() % 4 != 0,
+                    known: !arg().is_multiple_of(4),
                 }
             }
             _ => Command::Recover,

@@ -28,6 +28,6 @@ pub use activation::{
 };
 pub use admissible::{admit, admit_end, Expectation, HistoryCheck, HistoryViolation};
 pub use inbox::Inbox;
-pub use machine::{decide, settlement_notice_id, Command, Decision, StartChild};
+pub use machine::{decide, settlement_notice_id, Command, Decision, StartChild, TurnOutput};
 pub use sessions::SessionRecord;
 pub use state::{Projections, ProviderRecord};

@@ -7,7 +7,9 @@ use subagent_core::{
     StartSettings, SubagentCapabilities, SubagentError, SubagentResult, SubagentRunId,
     SubagentStopReason, ToolRestriction,
 };
-use subagent_projections::machine::{decide, settlement_summary, Command, Decision, StartChild};
+use subagent_projections::machine::{
+    decide, settlement_summary, Command, Decision, StartChild, TurnOutput,
+};
 use subagent_projections::testing::HistoryBuilder;
 use subagent_projections::{Activity, Projections, RunPhase};
 
@@ -396,21 +398,26 @@ fn a_continuable_activation_runs_to_settlement_and_notifies_its_parent() {
         }),
         ErrorCode::BadRequest
     );
-    world.run(Command::EndTurn {
+    // The first turn's end settles the epoch: `decide` builds the result
+    // from the agent's raw output (the last non-empty assistant message).
+    let recorded = world.run(Command::EndTurn {
         session: child,
         stop_reason: SubagentStopReason::Completed,
-    });
-    let result = SubagentResult::completed(answer);
-    let recorded = world.run(Command::SettleActivation {
-        child,
-        epoch: 1,
-        result: result.clone(),
+        output: TurnOutput {
+            assistant: vec![answer.clone(), vec![]],
+            structured: None,
+            diagnostic: None,
+        },
     });
     assert_eq!(
         types(&recorded),
-        vec!["ActivationSettled", "MessageAccepted"]
+        vec!["TurnEnded", "ActivationSettled", "MessageAccepted"]
     );
-    let (stream, notice) = &recorded[1];
+    let result = SubagentResult::completed(answer);
+    assert!(
+        matches!(&recorded[1].1, Event::ActivationSettled { epoch: 1, result: settled } if *settled == result)
+    );
+    let (stream, notice) = &recorded[2];
     assert_eq!(*stream, subagent_core::StreamId::Session(root));
     let Event::MessageAccepted {
         source, content, ..
@@ -1013,6 +1020,66 @@ fn an_output_schema_outside_the_subset_is_rejected_at_start() {
     ));
 }
 
+#[test]
+fn the_first_turn_end_settles_with_a_valid_capture_or_an_error() {
+    let mut world = World::new();
+    world.register_capable("schema");
+    let root = world.root();
+    let schema = serde_json::json!({
+        "type": "object",
+        "properties": {"answer": {"type": "string"}},
+        "required": ["answer"]
+    });
+    let end_first_turn = |world: &mut World, structured: Option<serde_json::Value>| {
+        let mut request = start(root, "schema", Delivery::Caller);
+        request.options.output_schema = Some(schema.clone());
+        let child = request.child;
+        world.run(Command::StartChild(request));
+        world.run(Command::PrepareActivation {
+            child,
+            epoch: 1,
+            prompt: Some((MessageId::new(), vec![ContentBlock::text("go")])),
+            seed: None,
+            seed_source: None,
+        });
+        world.run(Command::PublishActivation {
+            child,
+            epoch: 1,
+            run_id: SubagentRunId::new(),
+        });
+        world.run(Command::BeginTurn { session: child });
+        let recorded = world.run(Command::EndTurn {
+            session: child,
+            stop_reason: SubagentStopReason::Completed,
+            output: TurnOutput {
+                assistant: vec![vec![ContentBlock::text("here")]],
+                structured,
+                diagnostic: None,
+            },
+        });
+        recorded
+            .into_iter()
+            .find_map(|(_, event)| match event {
+                Event::ActivationSettled { result, .. } => Some(result),
+                _ => None,
+            })
+            .expect("the first turn end settles")
+    };
+    let valid = end_first_turn(&mut world, Some(serde_json::json!({"answer": "42"})));
+    assert_eq!(valid.stop_reason, SubagentStopReason::Completed);
+    assert_eq!(valid.structured, Some(serde_json::json!({"answer": "42"})));
+    assert_eq!(valid.output, vec![ContentBlock::text("here")]);
+
+    let missing = end_first_turn(&mut world, None);
+    assert_eq!(missing.stop_reason, SubagentStopReason::Error);
+    assert_eq!(missing.structured, None);
+    assert!(missing.diagnostic.is_some(), "{missing:?}");
+
+    let wrong = end_first_turn(&mut world, Some(serde_json::json!({"answer": 42})));
+    assert_eq!(wrong.stop_reason, SubagentStopReason::Error);
+    assert_eq!(wrong.structured, None);
+}
+
 /// The effective options recorded in the child's descriptor.
 fn recorded_options(world: &World, child: SessionId) -> Option<AgentOptions> {
     world.state.sessions[&child].agent_options.clone()
@@ -1459,11 +1526,11 @@ fn a_failure_after_settlement_keeps_the_result_and_records_the_cause_beside_it()
     world.run(Command::EndTurn {
         session: child,
         stop_reason: SubagentStopReason::Completed,
-    });
-    world.run(Command::SettleActivation {
-        child,
-        epoch: 1,
-        result: SubagentResult::completed(vec![ContentBlock::text("done")]),
+        output: TurnOutput {
+            assistant: vec![vec![ContentBlock::text("done")]],
+            structured: None,
+            diagnostic: None,
+        },
     });
     world.run(send(root, child));
     world.run(Command::BeginTurn { session: child });

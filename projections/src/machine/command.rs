@@ -97,12 +97,18 @@ pub enum Command {
         /// The session.
         session: SessionId,
     },
-    /// The running turn ended.
+    /// The running turn ended, with the agent's raw output. On the epoch's
+    /// first turn end `decide` also settles the epoch (in the same
+    /// decision): the result's output is the last non-empty assistant
+    /// message, and a requested output schema is satisfied only by a valid
+    /// capture (a completed turn without one settles `error`).
     EndTurn {
         /// The session.
         session: SessionId,
         /// Why.
         stop_reason: SubagentStopReason,
+        /// What the agent produced in the turn.
+        output: TurnOutput,
     },
     /// An activation produced its result.
     SettleActivation {
@@ -220,6 +226,17 @@ pub enum Command {
         /// The root session.
         session: SessionId,
     },
+}
+
+/// What an agent produced in one turn, as the driver saw it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TurnOutput {
+    /// The contents of its assistant messages, in order.
+    pub assistant: Vec<Vec<ContentBlock>>,
+    /// Its structured capture, if it made one.
+    pub structured: Option<Value>,
+    /// Failure detail for a turn that did not complete (already redacted).
+    pub diagnostic: Option<Diagnostic>,
 }
 
 /// A request to start a child.

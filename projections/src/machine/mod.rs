@@ -28,7 +28,7 @@ mod registry;
 mod runs;
 mod turns;
 
-pub use command::{Command, Decision, StartChild};
+pub use command::{Command, Decision, StartChild, TurnOutput};
 pub use lifecycle::{settlement_notice_id, settlement_summary};
 
 pub(crate) use guards::{
@@ -109,7 +109,8 @@ pub fn decide(state: &Projections, command: Command) -> Result<Decision, Subagen
         Command::EndTurn {
             session,
             stop_reason,
-        } => turns::end_turn(state, session, stop_reason),
+            output,
+        } => turns::end_turn(state, session, stop_reason, output),
         Command::StartRun { child } => runs::start_run(state, child),
         Command::SettleRun { child, result } => runs::settle_started_run(state, child, result),
         Command::DisposeRun {

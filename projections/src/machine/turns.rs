@@ -5,13 +5,17 @@
 
 use serde_json::Value;
 use subagent_core::{
-    ContentBlock, Event, SessionId, StreamId, SubagentError, SubagentStopReason, ToolRestriction,
+    select_output, ContentBlock, Diagnostic, Event, SessionId, StreamId, SubagentError,
+    SubagentResult, SubagentStopReason, ToolRestriction,
 };
 
 use crate::state::Projections;
 
-use super::command::{single, Decision};
-use super::guards::{next_turn, running_turn, transcript_turn};
+use crate::activation::LiveActivation;
+
+use super::command::{push_to, single, Decision, TurnOutput};
+use super::guards::{next_turn, published, running_turn, transcript_turn};
+use super::lifecycle::settle;
 
 /// Begins the next turn, claiming every pending message in FIFO order.
 pub(super) fn begin_turn(
@@ -60,17 +64,58 @@ pub(super) fn claim_steering(
     ))
 }
 
-/// Ends the running turn.
+/// Ends the running turn; on the epoch's first turn end, settles the epoch
+/// with the result built from `output` ([`turn_result`]).
 pub(super) fn end_turn(
     state: &Projections,
     session: SessionId,
     stop_reason: SubagentStopReason,
+    output: TurnOutput,
 ) -> Result<Decision, SubagentError> {
     let turn = running_turn(state, session)?;
-    Ok(single(
+    let live = published(state, session)?;
+    let mut decision = single(
         StreamId::Session(session),
-        vec![Event::TurnEnded { turn, stop_reason }],
-    ))
+        vec![Event::TurnEnded {
+            turn,
+            stop_reason: stop_reason.clone(),
+        }],
+    );
+    if !live.settled {
+        let result = turn_result(live, stop_reason, output);
+        for (stream, events) in settle(state, session, live, result) {
+            push_to(&mut decision, stream, events);
+        }
+    }
+    Ok(decision)
+}
+
+/// The result a first turn settles its epoch with: the last non-empty
+/// assistant message, the agent's diagnostic, and, when the activation asked
+/// for an output schema, the capture it validates (a completed turn without
+/// a valid one settles `error`, naming why).
+fn turn_result(
+    live: &LiveActivation,
+    stop_reason: SubagentStopReason,
+    output: TurnOutput,
+) -> SubagentResult {
+    let mut result = SubagentResult {
+        output: select_output(output.assistant.iter().map(Vec::as_slice), ""),
+        structured: None,
+        diagnostic: output.diagnostic,
+        stop_reason,
+    };
+    if let Some(schema) = &live.output_schema {
+        match subagent_core::schema::validate_capture(schema, output.structured.as_ref()) {
+            Ok(capture) => result.structured = Some(capture),
+            Err(reason) if result.stop_reason == SubagentStopReason::Completed => {
+                result.stop_reason = SubagentStopReason::Error;
+                result.diagnostic = Some(Diagnostic::new(reason));
+            }
+            Err(_) => {}
+        }
+    }
+    result
 }
 
 /// A tool call of the running turn, and the runtime's answer to it.

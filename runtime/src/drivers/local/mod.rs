@@ -188,7 +188,6 @@ impl LocalDriver {
         let (mut agent, live) = self.prepare().await?;
         let child = self.handle.child;
         let mut turns = TurnState {
-            settled: false,
             scan_from: 1,
             parked: false,
         };
@@ -222,8 +221,7 @@ impl LocalDriver {
                 // accepted after it already did.
                 turns.parked = *wakes.borrow_and_update() <= at;
             }
-            self.finish_turn(&live, ran.end, &ran.assistant, &mut turns)
-                .await?;
+            self.finish_turn(&live, ran.end, ran.assistant).await?;
         }
     }
 
@@ -308,12 +306,6 @@ impl LocalDriver {
                 local: true,
             },
         });
-        Ok((
-            agent,
-            Published {
-                run_id,
-                output_schema,
-            },
-        ))
+        Ok((agent, Published { run_id }))
     }
 }

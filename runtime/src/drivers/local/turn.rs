@@ -2,12 +2,8 @@
 //! while its transcript, steering claims and tool calls are recorded, then
 //! ending the turn durably and, on the epoch's first, settling it.
 
-use serde_json::Value;
-use subagent_core::{
-    content::ContentBlock, select_output, Event, SubagentError, SubagentResult, SubagentRunId,
-    SubagentStopReason,
-};
-use subagent_projections::Command;
+use subagent_core::{content::ContentBlock, Event, SubagentError, SubagentRunId};
+use subagent_projections::{Command, TurnOutput};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -19,11 +15,9 @@ use crate::drivers::{announce_settled, end_info};
 use super::{Failure, LocalDriver};
 
 /// What [`LocalDriver::prepare`] published: the run id pairing
-/// `subagent/start` with `subagent/end`, and the output schema a settling
-/// turn must satisfy.
+/// `subagent/start` with `subagent/end`.
 pub(super) struct Published {
     pub(super) run_id: SubagentRunId,
-    pub(super) output_schema: Option<Value>,
 }
 
 /// How a turn ran: the agent's end, the contents of its assistant
@@ -36,8 +30,6 @@ pub(super) struct TurnRan {
 
 /// The driver's state across turns.
 pub(super) struct TurnState {
-    /// Whether the epoch has settled (on its first turn's end).
-    pub(super) settled: bool,
     /// The stream version after the last claim (see `claimed_contents`).
     pub(super) scan_from: u64,
     /// After an interrupt the driver parks: pending messages wait for the
@@ -127,58 +119,42 @@ impl LocalDriver {
         })
     }
 
-    /// Ends the turn durably and, on the epoch's first turn, settles it:
-    /// the result is the last non-empty assistant message, and a requested
-    /// schema is satisfied only by a valid capture (a completed turn without
-    /// one ends `error`).
+    /// Ends the turn durably with the agent's raw output; `decide` settles
+    /// the epoch on its first turn end (output selection and capture
+    /// validation are its rules), and a settlement is announced.
     pub(super) async fn finish_turn(
         &self,
         live: &Published,
         end: TurnEnd,
-        assistant: &[Vec<ContentBlock>],
-        turns: &mut TurnState,
+        assistant: Vec<Vec<ContentBlock>>,
     ) -> Result<(), Failure> {
-        let engine = &self.runtime.inner.engine;
         let child = self.handle.child;
-        engine
+        let recorded = self
+            .runtime
+            .inner
+            .engine
             .commit(Command::EndTurn {
                 session: child,
-                stop_reason: end.stop_reason.clone(),
+                stop_reason: end.stop_reason,
+                output: TurnOutput {
+                    assistant,
+                    structured: end.structured,
+                    // Agent text is cleaned before it is recorded.
+                    diagnostic: end
+                        .diagnostic
+                        .as_ref()
+                        .map(|text| self.runtime.clean_diagnostic(child, text.as_str())),
+                },
             })
             .await?;
-        if turns.settled {
-            return Ok(());
+        let settled = recorded.into_iter().find_map(|record| match record.event {
+            Event::ActivationSettled { result, .. } => Some(result),
+            _ => None,
+        });
+        if let Some(result) = settled {
+            let end = end_info(live.run_id, &self.provider, child, true, &result);
+            announce_settled(&self.runtime, &self.handle, Some(end), Ok(result));
         }
-        turns.settled = true;
-        let mut result = SubagentResult {
-            output: select_output(assistant.iter().map(Vec::as_slice), ""),
-            structured: None,
-            // Agent text is cleaned before it is recorded.
-            diagnostic: end
-                .diagnostic
-                .as_ref()
-                .map(|text| self.runtime.clean_diagnostic(child, text.as_str())),
-            stop_reason: end.stop_reason.clone(),
-        };
-        if let Some(schema) = &live.output_schema {
-            match subagent_core::schema::validate_capture(schema, end.structured.as_ref()) {
-                Ok(capture) => result.structured = Some(capture),
-                Err(reason) if result.stop_reason == SubagentStopReason::Completed => {
-                    result.stop_reason = SubagentStopReason::Error;
-                    result.diagnostic = Some(subagent_core::Diagnostic::new(reason));
-                }
-                Err(_) => {}
-            }
-        }
-        engine
-            .commit(Command::SettleActivation {
-                child,
-                epoch: self.epoch,
-                result: result.clone(),
-            })
-            .await?;
-        let end = end_info(live.run_id, &self.provider, child, true, &result);
-        announce_settled(&self.runtime, &self.handle, Some(end), Ok(result));
         Ok(())
     }
 
