@@ -115,3 +115,97 @@ fn a_directory_of_other_things_is_not_a_log() {
     assert!(matches!(err, StoreError::NotALog { .. }), "{err:?}");
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
 }
+
+/// The offsets of every record header in a log-format file (32 KiB blocks,
+/// 7-byte headers), stopping at padding.
+fn record_offsets(bytes: &[u8]) -> Vec<usize> {
+    let mut offsets = Vec::new();
+    let mut block = 0;
+    while block < bytes.len() {
+        let mut at = block;
+        let end = bytes.len().min(block + 32 * 1024);
+        while end - at >= 7 {
+            let length = usize::from(u16::from_le_bytes([bytes[at + 4], bytes[at + 5]]));
+            if bytes[at + 6] == 0 && length == 0 {
+                break;
+            }
+            offsets.push(at);
+            at += 7 + length;
+        }
+        block += 32 * 1024;
+    }
+    offsets
+}
+
+/// Opens `path` both ways on a watchdog thread: RocksDB's log reader loops
+/// forever on a record whose type was flipped to a "recyclable" one, so an
+/// open that does not return within a minute fails the test instead of
+/// hanging it.
+fn open_both_ways_within_a_minute(path: &std::path::Path) -> Vec<Result<(), StoreError>> {
+    let (sender, receiver) = std::sync::mpsc::channel();
+    let path = path.to_owned();
+    std::thread::spawn(move || {
+        let read_only = RocksLog::open_read_only(&path).map(drop);
+        let read_write = RocksLog::open(&path, RocksOptions::default()).map(drop);
+        let _ = sender.send(vec![read_only, read_write]);
+    });
+    receiver
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .expect("the open returned instead of looping forever")
+}
+
+#[test]
+fn a_record_type_flipped_in_the_manifest_or_wal_is_refused_not_looped_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let pristine = dir.path().join("log");
+    {
+        let log = RocksLog::open(&pristine, RocksOptions::default()).unwrap();
+        for _ in 0..20 {
+            append_one(&log).unwrap();
+        }
+    }
+    // A second session: the MANIFEST gains edits, the WAL holds records.
+    {
+        let log = RocksLog::open(&pristine, RocksOptions::default()).unwrap();
+        append_one(&log).unwrap();
+    }
+    let files: Vec<_> = std::fs::read_dir(&pristine)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| {
+            let name = path.file_name().unwrap().to_string_lossy();
+            name.starts_with("MANIFEST-") || name.ends_with(".log")
+        })
+        .collect();
+    assert!(files
+        .iter()
+        .any(|f| f.to_string_lossy().contains("MANIFEST-")));
+    assert!(files.iter().any(|f| f.to_string_lossy().ends_with(".log")));
+    let mut attacked = 0;
+    for file in &files {
+        let bytes = std::fs::read(file).unwrap();
+        for (index, offset) in record_offsets(&bytes).into_iter().enumerate() {
+            // The type byte turned "recyclable full" (5): the hang's trigger.
+            let copy = dir.path().join(format!("flip-{attacked}"));
+            std::fs::create_dir(&copy).unwrap();
+            for entry in std::fs::read_dir(&pristine).unwrap() {
+                let entry = entry.unwrap();
+                std::fs::copy(entry.path(), copy.join(entry.file_name())).unwrap();
+            }
+            let mut damaged = bytes.clone();
+            damaged[offset + 6] = 5;
+            std::fs::write(copy.join(file.file_name().unwrap()), &damaged).unwrap();
+            for outcome in open_both_ways_within_a_minute(&copy) {
+                let err = outcome.expect_err("a damaged record type is refused");
+                assert_eq!(
+                    err.code(),
+                    "store/damaged",
+                    "record {index} of {file:?}: {err}"
+                );
+                assert!(err.to_string().contains("type 5"), "{err}");
+            }
+            attacked += 1;
+        }
+    }
+    assert!(attacked >= 4, "only {attacked} records attacked");
+}

@@ -7,6 +7,7 @@
 
 mod indexes;
 mod keys;
+mod log_files;
 mod open;
 mod salvage;
 mod writer;
@@ -134,6 +135,7 @@ impl RocksLog {
         let lock = open::lock(&path)?;
         let create = open::classify(&path)? != DirectoryState::Log;
         if !create {
+            log_files::check(&path)?;
             // A read-write open recovers the WAL into new files and rewrites
             // the MANIFEST before any check of ours can run. Check read-only
             // first, so a refused open leaves every file as it was.
@@ -195,6 +197,7 @@ impl RocksLog {
                 reason: "there is no log there".into(),
             });
         }
+        log_files::check(&path)?;
         let db = DB::open_cf_descriptors_read_only(
             &open::db_options(false),
             &path,

@@ -17,6 +17,7 @@ use std::sync::{Arc, Mutex};
 use rocksdb::{DBRecoveryMode, DB};
 use tokio::sync::watch;
 
+use super::log_files;
 use super::open::{self, DirectoryState};
 use super::{family, keys, map_rocks_error, RocksLog, Shared};
 use crate::error::StoreError;
@@ -64,6 +65,7 @@ impl RocksLog {
                 reason: "there is no log there".into(),
             });
         }
+        log_files::check_for_salvage(&path)?;
         let mode = match recovery {
             SalvageRecovery::UpToDamage => DBRecoveryMode::PointInTime,
             SalvageRecovery::PastDamage => DBRecoveryMode::SkipAnyCorruptedRecord,
