@@ -81,14 +81,14 @@ fn check_files(dir: &Path, strictness: Strictness) -> Result<(), StoreError> {
         }
     }
     for file in files {
-        let bytes = match std::fs::read(&file) {
-            Ok(bytes) => bytes,
+        let reader = match std::fs::File::open(&file) {
+            Ok(reader) => reader,
             // A MANIFEST that `CURRENT` names but is missing is RocksDB's to report.
             Err(err) if err.kind() == std::io::ErrorKind::NotFound => continue,
             Err(err) => return Err(io_error(&file, &err)),
         };
         let is_wal = file.extension().is_some_and(|ext| ext == "log");
-        let result = match walk(&bytes) {
+        let result = match walk_file(reader).map_err(|err| io_error(&file, &err))? {
             Err((_, Problem::Checksum)) if is_wal && strictness == Strictness::WalShapeOnly => {
                 Ok(())
             }
@@ -130,37 +130,69 @@ impl std::fmt::Display for Problem {
     }
 }
 
-/// Walks one log-format file; the offset of its first bad record and what
-/// is wrong with it.
-fn walk(bytes: &[u8]) -> Result<(), (usize, Problem)> {
+/// Walks one log-format file a block at a time (a record never crosses a
+/// block, so memory stays one block however large the WAL): the offset of
+/// its first bad record and what is wrong with it.
+///
+/// # Errors
+/// The read's IO error.
+fn walk_file(mut file: impl std::io::Read) -> std::io::Result<Result<(), (usize, Problem)>> {
+    let mut buffer = vec![0u8; BLOCK];
     let mut block_start = 0;
-    while block_start < bytes.len() {
-        let block = &bytes[block_start..bytes.len().min(block_start + BLOCK)];
-        let mut at = 0;
-        while block.len() - at >= HEADER {
-            let header = &block[at..at + HEADER];
-            let stored = u32::from_le_bytes([header[0], header[1], header[2], header[3]]);
-            let length = usize::from(u16::from_le_bytes([header[4], header[5]]));
-            let kind = header[6];
-            let offset = block_start + at;
-            if kind == 0 && length == 0 {
-                // Zeroes: a block's padding, or space preallocated past the
-                // last record. Nothing more in this block.
-                break;
+    loop {
+        let mut filled = 0;
+        while filled < BLOCK {
+            match file.read(&mut buffer[filled..]) {
+                Ok(0) => break,
+                Ok(read) => filled += read,
+                Err(err) if err.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(err) => return Err(err),
             }
-            if !WRITTEN_TYPES.contains(&kind) {
-                return Err((offset, Problem::Type(kind)));
-            }
-            let Some(payload) = block.get(at + HEADER..at + HEADER + length) else {
-                return Err((offset, Problem::PastBlock(length)));
-            };
-            let actual = crc32c::crc32c_append(crc32c::crc32c(&[kind]), payload);
-            if unmask(stored) != actual {
-                return Err((offset, Problem::Checksum));
-            }
-            at += HEADER + length;
+        }
+        if filled == 0 {
+            return Ok(Ok(()));
+        }
+        if let Err((at, problem)) = walk_block(&buffer[..filled]) {
+            return Ok(Err((block_start + at, problem)));
+        }
+        if filled < BLOCK {
+            return Ok(Ok(()));
         }
         block_start += BLOCK;
+    }
+}
+
+/// Walks a log-format file held in memory (tests).
+#[cfg(test)]
+fn walk(bytes: &[u8]) -> Result<(), (usize, Problem)> {
+    walk_file(bytes).expect("reading a slice cannot fail")
+}
+
+/// Walks the records of one block; the offset within it of the first bad
+/// one.
+fn walk_block(block: &[u8]) -> Result<(), (usize, Problem)> {
+    let mut at = 0;
+    while block.len() - at >= HEADER {
+        let header = &block[at..at + HEADER];
+        let stored = u32::from_le_bytes([header[0], header[1], header[2], header[3]]);
+        let length = usize::from(u16::from_le_bytes([header[4], header[5]]));
+        let kind = header[6];
+        if kind == 0 && length == 0 {
+            // Zeroes: a block's padding, or space preallocated past the
+            // last record. Nothing more in this block.
+            break;
+        }
+        if !WRITTEN_TYPES.contains(&kind) {
+            return Err((at, Problem::Type(kind)));
+        }
+        let Some(payload) = block.get(at + HEADER..at + HEADER + length) else {
+            return Err((at, Problem::PastBlock(length)));
+        };
+        let actual = crc32c::crc32c_append(crc32c::crc32c(&[kind]), payload);
+        if unmask(stored) != actual {
+            return Err((at, Problem::Checksum));
+        }
+        at += HEADER + length;
     }
     Ok(())
 }
