@@ -140,7 +140,7 @@ pub(crate) fn route_message(
     }
     // A child with no live activation is cold-resumed; a root's inbox is read
     // by its host.
-    let resume_epoch = if to_child && live.is_none() {
+    let resume_epoch = if cold_resumes(state, sender, target) {
         if let Some(closed) = admission_closed_above(state, sender) {
             return Err(SubagentError::AdmissionClosed { below: closed });
         }
@@ -156,6 +156,22 @@ pub(crate) fn route_message(
         to_child,
         resume_epoch,
     })
+}
+
+/// Whether a message from `sender` to `target` cold-resumes it: `target`
+/// is `sender`'s direct child and has no live activation. The one statement
+/// of the rule: [`route_message`] applies it, and the runtime asks it to
+/// reserve capacity before it sends.
+#[must_use]
+pub fn cold_resumes(state: &Projections, sender: SessionId, target: SessionId) -> bool {
+    state
+        .sessions
+        .get(&target)
+        .is_some_and(|record| record.parent == Some(sender))
+        && state
+            .activations
+            .get(&target)
+            .is_none_or(|activation| activation.live.is_none())
 }
 
 /// Whether `authority` may interrupt `target`: its direct parent as a

@@ -30,6 +30,7 @@ mod turns;
 
 pub use command::{Command, Decision, StartChild, TurnOutput};
 pub use lifecycle::{settlement_notice_id, settlement_summary};
+pub use messaging::cold_resumes;
 
 pub(crate) use guards::{
     abandonable_live, check_registration, child_depth, child_mode, live, new_session, next_turn,

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use subagent_core::{content::ContentBlock, Event, MessageId, SessionId, StreamId, SubagentError};
+use subagent_projections::machine::cold_resumes;
 use subagent_projections::Command;
 use subagent_store::EventLogExt;
 use tokio::sync::mpsc;
@@ -84,17 +85,7 @@ impl SubagentRuntime {
             return Err(SubagentError::Cancelled);
         }
         // A message to an absent child cold-resumes it: that needs room now.
-        let resumes = {
-            let state = self.inner.engine.state();
-            state
-                .sessions
-                .get(&target)
-                .is_some_and(|record| record.parent == Some(sender.session))
-                && state
-                    .activations
-                    .get(&target)
-                    .is_none_or(|activation| activation.live.is_none())
-        };
+        let resumes = cold_resumes(&self.inner.engine.state(), sender.session, target);
         let permits = if resumes {
             Some(self.inner.capacity.try_admit(sender.session)?)
         } else {
