@@ -1,0 +1,179 @@
+//! Reading back: pages from any position, catch-up subscriptions, reopening,
+//! and a flipped byte reported as corruption.
+
+use std::time::Duration;
+
+use subagent_core::{Event, NewEvent, StreamId};
+use tokio_stream::StreamExt;
+
+use crate::error::StoreError;
+use crate::log::{EventLog, EventLogExt, ExpectedVersion};
+use crate::subscription::SubscriptionItem;
+
+use super::{append, everything, session_stream, turn, Harness};
+
+/// Paged reads start at any position or version and cross page boundaries.
+pub async fn reads_start_anywhere_and_cross_pages<H: Harness>(mut harness: H) {
+    let log = harness.open();
+    let (a, b) = (session_stream(), session_stream());
+    let count = crate::log::READ_PAGE as u64 + 300;
+    for index in 0..count {
+        let stream = if index % 3 == 0 { a } else { b };
+        append(&log, stream, ExpectedVersion::Any, vec![turn(index)])
+            .await
+            .unwrap();
+    }
+    let from_middle: Vec<_> = log.read_all(500).collect::<Result<_, _>>().unwrap();
+    assert_eq!(from_middle.len() as u64, count - 499);
+    assert_eq!(from_middle[0].position, 500);
+    let b_tail: Vec<_> = log.read_stream(b, 700).collect::<Result<_, _>>().unwrap();
+    let b_total = log.stream_version(&b).unwrap();
+    assert_eq!(b_tail.len() as u64, b_total - 699);
+    assert!(b_tail
+        .windows(2)
+        .all(|w| w[1].version == w[0].version + 1 && w[1].position > w[0].position));
+    assert!(log.read_all_page(count + 1, 10).unwrap().is_empty());
+    assert!(log
+        .read_stream_page(&a, log.stream_version(&a).unwrap() + 1, 10)
+        .unwrap()
+        .is_empty());
+    assert_eq!(log.read_all_page(1, 5).unwrap().len(), 5);
+}
+
+/// A subscription replays history, says "caught up" once, then follows live
+/// appends without gap or duplicate.
+pub async fn subscription_catches_up_then_goes_live<H: Harness>(mut harness: H) {
+    let log = harness.open();
+    let stream = session_stream();
+    for index in 0..25 {
+        append(&log, stream, ExpectedVersion::Any, vec![turn(index)])
+            .await
+            .unwrap();
+    }
+    let mut subscription = log.subscribe(1);
+    let writer = {
+        let log = log.clone();
+        tokio::spawn(async move {
+            for index in 25..100 {
+                append(&log, stream, ExpectedVersion::Any, vec![turn(index)])
+                    .await
+                    .unwrap();
+            }
+        })
+    };
+    let mut positions = Vec::new();
+    let mut caught_up_at = None;
+    while positions.len() < 100 {
+        let item = tokio::time::timeout(Duration::from_secs(10), subscription.next())
+            .await
+            .expect("subscription stalled")
+            .expect("subscription ended")
+            .expect("subscription failed");
+        match item {
+            SubscriptionItem::Event(record) => positions.push(record.position),
+            SubscriptionItem::CaughtUp { head } => {
+                assert!(caught_up_at.is_none(), "caught up twice");
+                assert!(head >= 25);
+                assert_eq!(
+                    positions.len() as u64,
+                    head,
+                    "caught up before delivering history"
+                );
+                caught_up_at = Some(head);
+            }
+        }
+    }
+    writer.await.unwrap();
+    assert!(caught_up_at.is_some());
+    assert_eq!(positions, (1..=100).collect::<Vec<_>>());
+    let mut from_middle = log.subscribe(98);
+    let mut tail = Vec::new();
+    while let Some(Ok(item)) = from_middle.next().await {
+        match item {
+            SubscriptionItem::Event(record) => tail.push(record.position),
+            SubscriptionItem::CaughtUp { head } => {
+                assert_eq!(head, 100);
+                break;
+            }
+        }
+    }
+    assert_eq!(tail, vec![98, 99, 100]);
+}
+
+/// Closing and reopening keeps records, versions, head and idempotency.
+pub async fn reopen_keeps_everything<H: Harness>(mut harness: H) {
+    let log = harness.open();
+    let stream = session_stream();
+    let batch = vec![turn(1), turn(2)];
+    append(&log, stream, ExpectedVersion::NoStream, batch.clone())
+        .await
+        .unwrap();
+    append(
+        &log,
+        StreamId::Runtime,
+        ExpectedVersion::Any,
+        vec![NewEvent::new(Event::ProviderRemoved { name: "p".into() })],
+    )
+    .await
+    .unwrap();
+    let before = everything(&log);
+    let log = harness.reopen(log);
+    assert_eq!(everything(&log), before);
+    assert_eq!(log.head(), 3);
+    assert_eq!(log.stream_version(&stream).unwrap(), 2);
+    let retried = append(&log, stream, ExpectedVersion::NoStream, batch)
+        .await
+        .unwrap();
+    assert!(retried.deduplicated);
+    assert_eq!(retried.first_position, 1);
+    let next = append(&log, stream, ExpectedVersion::Exact(2), vec![turn(3)])
+        .await
+        .unwrap();
+    assert_eq!((next.first_position, next.stream_version), (4, 3));
+}
+
+/// A flipped byte is a typed `Corrupt` at that position on every read path;
+/// other records stay readable.
+pub async fn a_flipped_byte_is_reported_as_corrupt<H: Harness>(mut harness: H) {
+    let log = harness.open();
+    let stream = session_stream();
+    for index in 0..5 {
+        append(&log, stream, ExpectedVersion::Any, vec![turn(index)])
+            .await
+            .unwrap();
+    }
+    let log = harness.reopen(log);
+    for byte in [0usize, 3, 40] {
+        harness.corrupt(&log, 3, byte);
+        let results: Vec<_> = log.read_all(1).collect();
+        assert_eq!(
+            results.len(),
+            3,
+            "two good records, then the error, then the end"
+        );
+        assert!(results[0].is_ok() && results[1].is_ok());
+        assert!(
+            matches!(&results[2], Err(StoreError::Corrupt { position: 3, .. })),
+            "{:?}",
+            results[2]
+        );
+        assert_eq!(
+            log.read_all_page(1, 10).unwrap().len(),
+            2,
+            "a page ends before the bad record"
+        );
+        assert_eq!(log.read_stream_page(&stream, 1, 10).unwrap().len(), 2);
+        let err = log.read_stream_page(&stream, 3, 10).unwrap_err();
+        assert!(matches!(err, StoreError::Corrupt { position: 3, .. }));
+        let stream_results: Vec<_> = log.read_stream(stream, 1).collect();
+        assert!(matches!(
+            stream_results.last(),
+            Some(Err(StoreError::Corrupt { position: 3, .. }))
+        ));
+        assert_eq!(err.code(), "store/corrupt");
+        assert_eq!(log.read_all_page(4, 10).unwrap().len(), 2);
+        // Restore the record (flipping the same bit twice) for the next round.
+        harness.corrupt(&log, 3, byte);
+        assert_eq!(everything(&log).len(), 5);
+    }
+}
