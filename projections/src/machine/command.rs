@@ -14,9 +14,9 @@ use subagent_core::{
 pub enum Command {
     /// Record the host's own root session.
     OpenRoot {
-        /// Its id.
+        /// The new root session id (not in use).
         session: SessionId,
-        /// Its label.
+        /// The root's label, shown in trees and catalogs.
         label: String,
         /// The root agent's options, which its local children inherit.
         agent_options: Option<AgentOptions>,
@@ -28,7 +28,7 @@ pub enum Command {
     },
     /// Remove a provider.
     RemoveProvider {
-        /// Its name.
+        /// The registered provider name to remove.
         name: String,
     },
     /// Start a child below `parent` (validated against the provider first).
@@ -37,9 +37,9 @@ pub enum Command {
     /// delegated prompt (first activation only) is accepted into the inbox
     /// with them, which ends the caller's cancellation window.
     PrepareActivation {
-        /// The child.
+        /// The child session the command is about.
         child: SessionId,
-        /// Its epoch.
+        /// The activation epoch it addresses (a stale epoch is out of order).
         epoch: u64,
         /// The initial prompt and its message id.
         prompt: Option<(MessageId, Vec<ContentBlock>)>,
@@ -50,22 +50,22 @@ pub enum Command {
     },
     /// The child agent of an activation is live.
     PublishActivation {
-        /// The child.
+        /// The child session the command is about.
         child: SessionId,
-        /// Its epoch.
+        /// The activation epoch it addresses (a stale epoch is out of order).
         epoch: u64,
         /// The run id pairing `subagent/start` and `subagent/end`.
         run_id: SubagentRunId,
     },
     /// A turn begins and claims every pending message, in FIFO order.
     BeginTurn {
-        /// The session.
+        /// The session whose running (or next) turn this is.
         session: SessionId,
     },
     /// A transcript entry of the running turn (`AssistantMessage`,
     /// `ToolCalled` or `ToolReturned`).
     RecordTranscript {
-        /// The session.
+        /// The session whose running (or next) turn this is.
         session: SessionId,
         /// The entry.
         entry: Event,
@@ -94,7 +94,7 @@ pub enum Command {
     /// Steering: the running turn claims every pending message at its next
     /// step boundary. A no-op when nothing is pending.
     ClaimSteering {
-        /// The session.
+        /// The session whose running (or next) turn this is.
         session: SessionId,
     },
     /// The running turn ended, with the agent's raw output. On the epoch's
@@ -103,28 +103,28 @@ pub enum Command {
     /// message, and a requested output schema is satisfied only by a valid
     /// capture (a completed turn without one settles `error`).
     EndTurn {
-        /// The session.
+        /// The session whose running (or next) turn this is.
         session: SessionId,
-        /// Why.
+        /// Why the turn ended, as the agent reported it.
         stop_reason: SubagentStopReason,
         /// What the agent produced in the turn.
         output: TurnOutput,
     },
     /// An activation produced its result.
     SettleActivation {
-        /// The child.
+        /// The child session the command is about.
         child: SessionId,
-        /// Its epoch.
+        /// The activation epoch it addresses (a stale epoch is out of order).
         epoch: u64,
-        /// The result.
+        /// The settled result (output, structured capture, diagnostic, stop reason).
         result: SubagentResult,
     },
     /// An activation's resources were released (settling it as `aborted`
     /// first when it had no result yet).
     ReleaseActivation {
-        /// The child.
+        /// The child session the command is about.
         child: SessionId,
-        /// Its epoch.
+        /// The activation epoch it addresses (a stale epoch is out of order).
         epoch: u64,
         /// A cleanup failure, recorded beside the result.
         cleanup_error: Option<Diagnostic>,
@@ -139,46 +139,47 @@ pub enum Command {
     /// is released: nothing is left live to swallow messages, pending ones
     /// stay pending, and the next send cold-resumes the child.
     FailActivation {
-        /// The child.
+        /// The child session the command is about.
         child: SessionId,
-        /// Its epoch.
+        /// The activation epoch it addresses (a stale epoch is out of order).
         epoch: u64,
         /// Safe failure detail (already redacted).
         diagnostic: Diagnostic,
     },
     /// An activation ended before publication.
     AbandonActivation {
-        /// The child.
+        /// The child session the command is about.
         child: SessionId,
-        /// Its epoch.
+        /// The activation epoch it addresses (a stale epoch is out of order).
         epoch: u64,
-        /// Why.
+        /// Why it ended before publication (cancelled, preparation failed,
+        /// drained, host restart).
         reason: AbandonReason,
     },
     /// An external run was published by its provider.
     StartRun {
-        /// The external child.
+        /// The external child whose one run this is.
         child: SessionId,
     },
     /// An external run settled.
     SettleRun {
-        /// The external child.
+        /// The external child whose one run this is.
         child: SessionId,
-        /// The result.
+        /// The settled result (output, structured capture, diagnostic, stop reason).
         result: SubagentResult,
     },
     /// An external run's handle was disposed.
     DisposeRun {
-        /// The external child.
+        /// The external child whose one run this is.
         child: SessionId,
         /// A cleanup failure, recorded beside the result.
         cleanup_error: Option<Diagnostic>,
     },
     /// The provider refused to start the run.
     FailRunStart {
-        /// The external child.
+        /// The external child whose one run this is.
         child: SessionId,
-        /// Safe detail.
+        /// Why the provider refused, already redacted.
         diagnostic: Diagnostic,
     },
     /// A model-authored message between adjacent agents (a direct parent and
@@ -191,7 +192,7 @@ pub enum Command {
         target: SessionId,
         /// The inbox id to record.
         message_id: MessageId,
-        /// The content.
+        /// The message's content blocks.
         content: Vec<ContentBlock>,
         /// Queue or steer.
         delivery: MessageDelivery,
@@ -199,9 +200,9 @@ pub enum Command {
     /// Interrupt a child's live execution under a human parent address or a
     /// live ancestor. An absent or idle target is an accepted no-op.
     Interrupt {
-        /// The child.
+        /// The child whose live execution to stop.
         target: SessionId,
-        /// The authority.
+        /// Who interrupts: the direct parent's address or a live ancestor.
         authority: subagent_core::InterruptAuthority,
     },
     /// A drain closes admission below `parent`.
@@ -211,7 +212,7 @@ pub enum Command {
     },
     /// The parent left the registry; its cutoff ends.
     ReopenAdmission {
-        /// The parent.
+        /// The parent that left the registry.
         parent: SessionId,
     },
     /// Settle explicitly everything that was live when the host stopped, end
