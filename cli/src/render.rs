@@ -323,17 +323,7 @@ root  [inactive]  ROOT
     /// A chain `depth` sessions deep below one root, labelled `c1`, `c2`, ...
     fn chain(depth: u64) -> (Projections, SessionId) {
         let mut history = HistoryBuilder::new();
-        let root = history.root("root");
-        let mut parent = root;
-        for level in 1..=depth {
-            parent = history.child(
-                parent,
-                level,
-                &format!("c{level}"),
-                SessionMode::Continuable,
-                false,
-            );
-        }
+        let root = history.chain(depth);
         (Projections::fold(&history.records), root)
     }
 

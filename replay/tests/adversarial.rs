@@ -4,30 +4,14 @@
 
 mod common;
 
-use common::{append_raw, lines, runtime};
+use common::{append_raw, lines, runtime, sample};
 use std::io::{BufRead, BufReader, Cursor, Read};
 use std::path::Path;
 
 use subagent_core::{RecordedEvent, StreamId, MAX_EVENT_BYTES};
-use subagent_projections::testing::{history, impossible_histories, Step};
+use subagent_projections::testing::impossible_histories;
 use subagent_replay::{export, import, import_directory, verify, ReplayError};
 use subagent_store::{EventLog, IdLocation, IndexDamage, MemoryLog, RocksLog, RocksOptions};
-
-/// A root, a worker that ran a turn and settled, a message to it, and an
-/// external grandchild.
-fn sample() -> Vec<RecordedEvent> {
-    let mut steps = vec![Step::Child {
-        parent: 0,
-        continuable: true,
-    }];
-    steps.extend(std::iter::repeat_n(Step::Advance { target: 1 }, 5));
-    steps.push(Step::Message { target: 1 });
-    steps.push(Step::Child {
-        parent: 1,
-        continuable: false,
-    });
-    history(&steps)
-}
 
 #[test]
 fn import_refuses_every_impossible_history_at_its_line() {

@@ -3,12 +3,12 @@
 
 mod common;
 
-use common::{lines, runtime};
+use common::{lines, runtime, sample};
 use std::io::Cursor;
 
 use proptest::prelude::*;
 use subagent_core::RecordedEvent;
-use subagent_projections::testing::{history, steps, Step};
+use subagent_projections::testing::{history, steps};
 use subagent_projections::{HistoryCheck, Projections};
 use subagent_replay::{
     diff, export, import, state_at, verify, Change, Checkpointed, ReplayError, CHECKPOINT_NAME,
@@ -21,22 +21,6 @@ fn load<L: EventLog>(log: &L, records: &[RecordedEvent]) {
         .block_on(import(log, Cursor::new(lines(records))))
         .unwrap();
     assert_eq!(count, records.len() as u64);
-}
-
-/// A root with both providers, a worker that ran a turn and settled (its
-/// notice in the root's inbox), a message to it, and an external grandchild.
-fn sample() -> Vec<RecordedEvent> {
-    let mut steps = vec![Step::Child {
-        parent: 0,
-        continuable: true,
-    }];
-    steps.extend(std::iter::repeat_n(Step::Advance { target: 1 }, 5));
-    steps.push(Step::Message { target: 1 });
-    steps.push(Step::Child {
-        parent: 1,
-        continuable: false,
-    });
-    history(&steps)
 }
 
 /// The longest prefix of `records` up to half of them that does not end

@@ -72,17 +72,7 @@ pub(crate) fn write_history(dir: &Path, history: &HistoryBuilder) {
 /// it, labelled `c1`, `c2`, ...; returns the root.
 pub(crate) fn chain_log(dir: &Path, depth: u64) -> SessionId {
     let mut history = HistoryBuilder::new();
-    let root = history.root("root");
-    let mut parent = root;
-    for level in 1..=depth {
-        parent = history.child(
-            parent,
-            level,
-            &format!("c{level}"),
-            SessionMode::Continuable,
-            false,
-        );
-    }
+    let root = history.chain(depth);
     write_history(dir, &history);
     root
 }

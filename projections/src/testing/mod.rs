@@ -67,6 +67,23 @@ impl HistoryBuilder {
         id
     }
 
+    /// Records a root and a chain `depth` continuable sessions deep below
+    /// it, labelled `c1`, `c2`, ...; returns the root.
+    pub fn chain(&mut self, depth: u64) -> SessionId {
+        let root = self.root("root");
+        let mut parent = root;
+        for level in 1..=depth {
+            parent = self.child(
+                parent,
+                level,
+                &format!("c{level}"),
+                SessionMode::Continuable,
+                false,
+            );
+        }
+        root
+    }
+
     /// Records a child: its catalog entry in the parent and its creation.
     pub fn child(
         &mut self,

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 use subagent_core::{NewEvent, RecordedEvent};
+use subagent_projections::testing::{history, Step};
 use subagent_store::{EventLog, ExpectedVersion};
 
 /// A current-thread tokio runtime for the async parts of a sync test.
@@ -43,4 +44,20 @@ pub(crate) fn append_raw<L: EventLog + ?Sized>(log: &L, records: &[RecordedEvent
             .unwrap();
         }
     });
+}
+
+/// A root with both providers, a worker that ran a turn and settled (its
+/// notice in the root's inbox), a message to it, and an external grandchild.
+pub(crate) fn sample() -> Vec<RecordedEvent> {
+    let mut steps = vec![Step::Child {
+        parent: 0,
+        continuable: true,
+    }];
+    steps.extend(std::iter::repeat_n(Step::Advance { target: 1 }, 5));
+    steps.push(Step::Message { target: 1 });
+    steps.push(Step::Child {
+        parent: 1,
+        continuable: false,
+    });
+    history(&steps)
 }
