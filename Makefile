@@ -22,14 +22,16 @@ SOAK_MODEL_CASES ?= 4096
 # Byte flips per file of the corruption attack for `make soak` (make test: 12).
 SOAK_CORRUPTION_FLIPS ?= 200
 
-.PHONY: deps demo test lint unit bench fuzz soak
+.PHONY: deps demo test lint unit bench fuzz soak api-fuzz
 
-# System packages: libclang for the RocksDB bindings, a C++ compiler for librocksdb.
+# System packages: libclang for the RocksDB bindings, a C++ compiler for
+# librocksdb, curl and jq for the README's gateway session (a test runs it).
 deps:
 	@command -v $(CARGO) >/dev/null || { echo "cargo is required (rustup)"; exit 1; }
-	@if ! dpkg -s libclang-dev >/dev/null 2>&1 || ! command -v c++ >/dev/null; then \
-		echo "installing libclang-dev and a C++ compiler"; \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libclang-dev g++ >/dev/null; \
+	@if ! dpkg -s libclang-dev >/dev/null 2>&1 || ! command -v c++ >/dev/null \
+		|| ! command -v curl >/dev/null || ! command -v jq >/dev/null; then \
+		echo "installing libclang-dev, a C++ compiler, and curl and jq (the README's gateway session)"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libclang-dev g++ curl jq >/dev/null; \
 	fi
 
 demo: deps
@@ -70,3 +72,14 @@ soak: deps
 	SUBAGENTS_CORRUPTION_FLIPS=$(SOAK_CORRUPTION_FLIPS) $(CARGO) test -p subagent-store --test corruption -- --nocapture
 	SUBAGENTS_CRASH_ROUNDS=$(SOAK_ROUNDS) $(CARGO) test -p subagent-runtime --test crash -- --nocapture
 	SUBAGENTS_MODEL_CASES=$(SOAK_MODEL_CASES) $(CARGO) test -p subagent-runtime --test model -- --nocapture
+
+# schemathesis (from PyPI, installed here when missing) against a live
+# `subagents serve` on 127.0.0.1, generating requests from the served OpenAPI
+# document: any 5xx or any answer outside the document fails. API_FUZZ_EXAMPLES
+# requests per operation.
+API_FUZZ_EXAMPLES ?= 100
+api-fuzz: deps
+	@command -v schemathesis >/dev/null || pip install --quiet schemathesis
+	$(CARGO) build -q -p subagent-cli --bin subagents
+	scripts/api-fuzz.sh "$$($(CARGO) metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')/$$(rustc -vV | sed -n 's/host: //p')/debug/subagents" $(API_FUZZ_EXAMPLES)
+

@@ -74,10 +74,7 @@ async fn runtime_run(
             })
         })
         .collect();
-    let mut latencies = Vec::new();
-    for task in tasks {
-        latencies.extend(task.await??);
-    }
+    let latencies = super::stats::join_latencies(tasks).await?;
     Ok((
         (per_starter * starters) as f64 / started.elapsed().as_secs_f64(),
         latencies,

@@ -128,7 +128,7 @@ async fn runtime_run(
                     turn_done
                         .recv()
                         .await
-                        .ok_or_else(|| SubagentError::Internal("echo stopped".into()))?;
+                        .ok_or_else(|| SubagentError::internal("echo stopped"))?;
                     let reply = runtime
                         .send_message(
                             &child.agent(),
@@ -149,10 +149,7 @@ async fn runtime_run(
             })
         })
         .collect();
-    let mut latencies = Vec::new();
-    for task in tasks {
-        latencies.extend(task.await??);
-    }
+    let latencies = super::stats::join_latencies(tasks).await?;
     Ok((
         (pairs * trips) as f64 / started.elapsed().as_secs_f64(),
         latencies,

@@ -53,6 +53,20 @@ pub(super) fn percentile_ms(sorted: &[std::time::Duration], fraction: f64) -> f6
         .map_or(0.0, |latency| latency.as_secs_f64() * 1000.0)
 }
 
+/// Awaits every task's latencies and joins them, in task order.
+///
+/// # Errors
+/// The first task that panicked or failed.
+pub(super) async fn join_latencies<E: std::error::Error + 'static>(
+    tasks: Vec<tokio::task::JoinHandle<Result<Vec<std::time::Duration>, E>>>,
+) -> Result<Vec<std::time::Duration>, Box<dyn std::error::Error>> {
+    let mut latencies = Vec::new();
+    for task in tasks {
+        latencies.extend(task.await??);
+    }
+    Ok(latencies)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

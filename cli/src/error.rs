@@ -47,6 +47,9 @@ pub(crate) enum CliError {
         /// The store's account of the damage.
         source: subagent_store::StoreError,
     },
+    /// `serve` would listen beyond loopback without `--allow-remote`.
+    #[error("{}: refusing to listen beyond loopback without --allow-remote", .0)]
+    NotLoopback(std::net::SocketAddr),
     /// `verify` found differences (printed above).
     #[error("verification failed")]
     VerificationFailed,

@@ -13,6 +13,8 @@ mod log_cmd;
 mod output;
 mod render;
 mod salvage_cmd;
+mod serve_cmd;
+mod shipped;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -51,6 +53,9 @@ enum Command {
         #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(..=3_600_000))]
         hold_ms: u64,
     },
+    /// Serve the runtime over HTTP: the spec's remote methods, roots,
+    /// children, reads and a live event stream (see the README).
+    Serve(serve_cmd::ServeArgs),
     /// Print the events of a log, one line each.
     Log(log_cmd::LogArgs),
     /// Replay debugging: tree, children, replay, diff, verify, export, import,
@@ -64,6 +69,7 @@ fn main() -> ExitCode {
     let mut out = output::Stdout::stdout();
     let result = match cli.command {
         Command::Demo { data, hold_ms } => demo::run(&data, hold_ms, &mut out),
+        Command::Serve(args) => serve_cmd::run(&args, &mut out),
         Command::Log(args) => log_cmd::run(&args, &mut out),
         Command::Inspect(command) => inspect::run(command, &mut out),
     };

@@ -109,7 +109,9 @@ impl ContentBlock {
         matches!(self, ContentBlock::Text(block) if block.text.is_empty())
     }
 
-    fn type_name(&self) -> Option<&'static str> {
+    /// The wire `type` of a known block kind; `None` for a kind this
+    /// version does not know.
+    pub(crate) fn type_name(&self) -> Option<&'static str> {
         match self {
             ContentBlock::Text(_) => Some("text"),
             ContentBlock::Image(_) => Some("image"),

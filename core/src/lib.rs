@@ -13,6 +13,7 @@ pub mod ids;
 pub mod persona;
 pub mod record;
 pub mod redact;
+pub mod remote;
 pub mod result;
 pub mod schema;
 pub mod settings;
@@ -23,13 +24,17 @@ pub mod arbitrary;
 
 pub use content::ContentBlock;
 pub use contracts::*;
-pub use error::{Causes, ErrorCode, OutOfOrder, SubagentError};
+pub use error::{Causes, ErrorCode, Fault, OutOfOrder, SubagentError};
 pub use event::{
     AbandonReason, Event, EventKind, NewEvent, RecordedEvent, StreamId, StreamKind, Usage,
     CURRENT_SCHEMA_VERSION,
 };
 pub use ids::{EventId, MessageId, SessionId, SubagentRunId};
 pub use record::{MAX_CONTENT_BYTES, MAX_EVENT_BYTES};
+pub use remote::{
+    AddressMode, ContinuableAddress, InterruptReceipt, InterruptRequest, PromptReceipt,
+    PromptRequest,
+};
 pub use result::{select_output, Diagnostic, SubagentResult, SubagentStopReason};
 pub use settings::{
     effective_agent_options, resolve_max_depth, DepthPolicy, ModelSelectionSettings, StartSettings,

@@ -24,17 +24,17 @@
 use std::fmt;
 
 use subagent_core::{
-    AbandonReason, Delivery, Event, MessageSource, RecordedEvent, SessionId, SessionMode, StreamId,
-    SubagentDescriptor, SubagentError,
+    AbandonReason, Delivery, ErrorCode, Event, MessageSource, RecordedEvent, SessionId,
+    SessionMode, StreamId, SubagentDescriptor, SubagentError,
 };
 use thiserror::Error;
 
 use crate::activation::RunPhase;
 use crate::machine::{
     abandonable_live, check_registration, child_depth, child_mode, interrupt_authorized, live,
-    new_session, next_turn, nonempty_label, registered, requested_live, route_message, run_in,
-    running_turn, runs_live_work, settlement_notice_id, settlement_summary, start_parent,
-    transcript_turn, unpublished_live, unsettled_live, unused_child_id,
+    new_session, next_turn, nonempty_label, registered, requested_live, route_message,
+    route_prompt, run_in, running_turn, runs_live_work, settlement_notice_id, settlement_summary,
+    start_parent, transcript_turn, unpublished_live, unsettled_live, unused_child_id,
 };
 use crate::sessions::SessionRecord;
 use crate::state::Projections;
@@ -55,13 +55,11 @@ pub struct HistoryViolation {
 }
 
 impl HistoryViolation {
-    /// The stable code of every violation.
-    pub const CODE: &'static str = "replay/impossible-history";
-
-    /// [`Self::CODE`].
+    /// The stable code of every violation
+    /// ([`ErrorCode::ReplayImpossibleHistory`]).
     #[must_use]
-    pub fn code(&self) -> &'static str {
-        Self::CODE
+    pub fn code(&self) -> ErrorCode {
+        ErrorCode::ReplayImpossibleHistory
     }
 }
 
@@ -602,9 +600,20 @@ fn accepted_message(
             }
             Ok(Expectation::None)
         }
-        MessageSource::User | MessageSource::Browser { .. } => {
-            broken("the state machine records no user or browser messages")
+        MessageSource::Browser { request_id, .. } => {
+            let parent = target_record
+                .parent
+                .ok_or_else(|| Broken("a prompt goes to a child, not a root".into()))?;
+            let route = route_prompt(state, parent, target, request_id)?;
+            Ok(match route.resume_epoch {
+                Some(epoch) => Expectation::Resume {
+                    child: target,
+                    epoch,
+                },
+                None => Expectation::None,
+            })
         }
+        MessageSource::User => broken("the state machine records no user messages"),
     }
 }
 

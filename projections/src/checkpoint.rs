@@ -9,8 +9,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::state::Projections;
 
-/// The checkpoint format this build writes and reads.
-pub const CHECKPOINT_VERSION: u32 = 1;
+/// The checkpoint format this build writes and reads. Version 2 added the
+/// prompt receipts of each inbox; a version-1 checkpoint is discarded and
+/// the log refolded.
+pub const CHECKPOINT_VERSION: u32 = 2;
 
 /// The name projections checkpoints are stored under in the log.
 pub const CHECKPOINT_NAME: &str = "projections";

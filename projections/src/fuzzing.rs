@@ -226,7 +226,7 @@ impl FuzzWorld {
             }
             _ => {}
         }
-        match op % 23 {
+        match op % 24 {
             0 => {
                 let session = SessionId::from_uuid(self.fresh());
                 self.sessions.push(session);
@@ -402,6 +402,25 @@ impl FuzzWorld {
                     name: name.into(),
                     input: serde_json::json!({}),
                     known: !arg().is_multiple_of(4),
+                }
+            }
+            22 => {
+                // Few request ids and bodies, so retries and conflicts occur.
+                let flags = arg();
+                Command::Prompt {
+                    parent: self.session(arg()),
+                    child: self.session(arg()),
+                    request_id: ["r1", "r2"][usize::from(flags & 1)].into(),
+                    zone: (flags & 2 != 0).then(|| "Europe/Paris".into()),
+                    message_id: MessageId::from_uuid(self.fresh()),
+                    content: vec![ContentBlock::text(
+                        ["hi", "ho"][usize::from(flags >> 2 & 1)],
+                    )],
+                    delivery: if flags & 8 == 0 {
+                        MessageDelivery::Queue
+                    } else {
+                        MessageDelivery::Steer
+                    },
                 }
             }
             _ => Command::Recover,

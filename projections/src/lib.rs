@@ -27,7 +27,7 @@ pub use activation::{
     ActivationPhase, ActivationState, Activity, LiveActivation, RunPhase, RunState,
 };
 pub use admissible::{admit, admit_end, Expectation, HistoryCheck, HistoryViolation};
-pub use inbox::Inbox;
+pub use inbox::{prompt_digest, Inbox, PromptRecord};
 pub use machine::{decide, settlement_notice_id, Command, Decision, StartChild, TurnOutput};
 pub use sessions::SessionRecord;
 pub use state::{Projections, ProviderRecord};

@@ -10,7 +10,7 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 
 use serde::{Deserialize, Serialize};
 use subagent_core::{
-    AgentRoute, CatalogMode, Event, RecordedEvent, SessionId, SubagentCapabilities,
+    AgentRoute, CatalogMode, Event, MessageSource, RecordedEvent, SessionId, SubagentCapabilities,
     SubagentCatalogEntry, SubagentDescendantListEntry, SubagentDescriptor, SubagentListEntry,
 };
 
@@ -18,7 +18,7 @@ use crate::activation::{
     ActivationPhase, ActivationState, Activity, LiveActivation, RunPhase, RunState,
 };
 use crate::catalog::CatalogFact;
-use crate::inbox::Inbox;
+use crate::inbox::{prompt_digest, Inbox};
 use crate::sessions::SessionRecord;
 
 /// A registered provider as the log records it.
@@ -278,13 +278,19 @@ impl Projections {
             Event::MessageAccepted {
                 message_id,
                 delivery,
-                ..
+                source,
+                content,
             } => {
                 if let Some(id) = session {
-                    self.inboxes
-                        .entry(id)
-                        .or_default()
-                        .accept(*message_id, *delivery);
+                    let inbox = self.inboxes.entry(id).or_default();
+                    inbox.accept(*message_id, *delivery);
+                    if let MessageSource::Browser { request_id, zone } = source {
+                        inbox.record_prompt(
+                            request_id,
+                            *message_id,
+                            prompt_digest(*delivery, zone.as_deref(), content),
+                        );
+                    }
                 }
             }
             Event::MessagesClaimed { ids, turn } => {

@@ -4,13 +4,17 @@
 //! (it is not vacuous). `decide`'s own histories are also checked inside the
 //! `decide_sequence` fuzz body, so the corpora replay covers them.
 
+mod common;
+
+use common::capable_provider;
+
 use std::collections::HashSet;
 
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 use subagent_core::{
-    ContentBlock, Delivery, Event, MessageDelivery, MessageId, MessageSource, OutOfOrder,
-    SessionId, SessionMode, StreamId, SubagentCapabilities, SubagentError, SubagentRunId,
+    ContentBlock, Delivery, ErrorCode, Event, MessageDelivery, MessageId, MessageSource,
+    OutOfOrder, SessionId, SessionMode, StreamId, SubagentError, SubagentRunId,
 };
 use subagent_projections::testing::{history, impossible_histories, steps, HistoryBuilder};
 use subagent_projections::{decide, fuzzing, Command, HistoryCheck, HistoryViolation, Projections};
@@ -91,24 +95,13 @@ fn every_impossible_history_fails_at_its_first_impossible_record() {
             "{}: {violation}",
             case.name
         );
-        assert_eq!(violation.code(), "replay/impossible-history");
+        assert_eq!(violation.code(), ErrorCode::ReplayImpossibleHistory);
         assert!(
             violation
                 .to_string()
                 .contains(&format!("position {}", case.position)),
             "{violation}"
         );
-    }
-}
-
-fn spawn_registration() -> Event {
-    Event::ProviderRegistered {
-        name: "spawn".into(),
-        capabilities: SubagentCapabilities::ALL,
-        inherits_parent_context: false,
-        route_defaults: None,
-        continuable: true,
-        one_shot: false,
     }
 }
 
@@ -123,7 +116,7 @@ fn child_with(turns: u64, epoch: u64, root_depth: u64) -> (Projections, SessionI
         *depth = root_depth;
     }
     history.push(StreamId::Session(root), created);
-    history.push(StreamId::Runtime, spawn_registration());
+    history.push(StreamId::Runtime, capable_provider("spawn"));
     let child = history.child(root, 1, "c", SessionMode::Continuable, false);
     let stream = StreamId::Session(child);
     history.push(

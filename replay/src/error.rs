@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use subagent_core::SessionId;
+use subagent_core::{ErrorCode, SessionId};
 use subagent_projections::HistoryViolation;
 use subagent_store::StoreError;
 use thiserror::Error;
@@ -64,17 +64,17 @@ pub enum ReplayError {
 impl ReplayError {
     /// Stable machine-readable code.
     #[must_use]
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> ErrorCode {
         match self {
             ReplayError::Store(err) => err.code(),
-            ReplayError::PositionPastHead { .. } => "replay/position-past-head",
-            ReplayError::UnknownSession(_) => "replay/unknown-session",
-            ReplayError::NotEmpty(_) => "replay/not-empty",
-            ReplayError::DirectoryNotEmpty(_) => "replay/directory-not-empty",
-            ReplayError::BadImport { .. } => "replay/bad-import",
-            ReplayError::LineTooLong { .. } => "replay/line-too-long",
+            ReplayError::PositionPastHead { .. } => ErrorCode::ReplayPositionPastHead,
+            ReplayError::UnknownSession(_) => ErrorCode::ReplayUnknownSession,
+            ReplayError::NotEmpty(_) => ErrorCode::ReplayNotEmpty,
+            ReplayError::DirectoryNotEmpty(_) => ErrorCode::ReplayDirectoryNotEmpty,
+            ReplayError::BadImport { .. } => ErrorCode::ReplayBadImport,
+            ReplayError::LineTooLong { .. } => ErrorCode::ReplayLineTooLong,
             ReplayError::ImpossibleHistory { violation, .. } => violation.code(),
-            ReplayError::Io(_) => "replay/io",
+            ReplayError::Io(_) => ErrorCode::ReplayIo,
         }
     }
 }

@@ -8,7 +8,7 @@ use common::{append_raw, lines, runtime, sample};
 use std::io::{BufRead, BufReader, Cursor, Read};
 use std::path::Path;
 
-use subagent_core::{RecordedEvent, StreamId, MAX_EVENT_BYTES};
+use subagent_core::{ErrorCode, RecordedEvent, StreamId, MAX_EVENT_BYTES};
 use subagent_projections::testing::impossible_histories;
 use subagent_replay::{export, import, import_directory, verify, ReplayError};
 use subagent_store::{EventLog, IdLocation, IndexDamage, MemoryLog, RocksLog, RocksOptions};
@@ -20,7 +20,7 @@ fn import_refuses_every_impossible_history_at_its_line() {
         let log = MemoryLog::new();
         match runtime().block_on(import(&log, Cursor::new(lines(&case.records)))) {
             Err(err @ ReplayError::ImpossibleHistory { .. }) => {
-                assert_eq!(err.code(), "replay/impossible-history");
+                assert_eq!(err.code(), ErrorCode::ReplayImpossibleHistory);
                 let ReplayError::ImpossibleHistory { line, violation } = &err else {
                     unreachable!()
                 };
@@ -185,7 +185,7 @@ fn the_reported_u64_max_import_is_refused_not_a_panic() {
     let log = MemoryLog::new();
     match runtime().block_on(import(&log, Cursor::new(lines(&input)))) {
         Err(err @ ReplayError::BadImport { line: 1, .. }) => {
-            assert_eq!(err.code(), "replay/bad-import");
+            assert_eq!(err.code(), ErrorCode::ReplayBadImport);
             assert!(err.to_string().contains("out of sequence"), "{err}");
         }
         other => panic!("expected BadImport at line 1, got {other:?}"),
@@ -224,7 +224,7 @@ fn an_oversized_import_line_is_refused_without_reading_it_whole() {
     let started = std::time::Instant::now();
     match runtime().block_on(import(&log, input)) {
         Err(err @ ReplayError::LineTooLong { line: 1, .. }) => {
-            assert_eq!(err.code(), "replay/line-too-long");
+            assert_eq!(err.code(), ErrorCode::ReplayLineTooLong);
         }
         other => panic!("expected LineTooLong, got {other:?}"),
     }
@@ -293,7 +293,7 @@ fn import_directory_is_all_or_nothing() {
     std::fs::create_dir(&dir).unwrap();
     std::fs::write(dir.join("keep.txt"), "mine").unwrap();
     let err = import_dir(&dir, Cursor::new(lines(&records))).unwrap_err();
-    assert_eq!(err.code(), "replay/directory-not-empty");
+    assert_eq!(err.code(), ErrorCode::ReplayDirectoryNotEmpty);
     assert_eq!(
         std::fs::read_to_string(dir.join("keep.txt")).unwrap(),
         "mine"

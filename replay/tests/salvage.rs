@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use proptest::prelude::*;
-use subagent_core::RecordedEvent;
+use subagent_core::{ErrorCode, RecordedEvent};
 use subagent_projections::testing::{history, impossible_histories, steps, Step};
 use subagent_projections::HistoryCheck;
 use subagent_replay::{
@@ -198,7 +198,7 @@ fn a_damaged_write_ahead_log_yields_a_verified_prefix_and_names_what_was_lost() 
     let refused = RocksLog::open_read_only(&source)
         .err()
         .expect("an ordinary open refuses the damage");
-    assert_eq!(refused.code(), "store/damaged", "{refused}");
+    assert_eq!(refused.code(), ErrorCode::StoreDamaged, "{refused}");
 
     let mut dropped_out = Vec::new();
     let report: SalvageReport = runtime()
@@ -268,7 +268,7 @@ fn salvage_refuses_a_non_empty_target_and_a_source_that_is_no_log() {
     let refused = runtime()
         .block_on(salvage(&nothing, &elsewhere, None))
         .unwrap_err();
-    assert_eq!(refused.code(), "store/not-a-log", "{refused}");
+    assert_eq!(refused.code(), ErrorCode::StoreNotALog, "{refused}");
     assert!(!elsewhere.exists(), "nothing was created");
 }
 

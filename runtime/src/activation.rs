@@ -112,10 +112,10 @@ impl SubagentActivation {
         let settled = receiver
             .wait_for(Option::is_some)
             .await
-            .map_err(|_| SubagentError::Internal("the driver stopped without a result".into()))?;
+            .map_err(|_| SubagentError::internal("the driver stopped without a result"))?;
         settled
             .clone()
-            .unwrap_or_else(|| Err(SubagentError::Internal("no result".into())))
+            .unwrap_or_else(|| Err(SubagentError::internal("no result")))
     }
 
     /// Stops and releases this activation and its owned descendants,

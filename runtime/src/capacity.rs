@@ -70,7 +70,7 @@ impl Capacity {
         let mut permits = Permits::default();
         for gate in self.gates(parent) {
             let permit = tokio::select! {
-                permit = gate.acquire_owned() => permit.map_err(|_| SubagentError::Internal("capacity closed".into()))?,
+                permit = gate.acquire_owned() => permit.map_err(|_| SubagentError::internal("capacity closed"))?,
                 () = signal.cancelled() => return Err(SubagentError::Cancelled),
             };
             permits.0.push(permit);

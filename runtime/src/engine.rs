@@ -68,7 +68,7 @@ pub(crate) struct Engine {
     pipeline: Mutex<Pipeline>,
     failed: AtomicBool,
     /// Why the log failed: kept so every later refusal names the cause.
-    failure: OnceLock<String>,
+    failure: OnceLock<SubagentError>,
     /// Cancelled when the log fails: whoever waits for durability (a
     /// durable read, a checkpoint) stops waiting for a head that will never
     /// come.
@@ -92,7 +92,8 @@ const RECORDED_AT_WIDTH_SLACK: usize = 19;
 /// [`SubagentError::EventTooLarge`] naming the first oversized event.
 fn refuse_oversized(records: &[RecordedEvent]) -> Result<(), SubagentError> {
     for record in records {
-        let bytes = encoded_body_len(record).map_err(internal_error)? + RECORDED_AT_WIDTH_SLACK;
+        let bytes = encoded_body_len(record).map_err(SubagentError::internal_from)?
+            + RECORDED_AT_WIDTH_SLACK;
         if bytes > MAX_EVENT_BYTES {
             return Err(SubagentError::EventTooLarge {
                 event_type: record.event.type_name(),
@@ -111,7 +112,7 @@ fn refuse_oversized(records: &[RecordedEvent]) -> Result<(), SubagentError> {
 /// # Errors
 /// [`SubagentError::EventTooLarge`] for the prompt's `MessageAccepted`.
 pub(crate) fn refuse_oversized_prompt(prompt: &[ContentBlock]) -> Result<(), SubagentError> {
-    let bytes = json_len(&prompt).map_err(internal_error)?;
+    let bytes = json_len(&prompt).map_err(SubagentError::internal_from)?;
     if bytes > MAX_CONTENT_BYTES {
         return Err(SubagentError::EventTooLarge {
             event_type: "MessageAccepted",
@@ -122,16 +123,11 @@ pub(crate) fn refuse_oversized_prompt(prompt: &[ContentBlock]) -> Result<(), Sub
     Ok(())
 }
 
-/// An infrastructure fault described by `err`'s text. For a value that is a
-/// `std::error::Error` with sources, [`internal_error`] keeps the chain.
-pub(crate) fn internal(err: impl std::fmt::Display) -> SubagentError {
-    SubagentError::Internal(err.to_string())
-}
-
-/// An infrastructure fault caused by `err`, with its whole source chain.
-pub(crate) fn internal_error(err: impl std::error::Error + 'static) -> SubagentError {
-    SubagentError::internal_from(&err)
-}
+/// The refusal of every command after the log failed: names the first
+/// failure, which it keeps as its source.
+#[derive(Debug, thiserror::Error)]
+#[error("the log failed earlier ({0}); reopen the runtime to recover")]
+struct LogFailedEarlier(#[source] SubagentError);
 
 impl Engine {
     /// Opens from the newest usable checkpoint plus the log's tail (a
@@ -143,7 +139,7 @@ impl Engine {
     ) -> Result<(Engine, OpenStats), SubagentError> {
         let stored = log
             .read_checkpoint(checkpoint::CHECKPOINT_NAME)
-            .map_err(internal_error)?;
+            .map_err(SubagentError::internal_from)?;
         let mut stats = OpenStats::default();
         let mut state = match checkpoint::usable(stored.as_deref(), log.head()) {
             Ok(stored) => {
@@ -158,7 +154,7 @@ impl Engine {
         };
         let mut versions = HashMap::new();
         for record in log.read_all(state.position + 1) {
-            let record = record.map_err(internal_error)?;
+            let record = record.map_err(SubagentError::internal_from)?;
             versions.insert(record.stream, record.version);
             state.apply(&record);
             stats.tail_events += 1;
@@ -270,7 +266,7 @@ impl Engine {
         let mut durable = self.log.watch_head();
         tokio::select! {
             reached = durable.wait_for(|head| *head >= position) => {
-                reached.map_err(|_| internal("the log closed"))?;
+                reached.map_err(|_| SubagentError::internal("the log closed"))?;
             }
             () = self.broken.cancelled() => return Err(self.refusal()),
         }
@@ -309,9 +305,11 @@ impl Engine {
                 // its durable version is the current one.
                 let mut version = match pipeline.versions.entry(stream) {
                     Entry::Occupied(entry) => *entry.get(),
-                    Entry::Vacant(entry) => {
-                        *entry.insert(self.log.stream_version(&stream).map_err(internal_error)?)
-                    }
+                    Entry::Vacant(entry) => *entry.insert(
+                        self.log
+                            .stream_version(&stream)
+                            .map_err(SubagentError::internal_from)?,
+                    ),
                 };
                 for new in &events {
                     position += 1;
@@ -340,14 +338,14 @@ impl Engine {
         };
         let outcomes = match ticket.await {
             Ok(outcomes) => outcomes,
-            Err(err) => return Err(self.fail(err)),
+            Err(err) => return Err(self.fail(SubagentError::internal_from(err))),
         };
         let expected_first = records.first().map(|record| record.position);
         if outcomes.first().map(|outcome| outcome.first_position) != expected_first {
-            return Err(self.fail(format!(
+            return Err(self.fail(SubagentError::internal(format!(
                 "events landed at {:?}, expected {expected_first:?}",
                 outcomes.first()
-            )));
+            ))));
         }
         debug!(events = records.len(), "committed");
         if checkpoint_due {
@@ -356,22 +354,25 @@ impl Engine {
         Ok(records)
     }
 
-    fn fail(&self, reason: impl std::fmt::Display) -> SubagentError {
-        let reason = reason.to_string();
+    /// Stops the engine after an append failed with `fault`, which every
+    /// later refusal names (and keeps as its cause).
+    fn fail(&self, fault: SubagentError) -> SubagentError {
         // The first failure is the cause; later ones follow from it.
-        let _ = self.failure.set(reason.clone());
+        let _ = self.failure.set(fault.clone());
         self.failed.store(true, Ordering::Release);
         self.broken.cancel();
-        error!(%reason, "append failed; the engine stops accepting commands");
-        internal(reason)
+        error!(reason = %fault, "append failed; the engine stops accepting commands");
+        fault
     }
 
     /// The refusal of a command after the log failed, naming the cause.
     fn refusal(&self) -> SubagentError {
-        let cause = self.failure.get().map_or("unknown cause", String::as_str);
-        internal(format!(
-            "the log failed earlier ({cause}); reopen the runtime to recover"
-        ))
+        let cause = self
+            .failure
+            .get()
+            .cloned()
+            .unwrap_or_else(|| SubagentError::internal("unknown cause"));
+        SubagentError::internal_from(LogFailedEarlier(cause))
     }
 
     /// Refuses every later command with `subagent/closed`: nothing can be
@@ -404,16 +405,16 @@ async fn save_checkpoint(
     let mut durable = log.watch_head();
     tokio::select! {
         reached = durable.wait_for(|head| *head >= snapshot.position) => {
-            reached.map_err(|_| internal("the log closed"))?;
+            reached.map_err(|_| SubagentError::internal("the log closed"))?;
         }
         () = broken.cancelled() => {
-            return Err(internal("the log failed before the checkpoint's events became durable"));
+            return Err(SubagentError::internal("the log failed before the checkpoint's events became durable"));
         }
     }
     tokio::task::spawn_blocking(move || {
         log.write_checkpoint(checkpoint::CHECKPOINT_NAME, &checkpoint::encode(&snapshot))
-            .map_err(internal_error)
+            .map_err(SubagentError::internal_from)
     })
     .await
-    .map_err(internal_error)?
+    .map_err(SubagentError::internal_from)?
 }

@@ -18,6 +18,10 @@
 //! earlier kills left behind. `make test` runs a few rounds;
 //! `make soak` runs `SUBAGENTS_CRASH_ROUNDS` (100 by default).
 
+mod common;
+
+use common::records;
+
 use std::collections::HashSet;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
@@ -182,12 +186,6 @@ fn rounds() -> u64 {
         .ok()
         .and_then(|rounds| rounds.parse().ok())
         .unwrap_or(DEFAULT_ROUNDS)
-}
-
-fn records(log: &RocksLog) -> Vec<subagent_core::RecordedEvent> {
-    log.read_all(1)
-        .collect::<Result<_, _>>()
-        .expect("every record decodes")
 }
 
 #[test]

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{count, events, spawn_runtime, start, text, until};
+use common::{count, events, spec, start, text, until, Harness};
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -16,15 +16,15 @@ use subagent_core::{
     StreamId, SubagentActivationSpec, SubagentError, SubagentStopReason,
 };
 use subagent_projections::Activity;
-use subagent_runtime::providers::SpawnProvider;
+use subagent_runtime::providers::{ForkProvider, SpawnProvider};
 use subagent_runtime::scripted::Step;
 use subagent_runtime::BoxFuture;
 use subagent_runtime::{
-    Agent, AgentHost, AgentSpec, CapacityLimits, InterruptAuthority, Notice, Script, ScriptedHost,
-    SubagentActivation, SubagentRuntime,
+    Agent, AgentHost, AgentSpec, InterruptAuthority, Notice, Script, ScriptedHost,
+    SubagentActivation,
 };
 use subagent_store::{
-    Durability, EventLog, EventLogExt, MemoryLog, RocksLog, RocksOptions, StoreError, StreamAppend,
+    Durability, EventLog, MemoryLog, RocksLog, RocksOptions, StoreError, StreamAppend,
     Subscription, TransactionTicket,
 };
 use tokio_util::sync::CancellationToken;
@@ -78,7 +78,7 @@ impl AgentHost for FlakyHost {
     fn create(&self, spec: AgentSpec) -> BoxFuture<'static, Result<Box<dyn Agent>, SubagentError>> {
         self.creations.lock().unwrap().push(spec.label.clone());
         if self.down.load(Ordering::SeqCst) || spec.label == "broken" {
-            return Box::pin(async { Err(SubagentError::Internal(ENDPOINT_DOWN.into())) });
+            return Box::pin(async { Err(SubagentError::internal(ENDPOINT_DOWN)) });
         }
         self.scripts.create(spec)
     }
@@ -86,22 +86,6 @@ impl AgentHost for FlakyHost {
     fn tools(&self) -> Vec<subagent_runtime::ToolDefinition> {
         self.scripts.tools()
     }
-}
-
-async fn flaky_runtime(log: &MemoryLog) -> (SubagentRuntime, Arc<FlakyHost>) {
-    let host = FlakyHost::new();
-    let (runtime, _) = SubagentRuntime::open(Arc::new(log.clone()), host.clone())
-        .await
-        .unwrap();
-    runtime
-        .register_provider(Arc::new(SpawnProvider))
-        .await
-        .unwrap();
-    (runtime, host)
-}
-
-fn spec(label: &str, delivery: Delivery) -> SubagentActivationSpec {
-    SubagentActivationSpec::with_text_prompt("spawn", label, "task", delivery)
 }
 
 /// The settlement notices in `session`'s stream, by the child they are about.
@@ -126,13 +110,13 @@ fn notices_about(log: &dyn EventLog, session: SessionId, child: SessionId) -> Ve
 
 #[tokio::test]
 async fn an_agent_that_cannot_be_built_settles_error_notifies_the_parent_and_is_released() {
-    let log = MemoryLog::new();
-    let (runtime, host) = flaky_runtime(&log).await;
-    let root = runtime.open_root("host").await.unwrap();
-    let mut inbox = runtime.inbox(&root).unwrap();
-    let mut notices = runtime.notices_for(root.session()).unwrap();
+    let host = FlakyHost::new();
+    let h = Harness::open(host.clone()).await;
+    let mut inbox = h.runtime.inbox(&h.root).unwrap();
+    let mut notices = h.runtime.notices_for(h.root.session()).unwrap();
     host.set_down(true);
-    let activation = start(&runtime, &root, spec("worker", Delivery::Parent))
+    let activation = h
+        .start(spec("spawn", "worker", Delivery::Parent))
         .await
         .expect("the prompt was accepted: the failure settles through the result");
     let child = activation.child_id();
@@ -154,7 +138,7 @@ async fn an_agent_that_cannot_be_built_settles_error_notifies_the_parent_and_is_
     );
 
     // Recorded durably: settled `error`, then released; never published.
-    let child_events = events(&log, child);
+    let child_events = h.events(child);
     let settled = child_events.iter().find_map(|event| match event {
         Event::ActivationSettled { epoch: 1, result } => Some(result.clone()),
         _ => None,
@@ -195,14 +179,15 @@ async fn an_agent_that_cannot_be_built_settles_error_notifies_the_parent_and_is_
     ));
 
     // Nothing stays live to swallow messages; the prompt stays pending.
-    let state = runtime.projections();
+    let state = h.runtime.projections();
     assert_eq!(state.activity(child), Activity::Inactive);
     assert!(state.live_activations().is_empty());
     assert_eq!(state.pending_messages(child), vec![prompt]);
-    let refused = runtime
+    let refused = h
+        .runtime
         .send_message(
             &activation.agent(),
-            root.session(),
+            h.root.session(),
             text("from a dead agent"),
             CancellationToken::new(),
         )
@@ -210,78 +195,80 @@ async fn an_agent_that_cannot_be_built_settles_error_notifies_the_parent_and_is_
         .expect_err("the failed activation's handle is stale");
     assert_eq!(refused.code(), ErrorCode::Unauthorized);
     assert!(
-        !runtime.wait_for_children(&root).await.unwrap(),
+        !h.runtime.wait_for_children(&h.root).await.unwrap(),
         "no live child work"
     );
 
     // Once the endpoint is back, a send cold-resumes the child, and its first
     // turn takes the original prompt and the new message, in order.
     host.set_down(false);
-    let later = runtime
-        .send_message(&root, child, text("try again"), CancellationToken::new())
-        .await
-        .unwrap();
-    until("the resumed turn", || {
-        count(&events(&log, child), EventKind::TurnEnded) == 1
+    let later = h.send(child, "try again").await.unwrap();
+    h.until_events("the resumed turn", child, |events| {
+        count(events, EventKind::TurnEnded) == 1
     })
     .await;
-    let claimed = events(&log, child)
-        .into_iter()
-        .find_map(|event| match event {
-            Event::MessagesClaimed { ids, turn: 1 } => Some(ids),
-            _ => None,
-        });
+    let claimed = h.events(child).into_iter().find_map(|event| match event {
+        Event::MessagesClaimed { ids, turn: 1 } => Some(ids),
+        _ => None,
+    });
     assert_eq!(claimed, Some(vec![prompt, later]));
 
     // Disposing the failed activation's handle does not touch the resumed
     // epoch (a handle addresses its own activation only).
     activation.dispose().await.unwrap();
-    let state = runtime.projections();
+    let state = h.runtime.projections();
     assert_eq!(
         state.activations[&child].live.as_ref().map(|l| l.epoch),
         Some(2)
     );
-    runtime.drain_children(&root, &[child]).await.unwrap();
-    assert_eq!(runtime.projections().activity(child), Activity::Inactive);
-    common::assert_inbox_invariants(&log);
-    runtime.close().await.unwrap();
+    h.runtime.drain_children(&h.root, &[child]).await.unwrap();
+    assert_eq!(h.runtime.projections().activity(child), Activity::Inactive);
+    h.assert_inbox_invariants();
+    h.runtime.close().await.unwrap();
 }
 
 #[tokio::test]
 async fn a_live_parent_is_woken_by_the_failure_notice_of_its_child() {
-    let log = MemoryLog::new();
-    let (runtime, _host) = flaky_runtime(&log).await;
-    let root = runtime.open_root("host").await.unwrap();
-    let parent = start(&runtime, &root, spec("coordinator", Delivery::Caller))
+    let h = Harness::open(FlakyHost::new()).await;
+    let parent = h
+        .start(spec("spawn", "coordinator", Delivery::Caller))
         .await
         .unwrap();
     parent.result().await.unwrap();
     let parent_id = parent.child_id();
-    assert_eq!(count(&events(&log, parent_id), EventKind::TurnStarted), 1);
+    assert_eq!(h.count(parent_id, EventKind::TurnStarted), 1);
     // The parent delegates to a child whose agent cannot be built.
-    let broken = start(&runtime, &parent.agent(), spec("broken", Delivery::Parent))
-        .await
-        .unwrap();
+    let broken = start(
+        &h.runtime,
+        &parent.agent(),
+        spec("spawn", "broken", Delivery::Parent),
+    )
+    .await
+    .unwrap();
     let result = broken.result().await.unwrap();
     assert_eq!(result.stop_reason, SubagentStopReason::Error);
     // The idle parent runs a turn on the notice, as for any settlement.
-    until("the parent's turn on the notice", || {
-        count(&events(&log, parent_id), EventKind::TurnEnded) == 2
+    h.until_events("the parent's turn on the notice", parent_id, |events| {
+        count(events, EventKind::TurnEnded) == 2
     })
     .await;
-    let notice = notices_about(&log, parent_id, broken.child_id());
+    let notice = notices_about(&h.log, parent_id, broken.child_id());
     assert_eq!(notice.len(), 1);
-    assert!(runtime.projections().pending_messages(parent_id).is_empty());
+    assert!(h
+        .runtime
+        .projections()
+        .pending_messages(parent_id)
+        .is_empty());
     parent.dispose().await.unwrap();
-    common::assert_inbox_invariants(&log);
+    h.assert_inbox_invariants();
 }
 
 #[tokio::test]
 async fn a_cold_resume_whose_agent_cannot_be_built_settles_error_and_the_message_waits() {
-    let log = MemoryLog::new();
-    let (runtime, host) = flaky_runtime(&log).await;
-    let root = runtime.open_root("host").await.unwrap();
-    let activation = start(&runtime, &root, spec("worker", Delivery::Caller))
+    let host = FlakyHost::new();
+    let h = Harness::open(host.clone()).await;
+    let activation = h
+        .start(spec("spawn", "worker", Delivery::Caller))
         .await
         .unwrap();
     activation.result().await.unwrap();
@@ -289,15 +276,16 @@ async fn a_cold_resume_whose_agent_cannot_be_built_settles_error_and_the_message
     let child = activation.child_id();
 
     host.set_down(true);
-    let message = runtime
-        .send_message(&root, child, text("more"), CancellationToken::new())
+    let message = h
+        .send(child, "more")
         .await
         .expect("accepted: the resume's failure settles, it does not refuse");
-    until("the resumed epoch to fail", || {
-        count(&events(&log, child), EventKind::ActivationReleased) == 2
+    h.until_events("the resumed epoch to fail", child, |events| {
+        count(events, EventKind::ActivationReleased) == 2
     })
     .await;
-    let failed = events(&log, child)
+    let failed = h
+        .events(child)
         .into_iter()
         .find_map(|event| match event {
             Event::ActivationSettled { epoch: 2, result } => Some(result),
@@ -309,35 +297,31 @@ async fn a_cold_resume_whose_agent_cannot_be_built_settles_error_and_the_message
         |d| d.as_str().contains("model endpoint down") && !d.as_str().contains("sk-live")
     ));
     // A resume reports to the parent (its delivery is `parent`).
-    let notices = notices_about(&log, root.session(), child);
+    let notices = notices_about(&h.log, h.root.session(), child);
     assert_eq!(notices.len(), 1, "{notices:?}");
-    let state = runtime.projections();
+    let state = h.runtime.projections();
     assert_eq!(state.activity(child), Activity::Inactive);
     assert_eq!(state.pending_messages(child), vec![message]);
 
     // The next send resumes again and the message is finally taken.
     host.set_down(false);
-    let next = runtime
-        .send_message(&root, child, text("and this"), CancellationToken::new())
-        .await
-        .unwrap();
-    until("the third epoch's turn", || {
-        count(&events(&log, child), EventKind::TurnEnded) == 2
+    let next = h.send(child, "and this").await.unwrap();
+    h.until_events("the third epoch's turn", child, |events| {
+        count(events, EventKind::TurnEnded) == 2
     })
     .await;
-    let claimed = events(&log, child)
-        .into_iter()
-        .find_map(|event| match event {
-            Event::MessagesClaimed { ids, turn: 2 } => Some(ids),
-            _ => None,
-        });
+    let claimed = h.events(child).into_iter().find_map(|event| match event {
+        Event::MessagesClaimed { ids, turn: 2 } => Some(ids),
+        _ => None,
+    });
     assert_eq!(claimed, Some(vec![message, next]));
-    runtime.close().await.unwrap();
-    common::assert_inbox_invariants(&log);
+    h.runtime.close().await.unwrap();
+    h.assert_inbox_invariants();
 }
 
 // ---- 6: close() closes ----------------------------------------------------------
 
+/// Panics unless `outcome` is the `subagent/closed` refusal of `what`.
 fn assert_closed<T: std::fmt::Debug>(what: &str, outcome: Result<T, SubagentError>) {
     match outcome {
         Err(err) => assert_eq!(err.code(), ErrorCode::Closed, "{what}: {err}"),
@@ -347,33 +331,34 @@ fn assert_closed<T: std::fmt::Debug>(what: &str, outcome: Result<T, SubagentErro
 
 #[tokio::test]
 async fn after_close_every_entry_point_is_refused_with_subagent_closed() {
-    let log = MemoryLog::new();
-    let (runtime, _host) = flaky_runtime(&log).await;
-    let registration = runtime
-        .register_provider(Arc::new(subagent_runtime::providers::ForkProvider))
+    let h = Harness::open(FlakyHost::new()).await;
+    let registration = h
+        .runtime
+        .register_provider(Arc::new(ForkProvider))
         .await
         .unwrap();
-    let root = runtime.open_root("host").await.unwrap();
-    let idle = start(&runtime, &root, spec("worker", Delivery::Parent))
+    let idle = h
+        .start(spec("spawn", "worker", Delivery::Parent))
         .await
         .unwrap();
     idle.result().await.unwrap();
-    let running = start(&runtime, &root, spec("slow", Delivery::Caller))
+    let running = h
+        .start(spec("spawn", "slow", Delivery::Caller))
         .await
         .unwrap();
     until("the slow child to run", || {
-        runtime.projections().activity(running.child_id()) == Activity::Running
+        h.runtime.projections().activity(running.child_id()) == Activity::Running
     })
     .await;
-    let mut inbox = runtime.inbox(&root).unwrap();
-    let mut scoped = runtime.notices_for(root.session()).unwrap();
-    let mut all = runtime.notices().unwrap();
+    let mut inbox = h.runtime.inbox(&h.root).unwrap();
+    let mut scoped = h.runtime.notices_for(h.root.session()).unwrap();
+    let mut all = h.runtime.notices().unwrap();
 
-    runtime.close().await.unwrap();
-    assert!(runtime.is_closed());
-    let head = log.head();
+    h.runtime.close().await.unwrap();
+    assert!(h.runtime.is_closed());
+    let head = h.log.head();
     // Closing again is a no-op.
-    runtime.close().await.unwrap();
+    h.runtime.close().await.unwrap();
 
     // Every activation was released by the close, child-first; results stand.
     assert_eq!(
@@ -384,35 +369,36 @@ async fn after_close_every_entry_point_is_refused_with_subagent_closed() {
         idle.result().await.unwrap().stop_reason,
         SubagentStopReason::Completed
     );
-    let state = runtime.projections();
+    let state = h.runtime.projections();
     assert!(state.live_activations().is_empty());
     assert!(
         state.providers.is_empty(),
         "registrations ended with the host"
     );
 
+    let (runtime, root) = (&h.runtime, &h.root);
     let child = idle.agent();
     let signal = CancellationToken::new;
     assert_closed("open_root", runtime.open_root("late").await);
     assert_closed("open_root_with", runtime.open_root_with("late", None).await);
     assert_closed("reopen_root", runtime.reopen_root(root.session()).await);
-    assert_closed("close_root", runtime.close_root(&root).await);
+    assert_closed("close_root", runtime.close_root(root).await);
     assert_closed(
         "start_activation (root)",
-        start(&runtime, &root, spec("worker", Delivery::Parent))
+        h.start(spec("spawn", "worker", Delivery::Parent))
             .await
             .map(|a| a.child_id()),
     );
     assert_closed(
         "start_activation (child)",
-        start(&runtime, &child, spec("worker", Delivery::Parent))
+        start(runtime, &child, spec("spawn", "worker", Delivery::Parent))
             .await
             .map(|a| a.child_id()),
     );
     assert_closed(
         "send_message (to a child)",
         runtime
-            .send_message(&root, idle.child_id(), text("hi"), signal())
+            .send_message(root, idle.child_id(), text("hi"), signal())
             .await,
     );
     assert_closed(
@@ -435,22 +421,22 @@ async fn after_close_every_entry_point_is_refused_with_subagent_closed() {
     assert_closed(
         "interrupt (ancestor)",
         runtime
-            .interrupt(running.child_id(), InterruptAuthority::Ancestor(&root))
+            .interrupt(running.child_id(), InterruptAuthority::Ancestor(root))
             .await,
     );
     assert_closed(
         "drain_children",
-        runtime.drain_children(&root, &[idle.child_id()]).await,
+        runtime.drain_children(root, &[idle.child_id()]).await,
     );
     assert_closed(
         "drain_descendants",
-        runtime.drain_descendants(std::slice::from_ref(&root)).await,
+        runtime.drain_descendants(std::slice::from_ref(root)).await,
     );
     assert_closed(
         "drain_descendants (none)",
         runtime.drain_descendants(&[]).await,
     );
-    assert_closed("wait_for_children", runtime.wait_for_children(&root).await);
+    assert_closed("wait_for_children", runtime.wait_for_children(root).await);
     assert_closed(
         "register_provider",
         runtime
@@ -460,7 +446,7 @@ async fn after_close_every_entry_point_is_refused_with_subagent_closed() {
     );
     assert_closed("remove_provider", runtime.remove_provider("fork").await);
     assert_closed("ProviderRegistration::remove", registration.remove().await);
-    assert_closed("inbox", runtime.inbox(&root).map(|_| ()));
+    assert_closed("inbox", runtime.inbox(root).map(|_| ()));
     assert_closed("inbox (child)", runtime.inbox(&child).map(|_| ()));
     assert_closed("notices", runtime.notices().map(|_| ()));
     assert_closed(
@@ -494,12 +480,12 @@ async fn after_close_every_entry_point_is_refused_with_subagent_closed() {
     assert_closed("tools", runtime.tools().map(<[_]>::len));
     // A clone is the same runtime.
     assert_closed("a clone", runtime.clone().open_root("late").await);
-    assert_eq!(log.head(), head, "nothing was recorded after close");
+    assert_eq!(h.log.head(), head, "nothing was recorded after close");
 
     // The handles' own outcomes stay readable; disposing again is a no-op.
     idle.dispose().await.unwrap();
     running.dispose().await.unwrap();
-    assert_eq!(log.head(), head);
+    assert_eq!(h.log.head(), head);
 
     // Readers opened before the close end with it.
     for ended in [
@@ -527,34 +513,30 @@ async fn after_close_every_entry_point_is_refused_with_subagent_closed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn starts_and_sends_racing_close_are_refused_or_released_never_left_live() {
     for round in 0..20 {
-        let log = MemoryLog::new();
-        let (runtime, _host) = flaky_runtime(&log).await;
-        let root = runtime.open_root("host").await.unwrap();
-        let resident = start(&runtime, &root, spec("worker", Delivery::Caller))
+        let h = Harness::open(FlakyHost::new()).await;
+        let resident = h
+            .start(spec("spawn", "worker", Delivery::Caller))
             .await
             .unwrap();
         resident.result().await.unwrap();
         resident.dispose().await.unwrap();
         let mut racers = Vec::new();
         for _ in 0..4 {
-            let (runtime, root) = (runtime.clone(), root.clone());
+            let (runtime, root) = (h.runtime.clone(), h.root.clone());
             racers.push(tokio::spawn(async move {
-                start(&runtime, &root, spec("slow", Delivery::Parent))
+                start(&runtime, &root, spec("spawn", "slow", Delivery::Parent))
                     .await
                     .map(|activation| activation.child_id())
             }));
         }
         {
-            let (runtime, root, child) = (runtime.clone(), root.clone(), resident.child_id());
+            let (sender, child) = (h.clone(), resident.child_id());
             racers.push(tokio::spawn(async move {
-                runtime
-                    .send_message(&root, child, text("wake up"), CancellationToken::new())
-                    .await
-                    .map(|_| child)
+                sender.send(child, "wake up").await.map(|_| child)
             }));
         }
         tokio::task::yield_now().await;
-        runtime.close().await.unwrap();
+        h.runtime.close().await.unwrap();
         for racer in racers {
             match racer.await.unwrap() {
                 Ok(_) => {}
@@ -564,17 +546,16 @@ async fn starts_and_sends_racing_close_are_refused_or_released_never_left_live()
                 ),
             }
         }
-        let head = log.head();
+        let head = h.log.head();
         tokio::time::sleep(Duration::from_millis(20)).await;
-        assert_eq!(log.head(), head, "round {round}: recorded after close");
-        let records: Vec<_> = log.read_all(1).map(|r| r.unwrap()).collect();
-        let rebuilt = subagent_projections::Projections::fold(&records);
+        assert_eq!(h.log.head(), head, "round {round}: recorded after close");
+        let rebuilt = h.fold();
         assert!(
             rebuilt.live_activations().is_empty(),
             "round {round}: {:?} live after close",
             rebuilt.live_activations()
         );
-        common::assert_inbox_invariants(&log);
+        h.assert_inbox_invariants();
     }
 }
 
@@ -594,33 +575,19 @@ fn open_rocks(dir: &std::path::Path) -> RocksLog {
     }
 }
 
-async fn host_over(log: &RocksLog) -> SubagentRuntime {
-    host_reporting(log).await.0
-}
-
-/// [`host_over`], with what opening had to recover.
-async fn host_reporting(log: &RocksLog) -> (SubagentRuntime, subagent_runtime::RecoveryReport) {
-    let (runtime, report) = SubagentRuntime::open(Arc::new(log.clone()), Arc::new(scripts()))
-        .await
-        .unwrap();
-    runtime
-        .register_provider(Arc::new(SpawnProvider))
-        .await
-        .unwrap();
-    (runtime, report)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restarted_host_reopens_its_root_and_messages_drains_and_lists_its_children() {
     let dir = tempfile::tempdir().unwrap();
     // The first host delegates twice, then shuts down cleanly.
     let (root_id, first, second) = {
-        let log = open_rocks(dir.path());
-        let runtime = host_over(&log).await;
-        let root = runtime.open_root("host").await.unwrap();
+        let h = Harness::builder(scripts())
+            .over(open_rocks(dir.path()))
+            .open()
+            .await;
         let mut ids = Vec::new();
         for label in ["one", "two"] {
-            let activation = start(&runtime, &root, spec(label, Delivery::Parent))
+            let activation = h
+                .start(spec("spawn", label, Delivery::Parent))
                 .await
                 .unwrap();
             activation.result().await.unwrap();
@@ -631,14 +598,18 @@ async fn a_restarted_host_reopens_its_root_and_messages_drains_and_lists_its_chi
             RocksLog::open(dir.path(), RocksOptions::default()),
             Err(StoreError::Locked { .. })
         ));
-        runtime.close().await.unwrap();
-        (root.session(), ids[0], ids[1])
+        h.runtime.close().await.unwrap();
+        (h.root.session(), ids[0], ids[1])
     };
 
     // The second host takes the same root back.
-    let log = open_rocks(dir.path());
-    let runtime = host_over(&log).await;
-    let root = runtime.reopen_root(root_id).await.unwrap();
+    let Harness {
+        log, runtime, root, ..
+    } = Harness::builder(scripts())
+        .over(open_rocks(dir.path()))
+        .reopen(root_id)
+        .open()
+        .await;
     assert_eq!(root.session(), root_id);
     let held = runtime.reopen_root(root_id).await.unwrap_err();
     assert_eq!(held.code(), ErrorCode::RootHeld, "{held}");
@@ -708,7 +679,7 @@ async fn a_restarted_host_reopens_its_root_and_messages_drains_and_lists_its_chi
         "both epochs released"
     );
     // ... and delegates anew.
-    let third = start(&runtime, &root, spec("three", Delivery::Parent))
+    let third = start(&runtime, &root, spec("spawn", "three", Delivery::Parent))
         .await
         .unwrap();
     third.result().await.unwrap();
@@ -721,7 +692,7 @@ async fn a_restarted_host_reopens_its_root_and_messages_drains_and_lists_its_chi
         .await
         .unwrap();
     assert_eq!(
-        start(&runtime, &root, spec("four", Delivery::Parent))
+        start(&runtime, &root, spec("spawn", "four", Delivery::Parent))
             .await
             .map(|a| a.child_id())
             .unwrap_err()
@@ -735,7 +706,7 @@ async fn a_restarted_host_reopens_its_root_and_messages_drains_and_lists_its_chi
         "a closed root's handle is stale"
     );
     let root = runtime.reopen_root(root_id).await.unwrap();
-    let after_close_root = start(&runtime, &root, spec("five", Delivery::Caller))
+    let after_close_root = start(&runtime, &root, spec("spawn", "five", Delivery::Caller))
         .await
         .expect("closing the root ended the cutoff");
     after_close_root.result().await.unwrap();
@@ -748,18 +719,21 @@ async fn a_restarted_host_reopens_its_root_and_messages_drains_and_lists_its_chi
     // (an activation holds its runtime) are gone.
     drop((runtime, third, after_close_root, log));
 
-    let log = open_rocks(dir.path());
-    let (runtime, report) = host_reporting(&log).await;
+    let h = Harness::builder(scripts())
+        .over(open_rocks(dir.path()))
+        .reopen(root_id)
+        .open()
+        .await;
     assert_eq!(
-        report.events, 0,
+        h.report.events, 0,
         "the close ended the held root's cutoff itself: nothing to recover"
     );
-    let root = runtime.reopen_root(root_id).await.unwrap();
-    let fourth = start(&runtime, &root, spec("four", Delivery::Parent))
+    let fourth = h
+        .start(spec("spawn", "four", Delivery::Parent))
         .await
         .expect("the cutoff ended with the previous host");
     fourth.result().await.unwrap();
-    runtime.close().await.unwrap();
+    h.runtime.close().await.unwrap();
 }
 
 #[test]
@@ -770,47 +744,35 @@ fn after_a_crash_the_reopened_root_finds_its_children_abandoned_and_resumable() 
         // admission closed below the root by a drain in progress.
         let tokio = tokio::runtime::Runtime::new().unwrap();
         tokio.block_on(async {
-            let (runtime, _) = SubagentRuntime::open(Arc::new(log.clone()), Arc::new(scripts()))
-                .await
-                .unwrap();
-            runtime
-                .register_provider(Arc::new(SpawnProvider))
-                .await
-                .unwrap();
-            let root = runtime.open_root("host").await.unwrap();
-            let slow = start(&runtime, &root, spec("slow", Delivery::Parent))
+            let h = Harness::builder(scripts()).over(log.clone()).open().await;
+            let slow = h
+                .start(spec("spawn", "slow", Delivery::Parent))
                 .await
                 .unwrap();
             until("the slow child to run", || {
-                runtime.projections().activity(slow.child_id()) == Activity::Running
+                h.runtime.projections().activity(slow.child_id()) == Activity::Running
             })
             .await;
-            (root.session(), slow.child_id())
+            (h.root.session(), slow.child_id())
         })
     };
     let tokio = tokio::runtime::Runtime::new().unwrap();
     tokio.block_on(async {
-        let (runtime, report) = SubagentRuntime::open(Arc::new(log.clone()), Arc::new(scripts()))
-            .await
-            .unwrap();
-        assert!(report.events > 0, "recovery settled the live child");
-        runtime
-            .register_provider(Arc::new(SpawnProvider))
-            .await
-            .unwrap();
-        let root = runtime.reopen_root(root_id).await.unwrap();
-        assert_eq!(runtime.projections().activity(child), Activity::Inactive);
-        runtime
-            .send_message(&root, child, text("carry on"), CancellationToken::new())
-            .await
-            .unwrap();
+        let h = Harness::builder(scripts())
+            .over(log.clone())
+            .reopen(root_id)
+            .open()
+            .await;
+        assert!(h.report.events > 0, "recovery settled the live child");
+        assert_eq!(h.runtime.projections().activity(child), Activity::Inactive);
+        h.send(child, "carry on").await.unwrap();
         until("the resumed child to run", || {
-            runtime.projections().activity(child) == Activity::Running
+            h.runtime.projections().activity(child) == Activity::Running
         })
         .await;
-        runtime.drain_children(&root, &[child]).await.unwrap();
-        assert!(runtime.projections().live_activations().is_empty());
-        runtime.close().await.unwrap();
+        h.runtime.drain_children(&h.root, &[child]).await.unwrap();
+        assert!(h.runtime.projections().live_activations().is_empty());
+        h.runtime.close().await.unwrap();
     });
 }
 
@@ -893,21 +855,11 @@ async fn a_full_disk_is_named_in_every_failure_it_causes() {
         inner: MemoryLog::new(),
         full: Arc::clone(&full),
     };
-    let (runtime, _) = SubagentRuntime::open_with(
-        Arc::new(log.clone()),
-        Arc::new(scripts()),
-        CapacityLimits::default(),
-    )
-    .await
-    .unwrap();
-    runtime
-        .register_provider(Arc::new(SpawnProvider))
-        .await
-        .unwrap();
-    let root = runtime.open_root("host").await.unwrap();
+    let h = Harness::builder(scripts()).over(log).open().await;
     let mut children: Vec<SubagentActivation> = Vec::new();
     for label in ["a", "b", "c"] {
-        let child = start(&runtime, &root, spec(label, Delivery::Caller))
+        let child = h
+            .start(spec("spawn", label, Delivery::Caller))
             .await
             .unwrap();
         child.result().await.unwrap();
@@ -918,7 +870,7 @@ async fn a_full_disk_is_named_in_every_failure_it_causes() {
     // Releasing three children fails on every branch; the aggregate names
     // each cause, and each names the full disk.
     let ids: Vec<SessionId> = children.iter().map(SubagentActivation::child_id).collect();
-    let drained = runtime.drain_children(&root, &ids).await.unwrap_err();
+    let drained = h.runtime.drain_children(&h.root, &ids).await.unwrap_err();
     assert_eq!(drained.code(), ErrorCode::Aggregate);
     let text = drained.to_string();
     assert!(
@@ -927,8 +879,9 @@ async fn a_full_disk_is_named_in_every_failure_it_causes() {
     );
     assert_eq!(text.matches("No space left on device").count(), 3, "{text}");
     // Every later refusal still names the first cause.
-    let drained = runtime
-        .drain_descendants(std::slice::from_ref(&root))
+    let drained = h
+        .runtime
+        .drain_descendants(std::slice::from_ref(&h.root))
         .await
         .unwrap_err();
     assert_eq!(drained.code(), ErrorCode::Internal);
@@ -936,13 +889,13 @@ async fn a_full_disk_is_named_in_every_failure_it_causes() {
         drained.to_string().contains("No space left on device"),
         "{drained}"
     );
-    let later = runtime.open_root("later").await.unwrap_err();
+    let later = h.runtime.open_root("later").await.unwrap_err();
     assert_eq!(later.code(), ErrorCode::Internal);
     assert!(
         later.to_string().contains("No space left on device"),
         "{later}"
     );
-    let listed = runtime.list_children(root.session()).await.unwrap_err();
+    let listed = h.runtime.list_children(h.root.session()).await.unwrap_err();
     assert!(
         listed.to_string().contains("No space left on device"),
         "{listed}"
@@ -950,7 +903,7 @@ async fn a_full_disk_is_named_in_every_failure_it_causes() {
 
     // Close does not hang on a checkpoint that can never be durable, and its
     // error says why.
-    let closed = tokio::time::timeout(Duration::from_secs(10), runtime.close())
+    let closed = tokio::time::timeout(Duration::from_secs(10), h.runtime.close())
         .await
         .expect("close returns")
         .unwrap_err();
@@ -959,7 +912,7 @@ async fn a_full_disk_is_named_in_every_failure_it_causes() {
         "{closed}"
     );
     assert_eq!(
-        runtime.open_root("after").await.unwrap_err().code(),
+        h.runtime.open_root("after").await.unwrap_err().code(),
         ErrorCode::Closed
     );
 }
@@ -973,24 +926,19 @@ fn oversized_text() -> String {
 
 #[tokio::test]
 async fn an_oversized_prompt_or_message_is_refused_and_records_nothing() {
-    let log = MemoryLog::new();
-    let (runtime, _) = flaky_runtime(&log).await;
-    let root = runtime.open_root("host").await.unwrap();
-    let head = log.head();
+    let h = Harness::open(FlakyHost::new()).await;
+    let head = h.log.head();
 
-    let refused = start(
-        &runtime,
-        &root,
-        SubagentActivationSpec::with_text_prompt(
+    let refused = h
+        .start(SubagentActivationSpec::with_text_prompt(
             "spawn",
             "worker",
             &oversized_text(),
             Delivery::Caller,
-        ),
-    )
-    .await
-    .err()
-    .expect("the prompt is too large");
+        ))
+        .await
+        .err()
+        .expect("the prompt is too large");
     assert_eq!(refused.code(), ErrorCode::EventTooLarge, "{refused}");
     assert!(
         matches!(
@@ -1000,37 +948,27 @@ async fn an_oversized_prompt_or_message_is_refused_and_records_nothing() {
         ),
         "{refused:?}"
     );
-    assert_eq!(log.head(), head, "a refused start records nothing");
+    assert_eq!(h.log.head(), head, "a refused start records nothing");
 
     // The engine keeps going: the same start with a small prompt works, and
     // an oversized message to the live child is refused the same way.
-    let child = start(&runtime, &root, spec("slow", Delivery::Caller))
+    let child = h
+        .start(spec("spawn", "slow", Delivery::Caller))
         .await
         .unwrap();
-    let head = log.head();
-    let refused = runtime
-        .send_message(
-            &root,
-            child.child_id(),
-            text(&oversized_text()),
-            CancellationToken::new(),
-        )
+    let head = h.log.head();
+    let refused = h
+        .send(child.child_id(), &oversized_text())
         .await
         .expect_err("the message is too large");
     assert_eq!(refused.code(), ErrorCode::EventTooLarge, "{refused}");
     assert!(refused.to_string().contains("MessageAccepted"), "{refused}");
-    assert_eq!(log.head(), head, "a refused send records nothing");
-    runtime
-        .send_message(
-            &root,
-            child.child_id(),
-            text("small"),
-            CancellationToken::new(),
-        )
+    assert_eq!(h.log.head(), head, "a refused send records nothing");
+    h.send(child.child_id(), "small")
         .await
         .expect("a small message after the refusal is accepted");
     child.dispose().await.unwrap();
-    runtime.close().await.unwrap();
+    h.runtime.close().await.unwrap();
 }
 
 #[tokio::test]
@@ -1038,9 +976,9 @@ async fn an_agent_that_says_too_much_settles_error_and_the_runtime_goes_on() {
     let host = ScriptedHost::new(Script {
         turns: vec![vec![Step::Say(oversized_text())]],
     });
-    let (log, runtime) = spawn_runtime(host, CapacityLimits::default()).await;
-    let root = runtime.open_root("host").await.unwrap();
-    let child = start(&runtime, &root, spec("talker", Delivery::Caller))
+    let h = Harness::open(host).await;
+    let child = h
+        .start(spec("spawn", "talker", Delivery::Caller))
         .await
         .unwrap();
     let result = child.result().await.expect("a settled result");
@@ -1050,20 +988,20 @@ async fn an_agent_that_says_too_much_settles_error_and_the_runtime_goes_on() {
         diagnostic.contains("larger than the 1048576-byte limit"),
         "{diagnostic}"
     );
-    let child_events = events(&log, child.child_id());
+    let child_events = h.events(child.child_id());
     assert_eq!(
         count(&child_events, EventKind::AssistantMessage),
         0,
         "nothing oversized was recorded"
     );
     assert_eq!(count(&child_events, EventKind::ActivationReleased), 1);
-    assert!(runtime.projections().live_activations().is_empty());
+    assert!(h.runtime.projections().live_activations().is_empty());
     // Later commands are decided as usual.
-    runtime
+    h.runtime
         .open_root("later")
         .await
         .expect("the engine still accepts");
-    runtime.close().await.unwrap();
+    h.runtime.close().await.unwrap();
 }
 
 #[tokio::test]
@@ -1079,19 +1017,18 @@ async fn a_fork_whose_seed_is_too_large_is_abandoned_not_left_live() {
             turns: vec![vec![Step::Say("working".into()), Step::SleepMs(60_000)]],
         },
     );
-    let (log, runtime) = spawn_runtime(host, CapacityLimits::default()).await;
-    runtime
-        .register_provider(Arc::new(subagent_runtime::providers::ForkProvider))
-        .await
-        .unwrap();
-    let root = runtime.open_root("host").await.unwrap();
-    let talker = start(&runtime, &root, spec("talker", Delivery::Caller))
+    let h = Harness::builder(host)
+        .provider(Arc::new(ForkProvider))
+        .open()
+        .await;
+    let talker = h
+        .start(spec("spawn", "talker", Delivery::Caller))
         .await
         .unwrap();
     talker.result().await.expect("the talker's turn ends");
 
     let refused = start(
-        &runtime,
+        &h.runtime,
         &talker.agent(),
         SubagentActivationSpec::with_text_prompt("fork", "copy", "go on", Delivery::Caller),
     )
@@ -1103,7 +1040,7 @@ async fn a_fork_whose_seed_is_too_large_is_abandoned_not_left_live() {
 
     // The reservation was abandoned, naming why, and nothing is live below
     // the talker.
-    let state = runtime.projections();
+    let state = h.runtime.projections();
     let forks: Vec<SessionId> = state
         .sessions
         .values()
@@ -1112,7 +1049,8 @@ async fn a_fork_whose_seed_is_too_large_is_abandoned_not_left_live() {
         .collect();
     assert_eq!(forks.len(), 1, "one reservation was made");
     assert_eq!(state.activity(forks[0]), Activity::Inactive);
-    let abandoned = events(&log, forks[0])
+    let abandoned = h
+        .events(forks[0])
         .into_iter()
         .find_map(|event| match event {
             Event::ActivationAbandoned { reason, .. } => Some(reason),
@@ -1126,5 +1064,5 @@ async fn a_fork_whose_seed_is_too_large_is_abandoned_not_left_live() {
         ),
         "{abandoned:?}"
     );
-    runtime.close().await.unwrap();
+    h.runtime.close().await.unwrap();
 }

@@ -4,28 +4,25 @@
 
 mod common;
 
-use common::{count, events, fold, start, stream_events, until};
+use common::{count, spec, start, text, Harness, HarnessBuilder};
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use subagent_core::{
-    ContentBlock, Delivery, ErrorCode, Event, EventKind, MessageId, MessageSource, SessionId,
-    StreamId, SubagentActivationSpec, SubagentStopReason,
+    Delivery, ErrorCode, Event, EventKind, MessageId, MessageSource, SessionId, StreamId,
+    SubagentStopReason,
 };
 use subagent_runtime::providers::ProcessProvider;
 use subagent_runtime::scripted::Step;
-use subagent_runtime::{
-    InterruptAuthority, Script, ScriptedHost, SubagentActivation, SubagentRuntime,
-};
-use subagent_store::{EventLog, EventLogExt, MemoryLog};
+use subagent_runtime::{CapacityLimits, InterruptAuthority, Script, ScriptedHost};
+use subagent_store::EventLog;
 use tokio_util::sync::CancellationToken;
 
-fn spec(provider: &str, label: &str) -> SubagentActivationSpec {
-    SubagentActivationSpec::with_text_prompt(provider, label, "task", Delivery::Caller)
-}
-
-async fn setup() -> (MemoryLog, SubagentRuntime) {
+/// Agents answer "first", "second", then "later" on every turn; `slow` ones
+/// say "working" and sleep a minute, then answer "resumed". `spawn` and a
+/// `process` provider running `cat` are registered.
+fn harness() -> HarnessBuilder {
     let host = ScriptedHost::new(Script {
         turns: vec![
             vec![Step::Say("first".into())],
@@ -42,63 +39,26 @@ async fn setup() -> (MemoryLog, SubagentRuntime) {
             ],
         },
     );
-    let (log, runtime) =
-        common::spawn_runtime(host, subagent_runtime::CapacityLimits::default()).await;
-    runtime
-        .register_provider(Arc::new(ProcessProvider::new("process", "cat", &[])))
-        .await
-        .unwrap();
-    (log, runtime)
-}
-
-/// Waits until `done` holds for `stream`'s events.
-async fn until_stream(
-    log: &MemoryLog,
-    what: &str,
-    mut done: impl FnMut(&[Event]) -> bool,
-    stream: StreamId,
-) {
-    until(what, || done(&stream_events(log, stream))).await;
-}
-
-async fn started(
-    runtime: &SubagentRuntime,
-    root: &subagent_runtime::LiveAgent,
-    label: &str,
-) -> SubagentActivation {
-    start(runtime, root, spec("spawn", label)).await.unwrap()
+    Harness::builder(host).provider(Arc::new(ProcessProvider::new("process", "cat", &[])))
 }
 
 #[tokio::test]
 async fn a_message_to_an_idle_child_starts_a_turn_with_relay_attribution() {
-    let (log, runtime) = setup().await;
-    let root = runtime.open_root("host").await.unwrap();
-    let child = started(&runtime, &root, "worker").await;
-    child.result().await.unwrap();
-    let id = runtime
-        .send_message(
-            &root,
-            child.child_id(),
-            vec![ContentBlock::text("more please")],
-            CancellationToken::new(),
-        )
+    let h = harness().open().await;
+    let child = h
+        .start(spec("spawn", "worker", Delivery::Caller))
         .await
         .unwrap();
-    let stream = StreamId::Session(child.child_id());
-    until_stream(
-        &log,
-        "a second turn",
-        |events| count(events, EventKind::TurnEnded) == 2,
-        stream,
-    )
+    child.result().await.unwrap();
+    let id = h.send(child.child_id(), "more please").await.unwrap();
+    h.until_events("a second turn", child.child_id(), |events| {
+        count(events, EventKind::TurnEnded) == 2
+    })
     .await;
-    let events: Vec<Event> = log
-        .read_stream(stream, 1)
-        .map(|r| r.unwrap().event)
-        .collect();
+    let events = h.events(child.child_id());
     assert!(events.iter().any(|e| matches!(e,
         Event::MessageAccepted { message_id, source: MessageSource::AgentMessage { sender_session_id }, .. }
-            if *message_id == id && *sender_session_id == root.session())));
+            if *message_id == id && *sender_session_id == h.root.session())));
     assert!(events
         .iter()
         .any(|e| matches!(e, Event::MessagesClaimed { ids, turn: 2 } if *ids == vec![id])));
@@ -109,37 +69,24 @@ async fn a_message_to_an_idle_child_starts_a_turn_with_relay_attribution() {
         "the activation settled once, on its first turn"
     );
     child.dispose().await.unwrap();
-    common::assert_inbox_invariants(&log);
+    h.assert_inbox_invariants();
 }
 
 #[tokio::test]
 async fn an_absent_child_is_cold_resumed_from_its_durable_history() {
-    let (log, runtime) = setup().await;
-    let root = runtime.open_root("host").await.unwrap();
-    let child = started(&runtime, &root, "worker").await;
-    child.result().await.unwrap();
-    child.dispose().await.unwrap();
-    runtime
-        .send_message(
-            &root,
-            child.child_id(),
-            vec![ContentBlock::text("wake up")],
-            CancellationToken::new(),
-        )
+    let h = harness().open().await;
+    let child = h
+        .start(spec("spawn", "worker", Delivery::Caller))
         .await
         .unwrap();
-    let stream = StreamId::Session(child.child_id());
-    until_stream(
-        &log,
-        "the resumed epoch to settle",
-        |events| count(events, EventKind::ActivationSettled) == 2,
-        stream,
-    )
+    child.result().await.unwrap();
+    child.dispose().await.unwrap();
+    h.send(child.child_id(), "wake up").await.unwrap();
+    h.until_events("the resumed epoch to settle", child.child_id(), |events| {
+        count(events, EventKind::ActivationSettled) == 2
+    })
     .await;
-    let events: Vec<Event> = log
-        .read_stream(stream, 1)
-        .map(|r| r.unwrap().event)
-        .collect();
+    let events = h.events(child.child_id());
     assert!(events.iter().any(|e| matches!(
         e,
         Event::ActivationRequested {
@@ -150,38 +97,40 @@ async fn an_absent_child_is_cold_resumed_from_its_durable_history() {
     )));
     assert!(events.iter().any(|e| matches!(e, Event::ActivationSettled { epoch: 2, result } if subagent_core::content::plain_text(&result.output) == "second")),
         "the agent rebuilt from the log continues where it left off");
-    runtime
-        .drain_children(&root, &[child.child_id()])
+    h.runtime
+        .drain_children(&h.root, &[child.child_id()])
         .await
         .unwrap();
-    let events: Vec<Event> = log
-        .read_stream(stream, 1)
-        .map(|r| r.unwrap().event)
-        .collect();
-    assert_eq!(count(&events, EventKind::ActivationReleased), 2);
-    common::assert_inbox_invariants(&log);
+    assert_eq!(h.count(child.child_id(), EventKind::ActivationReleased), 2);
+    h.assert_inbox_invariants();
 }
 
 #[tokio::test]
 async fn a_child_messages_its_parent_and_non_adjacent_or_stale_senders_are_refused() {
-    let (log, runtime) = setup().await;
-    let root = runtime.open_root("host").await.unwrap();
-    let child = started(&runtime, &root, "slow").await;
-    let sibling = started(&runtime, &root, "slow").await;
-    let id = runtime
+    let h = harness().open().await;
+    let child = h
+        .start(spec("spawn", "slow", Delivery::Caller))
+        .await
+        .unwrap();
+    let sibling = h
+        .start(spec("spawn", "slow", Delivery::Caller))
+        .await
+        .unwrap();
+    let id = h
+        .runtime
         .send_message(
             &child.agent(),
-            root.session(),
-            vec![ContentBlock::text("status: halfway")],
+            h.root.session(),
+            text("status: halfway"),
             CancellationToken::new(),
         )
         .await
         .unwrap();
-    assert!(fold(&log).pending_messages(root.session()).contains(&id));
-    let head = log.head();
+    assert!(h.fold().pending_messages(h.root.session()).contains(&id));
+    let head = h.log.head();
     let refusals = [
         (
-            runtime
+            h.runtime
                 .send_message(
                     &child.agent(),
                     sibling.child_id(),
@@ -192,8 +141,8 @@ async fn a_child_messages_its_parent_and_non_adjacent_or_stale_senders_are_refus
             ErrorCode::Unauthorized,
         ),
         (
-            runtime
-                .send_message(&root, SessionId::new(), vec![], CancellationToken::new())
+            h.runtime
+                .send_message(&h.root, SessionId::new(), vec![], CancellationToken::new())
                 .await,
             ErrorCode::Unauthorized,
         ),
@@ -203,18 +152,26 @@ async fn a_child_messages_its_parent_and_non_adjacent_or_stale_senders_are_refus
     }
     let cancelled = CancellationToken::new();
     cancelled.cancel();
-    let err = runtime
-        .send_message(&root, child.child_id(), vec![], cancelled)
+    let err = h
+        .runtime
+        .send_message(&h.root, child.child_id(), vec![], cancelled)
         .await
         .unwrap_err();
     assert_eq!(err.code(), ErrorCode::Cancelled);
-    let external = start(&runtime, &root, spec("process", "cat"))
+    let external = h
+        .start(spec("process", "cat", Delivery::Caller))
         .await
         .unwrap();
     external.result().await.unwrap();
-    let head_before_external = log.head();
-    let err = runtime
-        .send_message(&root, external.child_id(), vec![], CancellationToken::new())
+    let head_before_external = h.log.head();
+    let err = h
+        .runtime
+        .send_message(
+            &h.root,
+            external.child_id(),
+            vec![],
+            CancellationToken::new(),
+        )
         .await
         .unwrap_err();
     assert_eq!(
@@ -222,16 +179,17 @@ async fn a_child_messages_its_parent_and_non_adjacent_or_stale_senders_are_refus
         ErrorCode::NotResumable,
         "external executions reject follow-ups"
     );
-    assert_eq!(log.head(), head_before_external);
+    assert_eq!(h.log.head(), head_before_external);
     assert!(
         head_before_external > head,
         "only the external start appended"
     );
     sibling.dispose().await.unwrap();
-    let err = runtime
+    let err = h
+        .runtime
         .send_message(
             &sibling.agent(),
-            root.session(),
+            h.root.session(),
             vec![],
             CancellationToken::new(),
         )
@@ -244,37 +202,26 @@ async fn a_child_messages_its_parent_and_non_adjacent_or_stale_senders_are_refus
     );
     child.dispose().await.unwrap();
     external.dispose().await.unwrap();
-    common::assert_inbox_invariants(&log);
+    h.assert_inbox_invariants();
 }
 
 #[tokio::test]
 async fn an_interrupt_keeps_pending_messages_parked_until_a_waking_send_resumes_them_in_order() {
-    let (log, runtime) = setup().await;
-    let root = runtime.open_root("host").await.unwrap();
-    let child = started(&runtime, &root, "slow").await;
-    let stream = StreamId::Session(child.child_id());
-    until_stream(
-        &log,
-        "the first turn to run",
-        |events| count(events, EventKind::AssistantMessage) == 1,
-        stream,
-    )
+    let h = harness().open().await;
+    let child = h
+        .start(spec("spawn", "slow", Delivery::Caller))
+        .await
+        .unwrap();
+    h.until_events("the first turn to run", child.child_id(), |events| {
+        count(events, EventKind::AssistantMessage) == 1
+    })
     .await;
     let mut queued = Vec::new();
-    for text in ["one", "two"] {
-        queued.push(
-            runtime
-                .send_message(
-                    &root,
-                    child.child_id(),
-                    vec![ContentBlock::text(text)],
-                    CancellationToken::new(),
-                )
-                .await
-                .unwrap(),
-        );
+    for content in ["one", "two"] {
+        queued.push(h.send(child.child_id(), content).await.unwrap());
     }
-    let err = runtime
+    let err = h
+        .runtime
         .interrupt(
             child.child_id(),
             InterruptAuthority::User {
@@ -284,11 +231,11 @@ async fn an_interrupt_keeps_pending_messages_parked_until_a_waking_send_resumes_
         .await
         .unwrap_err();
     assert_eq!(err.code(), ErrorCode::Unauthorized);
-    runtime
+    h.runtime
         .interrupt(
             child.child_id(),
             InterruptAuthority::User {
-                parent_session_id: root.session(),
+                parent_session_id: h.root.session(),
             },
         )
         .await
@@ -297,39 +244,26 @@ async fn an_interrupt_keeps_pending_messages_parked_until_a_waking_send_resumes_
         child.result().await.unwrap().stop_reason,
         SubagentStopReason::Aborted
     );
-    until_stream(
-        &log,
-        "the interrupted turn to end",
-        |events| count(events, EventKind::TurnEnded) == 1,
-        stream,
-    )
+    h.until_events("the interrupted turn to end", child.child_id(), |events| {
+        count(events, EventKind::TurnEnded) == 1
+    })
     .await;
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert_eq!(
-        fold(&log).pending_messages(child.child_id()),
+        h.fold().pending_messages(child.child_id()),
         queued,
         "parked, not run, after the interrupt"
     );
-    let waking = runtime
-        .send_message(
-            &root,
-            child.child_id(),
-            vec![ContentBlock::text("three")],
-            CancellationToken::new(),
-        )
-        .await
-        .unwrap();
+    let waking = h.send(child.child_id(), "three").await.unwrap();
     queued.push(waking);
-    until_stream(
-        &log,
-        "the resumed turn",
-        |events| count(events, EventKind::TurnEnded) == 2,
-        stream,
-    )
+    h.until_events("the resumed turn", child.child_id(), |events| {
+        count(events, EventKind::TurnEnded) == 2
+    })
     .await;
-    let claimed: Vec<Vec<MessageId>> = log
-        .read_stream(stream, 1)
-        .filter_map(|r| match r.unwrap().event {
+    let claimed: Vec<Vec<MessageId>> = h
+        .events(child.child_id())
+        .into_iter()
+        .filter_map(|event| match event {
             Event::MessagesClaimed { ids, .. } => Some(ids),
             _ => None,
         })
@@ -339,39 +273,49 @@ async fn an_interrupt_keeps_pending_messages_parked_until_a_waking_send_resumes_
         claimed[1], queued,
         "the parked FIFO order, then the waking message"
     );
-    runtime
-        .interrupt(SessionId::new(), InterruptAuthority::Ancestor(&root))
+    h.runtime
+        .interrupt(SessionId::new(), InterruptAuthority::Ancestor(&h.root))
         .await
         .unwrap();
     child.dispose().await.unwrap();
-    common::assert_inbox_invariants(&log);
+    h.assert_inbox_invariants();
 }
 
 #[tokio::test]
 async fn drain_children_releases_only_the_selected_children_of_that_parent() {
-    let (log, runtime) = setup().await;
-    let root = runtime.open_root("host").await.unwrap();
-    let other_root = runtime.open_root("other").await.unwrap();
+    let h = harness().open().await;
+    let other_root = h.runtime.open_root("other").await.unwrap();
     let (a, b) = (
-        started(&runtime, &root, "slow").await,
-        started(&runtime, &root, "slow").await,
+        h.start(spec("spawn", "slow", Delivery::Caller))
+            .await
+            .unwrap(),
+        h.start(spec("spawn", "slow", Delivery::Caller))
+            .await
+            .unwrap(),
     );
-    let foreign = started(&runtime, &other_root, "slow").await;
-    let err = runtime
-        .drain_children(&root, &[a.child_id(), foreign.child_id()])
+    let foreign = start(
+        &h.runtime,
+        &other_root,
+        spec("spawn", "slow", Delivery::Caller),
+    )
+    .await
+    .unwrap();
+    let err = h
+        .runtime
+        .drain_children(&h.root, &[a.child_id(), foreign.child_id()])
         .await
         .unwrap_err();
     assert_eq!(err.code(), ErrorCode::Unauthorized);
     assert_eq!(
-        count(&events(&log, a.child_id()), EventKind::ActivationReleased),
+        h.count(a.child_id(), EventKind::ActivationReleased),
         0,
         "nothing released on refusal"
     );
-    runtime
-        .drain_children(&root, &[a.child_id(), SessionId::new()])
+    h.runtime
+        .drain_children(&h.root, &[a.child_id(), SessionId::new()])
         .await
         .unwrap();
-    let live = fold(&log);
+    let live = h.fold();
     assert!(live.activations[&a.child_id()].live.is_none());
     assert!(
         live.activations[&b.child_id()].live.is_some(),
@@ -380,27 +324,38 @@ async fn drain_children_releases_only_the_selected_children_of_that_parent() {
     for activation in [&b, &foreign] {
         activation.dispose().await.unwrap();
     }
-    common::assert_inbox_invariants(&log);
+    h.assert_inbox_invariants();
 }
 
 #[tokio::test]
 async fn drain_descendants_closes_admission_releases_child_first_and_spares_other_trees() {
-    let (log, runtime) = setup().await;
-    let root = runtime.open_root("host").await.unwrap();
-    let other_root = runtime.open_root("other").await.unwrap();
-    let child = started(&runtime, &root, "slow").await;
-    let grandchild = start(&runtime, &child.agent(), spec("spawn", "slow"))
+    let h = harness().open().await;
+    let other_root = h.runtime.open_root("other").await.unwrap();
+    let child = h
+        .start(spec("spawn", "slow", Delivery::Caller))
         .await
         .unwrap();
-    let unrelated = started(&runtime, &other_root, "fast").await;
-    runtime
-        .drain_descendants(std::slice::from_ref(&root))
+    let grandchild = start(
+        &h.runtime,
+        &child.agent(),
+        spec("spawn", "slow", Delivery::Caller),
+    )
+    .await
+    .unwrap();
+    let unrelated = start(
+        &h.runtime,
+        &other_root,
+        spec("spawn", "fast", Delivery::Caller),
+    )
+    .await
+    .unwrap();
+    h.runtime
+        .drain_descendants(std::slice::from_ref(&h.root))
         .await
         .unwrap();
-    let released: Vec<StreamId> = log
-        .read_all(1)
-        .map(|r| r.unwrap())
-        .filter(|r| r.event.kind() == EventKind::ActivationReleased)
+    let released: Vec<StreamId> = h
+        .events_of(EventKind::ActivationReleased)
+        .into_iter()
         .map(|r| r.stream)
         .collect();
     assert_eq!(
@@ -410,7 +365,8 @@ async fn drain_descendants_closes_admission_releases_child_first_and_spares_othe
             StreamId::Session(child.child_id())
         ]
     );
-    let err = start(&runtime, &root, spec("spawn", "late"))
+    let err = h
+        .start(spec("spawn", "late", Delivery::Caller))
         .await
         .err()
         .unwrap();
@@ -420,64 +376,74 @@ async fn drain_descendants_closes_admission_releases_child_first_and_spares_othe
         "no new child below a draining parent"
     );
     assert!(
-        fold(&log).activations[&unrelated.child_id()].live.is_some(),
+        h.fold().activations[&unrelated.child_id()].live.is_some(),
         "unrelated trees stay live"
     );
-    assert!(runtime.wait_for_children(&other_root).await.unwrap());
-    runtime.close_root(&root).await.unwrap();
+    assert!(h.runtime.wait_for_children(&other_root).await.unwrap());
+    h.runtime.close_root(&h.root).await.unwrap();
     assert!(
-        fold(&log).admission_closed.is_empty(),
+        h.fold().admission_closed.is_empty(),
         "the cutoff ends when the parent leaves"
     );
     unrelated.dispose().await.unwrap();
     assert!(
-        !runtime.wait_for_children(&other_root).await.unwrap(),
+        !h.runtime.wait_for_children(&other_root).await.unwrap(),
         "no owned work left"
     );
-    common::assert_inbox_invariants(&log);
+    h.assert_inbox_invariants();
 }
 
-async fn limited(limits: subagent_runtime::CapacityLimits) -> (MemoryLog, SubagentRuntime) {
+/// Agents answer "done"; `slow` ones say "working" and sleep a minute. Only
+/// `spawn` is registered, under `limits`.
+async fn limited(limits: CapacityLimits) -> Harness {
     let host = ScriptedHost::new(Script::reply("done")).with(
         "slow",
         Script {
             turns: vec![vec![Step::Say("working".into()), Step::SleepMs(60_000)]],
         },
     );
-    let (log, runtime) = common::spawn_runtime(host, limits).await;
-    (log, runtime)
+    Harness::builder(host).limits(limits).open().await
 }
 
 #[tokio::test]
 async fn capacity_delays_a_start_until_a_sibling_is_released_and_its_signal_can_cancel_the_wait() {
-    let (log, runtime) = limited(subagent_runtime::CapacityLimits {
+    let h = limited(CapacityLimits {
         total: Some(1),
         per_parent: None,
     })
     .await;
-    let root = runtime.open_root("host").await.unwrap();
-    let first = started(&runtime, &root, "slow").await;
+    let first = h
+        .start(spec("spawn", "slow", Delivery::Caller))
+        .await
+        .unwrap();
     let waiting = {
-        let (runtime, root) = (runtime.clone(), root.clone());
-        tokio::spawn(async move { start(&runtime, &root, spec("spawn", "next")).await })
+        let (runtime, root) = (h.runtime.clone(), h.root.clone());
+        tokio::spawn(async move {
+            start(&runtime, &root, spec("spawn", "next", Delivery::Caller)).await
+        })
     };
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert!(!waiting.is_finished(), "the second start waits for room");
-    let head = log.head();
+    let head = h.log.head();
     let cancelled = CancellationToken::new();
     let cancel = cancelled.clone();
     tokio::spawn(async move {
         tokio::time::sleep(Duration::from_millis(20)).await;
         cancel.cancel();
     });
-    let err = runtime
-        .start_activation(&root, spec("spawn", "given-up"), cancelled)
+    let err = h
+        .runtime
+        .start_activation(
+            &h.root,
+            spec("spawn", "given-up", Delivery::Caller),
+            cancelled,
+        )
         .await
         .err()
         .unwrap();
     assert_eq!(err.code(), ErrorCode::Cancelled);
     assert_eq!(
-        log.head(),
+        h.log.head(),
         head,
         "a start cancelled while waiting records nothing"
     );
@@ -496,48 +462,41 @@ async fn capacity_delays_a_start_until_a_sibling_is_released_and_its_signal_can_
 
 #[tokio::test]
 async fn the_per_parent_limit_spares_other_parents_and_a_cold_resume_at_capacity_is_refused() {
-    let (log, runtime) = limited(subagent_runtime::CapacityLimits {
+    let h = limited(CapacityLimits {
         total: None,
         per_parent: Some(1),
     })
     .await;
-    let root = runtime.open_root("host").await.unwrap();
-    let other = runtime.open_root("other").await.unwrap();
-    let resting = started(&runtime, &root, "fast").await;
-    resting.result().await.unwrap();
-    resting.dispose().await.unwrap();
-    let busy = started(&runtime, &root, "slow").await;
-    let elsewhere = tokio::time::timeout(Duration::from_secs(5), started(&runtime, &other, "fast"))
-        .await
-        .expect("another parent is not limited");
-    let head = log.head();
-    let err = runtime
-        .send_message(
-            &root,
-            resting.child_id(),
-            vec![ContentBlock::text("wake")],
-            CancellationToken::new(),
-        )
-        .await
-        .unwrap_err();
-    assert_eq!(err.code(), ErrorCode::DeliveryUnavailable);
-    assert_eq!(log.head(), head, "a refused cold resume records nothing");
-    busy.dispose().await.unwrap();
-    runtime
-        .send_message(
-            &root,
-            resting.child_id(),
-            vec![ContentBlock::text("wake")],
-            CancellationToken::new(),
-        )
+    let other = h.runtime.open_root("other").await.unwrap();
+    let resting = h
+        .start(spec("spawn", "fast", Delivery::Caller))
         .await
         .unwrap();
-    runtime
-        .drain_children(&root, &[resting.child_id()])
+    resting.result().await.unwrap();
+    resting.dispose().await.unwrap();
+    let busy = h
+        .start(spec("spawn", "slow", Delivery::Caller))
+        .await
+        .unwrap();
+    let elsewhere = tokio::time::timeout(
+        Duration::from_secs(5),
+        start(&h.runtime, &other, spec("spawn", "fast", Delivery::Caller)),
+    )
+    .await
+    .expect("another parent is not limited")
+    .unwrap();
+    let head = h.log.head();
+    let err = h.send(resting.child_id(), "wake").await.unwrap_err();
+    assert_eq!(err.code(), ErrorCode::DeliveryUnavailable);
+    assert_eq!(h.log.head(), head, "a refused cold resume records nothing");
+    busy.dispose().await.unwrap();
+    h.send(resting.child_id(), "wake").await.unwrap();
+    h.runtime
+        .drain_children(&h.root, &[resting.child_id()])
         .await
         .unwrap();
     elsewhere.dispose().await.unwrap();
-    common::assert_inbox_invariants(&log);
+    h.assert_inbox_invariants();
 }
 
 #[tokio::test]
@@ -549,38 +508,24 @@ async fn a_running_target_takes_a_message_at_its_next_step_boundary() {
             Step::Say("end".into()),
         ]],
     });
-    let (log, runtime) =
-        common::spawn_runtime(host, subagent_runtime::CapacityLimits::default()).await;
-    let root = runtime.open_root("host").await.unwrap();
-    let child = started(&runtime, &root, "steered").await;
-    let stream = StreamId::Session(child.child_id());
-    until_stream(
-        &log,
-        "the turn to run",
-        |events| count(events, EventKind::AssistantMessage) == 1,
-        stream,
-    )
-    .await;
-    let id = runtime
-        .send_message(
-            &root,
-            child.child_id(),
-            vec![ContentBlock::text("also check the tests")],
-            CancellationToken::new(),
-        )
+    let h = Harness::open(host).await;
+    let child = h
+        .start(spec("spawn", "steered", Delivery::Caller))
         .await
         .unwrap();
-    until_stream(
-        &log,
-        "the turn to end",
-        |events| count(events, EventKind::TurnEnded) == 1,
-        stream,
-    )
+    h.until_events("the turn to run", child.child_id(), |events| {
+        count(events, EventKind::AssistantMessage) == 1
+    })
     .await;
-    let events: Vec<Event> = log
-        .read_stream(stream, 1)
-        .map(|r| r.unwrap().event)
-        .collect();
+    let id = h
+        .send(child.child_id(), "also check the tests")
+        .await
+        .unwrap();
+    h.until_events("the turn to end", child.child_id(), |events| {
+        count(events, EventKind::TurnEnded) == 1
+    })
+    .await;
+    let events = h.events(child.child_id());
     assert!(
         events
             .iter()
@@ -602,22 +547,21 @@ async fn a_running_target_takes_a_message_at_its_next_step_boundary() {
     );
     assert_eq!(count(&events, EventKind::TurnStarted), 1, "no extra turn");
     child.dispose().await.unwrap();
-    common::assert_inbox_invariants(&log);
+    h.assert_inbox_invariants();
 }
 
 #[tokio::test]
 async fn interrupting_an_external_run_stops_its_one_execution() {
-    let (log, runtime) = setup().await;
-    runtime
-        .register_provider(Arc::new(ProcessProvider::new("sleeper", "sleep", &["60"])))
+    let h = harness()
+        .provider(Arc::new(ProcessProvider::new("sleeper", "sleep", &["60"])))
+        .open()
+        .await;
+    let run = h
+        .start(spec("sleeper", "nap", Delivery::Caller))
         .await
         .unwrap();
-    let root = runtime.open_root("host").await.unwrap();
-    let run = start(&runtime, &root, spec("sleeper", "nap"))
-        .await
-        .unwrap();
-    runtime
-        .interrupt(run.child_id(), InterruptAuthority::Ancestor(&root))
+    h.runtime
+        .interrupt(run.child_id(), InterruptAuthority::Ancestor(&h.root))
         .await
         .unwrap();
     let result = tokio::time::timeout(Duration::from_secs(5), run.result())
@@ -625,17 +569,10 @@ async fn interrupting_an_external_run_stops_its_one_execution() {
         .unwrap()
         .unwrap();
     assert_eq!(result.stop_reason, SubagentStopReason::Aborted);
-    let events: Vec<Event> = log
-        .read_stream(StreamId::Session(run.child_id()), 1)
-        .map(|r| r.unwrap().event)
-        .collect();
-    assert_eq!(count(&events, EventKind::InterruptRequested), 1);
-    until_stream(
-        &log,
-        "the run to be disposed",
-        |events| count(events, EventKind::RunDisposed) == 1,
-        StreamId::Session(run.child_id()),
-    )
+    assert_eq!(h.count(run.child_id(), EventKind::InterruptRequested), 1);
+    h.until_events("the run to be disposed", run.child_id(), |events| {
+        count(events, EventKind::RunDisposed) == 1
+    })
     .await;
     run.dispose().await.unwrap();
 }

@@ -5,134 +5,109 @@
 
 mod common;
 
-use common::{fold, start};
+use common::{assert_inbox_invariants, fold, spec, start, until, Harness, HarnessBuilder};
 
 use std::collections::HashSet;
 use std::time::Duration;
 
-use subagent_core::{ContentBlock, Delivery, Event, SubagentActivationSpec};
+use subagent_core::{Delivery, Event, SessionId};
 use subagent_runtime::scripted::Step;
-use subagent_runtime::{InterruptAuthority, Script, ScriptedHost, SubagentRuntime};
-use subagent_store::{EventLogExt, MemoryLog};
-use tokio_util::sync::CancellationToken;
+use subagent_runtime::{InterruptAuthority, Script, ScriptedHost};
+use subagent_store::MemoryLog;
 
 const ROUNDS: usize = 15;
 
-fn spec(label: &str) -> SubagentActivationSpec {
-    SubagentActivationSpec::with_text_prompt("spawn", label, "go", Delivery::Caller)
-}
-
-async fn setup() -> (MemoryLog, SubagentRuntime) {
-    let host = ScriptedHost::new(Script {
+/// Every agent says "a", pauses 2 ms and says "b": turns short enough to
+/// race. Only `spawn` is registered.
+fn harness() -> HarnessBuilder {
+    Harness::builder(ScriptedHost::new(Script {
         turns: vec![vec![
             Step::Say("a".into()),
             Step::SleepMs(2),
             Step::Say("b".into()),
         ]],
-    });
-    let (log, runtime) =
-        common::spawn_runtime(host, subagent_runtime::CapacityLimits::default()).await;
-    (log, runtime)
+    }))
 }
 
-async fn settle_inbox(log: &MemoryLog, child: subagent_core::SessionId) {
-    for _ in 0..500 {
-        let state = fold(log);
-        if state.pending_messages(child).is_empty()
+/// Waits until `child` has nothing pending and no turn running.
+async fn settle_inbox(h: &Harness, child: SessionId) {
+    until("the child to drain its inbox", || {
+        let state = h.fold();
+        state.pending_messages(child).is_empty()
             && state
                 .activations
                 .get(&child)
                 .is_some_and(|a| a.running_turn.is_none())
-        {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    panic!("the child never drained its inbox");
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_message_arriving_as_a_turn_ends_is_claimed_exactly_once() {
-    let (log, runtime) = setup().await;
-    let root = runtime.open_root("host").await.unwrap();
+    let h = harness().open().await;
     for round in 0..ROUNDS {
-        let child = start(&runtime, &root, spec("worker")).await.unwrap();
+        let child = h
+            .start(spec("spawn", "worker", Delivery::Caller))
+            .await
+            .unwrap();
         // Sends land while the first turn runs, as it ends, and after.
         for _ in 0..3 {
-            runtime
-                .send_message(
-                    &root,
-                    child.child_id(),
-                    vec![ContentBlock::text("x")],
-                    CancellationToken::new(),
-                )
-                .await
-                .unwrap();
+            h.send(child.child_id(), "x").await.unwrap();
             tokio::time::sleep(Duration::from_millis(round as u64 % 4)).await;
         }
-        settle_inbox(&log, child.child_id()).await;
+        settle_inbox(&h, child.child_id()).await;
         child.dispose().await.unwrap();
-        common::assert_inbox_invariants(&log);
+        h.assert_inbox_invariants();
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_interrupt_during_a_claim_never_requeues_or_loses_messages() {
-    let (log, runtime) = setup().await;
-    let root = runtime.open_root("host").await.unwrap();
+    let h = harness().open().await;
     for _ in 0..ROUNDS {
-        let child = start(&runtime, &root, spec("worker")).await.unwrap();
+        let child = h
+            .start(spec("spawn", "worker", Delivery::Caller))
+            .await
+            .unwrap();
         let sends = {
-            let (runtime, root, target) = (runtime.clone(), root.clone(), child.child_id());
+            let (sender, target) = (h.clone(), child.child_id());
             tokio::spawn(async move {
                 for _ in 0..3 {
-                    runtime
-                        .send_message(
-                            &root,
-                            target,
-                            vec![ContentBlock::text("y")],
-                            CancellationToken::new(),
-                        )
-                        .await
-                        .unwrap();
+                    sender.send(target, "y").await.unwrap();
                 }
             })
         };
-        runtime
+        h.runtime
             .interrupt(
                 child.child_id(),
                 InterruptAuthority::User {
-                    parent_session_id: root.session(),
+                    parent_session_id: h.root.session(),
                 },
             )
             .await
             .unwrap();
         sends.await.unwrap();
-        common::assert_inbox_invariants(&log);
+        h.assert_inbox_invariants();
         // A waking send resumes whatever is parked.
-        runtime
-            .send_message(
-                &root,
-                child.child_id(),
-                vec![ContentBlock::text("wake")],
-                CancellationToken::new(),
-            )
-            .await
-            .unwrap();
-        settle_inbox(&log, child.child_id()).await;
+        h.send(child.child_id(), "wake").await.unwrap();
+        settle_inbox(&h, child.child_id()).await;
         child.dispose().await.unwrap();
-        common::assert_inbox_invariants(&log);
+        h.assert_inbox_invariants();
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_drain_during_a_start_leaves_nothing_live_below_the_parent() {
-    let (log, runtime) = setup().await;
+    // A root per round, so no harness root.
+    let log = MemoryLog::new();
+    let (runtime, _) = harness().over(log.clone()).open_runtime().await;
     for _ in 0..ROUNDS {
         let root = runtime.open_root("host").await.unwrap();
         let start = {
             let (runtime, root) = (runtime.clone(), root.clone());
-            tokio::spawn(async move { start(&runtime, &root, spec("worker")).await })
+            tokio::spawn(async move {
+                start(&runtime, &root, spec("spawn", "worker", Delivery::Caller)).await
+            })
         };
         tokio::task::yield_now().await;
         runtime
@@ -159,41 +134,28 @@ async fn a_drain_during_a_start_leaves_nothing_live_below_the_parent() {
             );
         }
         runtime.close_root(&root).await.unwrap();
-        common::assert_inbox_invariants(&log);
+        assert_inbox_invariants(&log);
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_cold_resume_racing_a_second_send_resumes_once_and_keeps_both_messages() {
-    let (log, runtime) = setup().await;
-    let root = runtime.open_root("host").await.unwrap();
+    let h = harness().open().await;
     for _ in 0..ROUNDS {
-        let child = start(&runtime, &root, spec("worker")).await.unwrap();
-        child.result().await.unwrap();
-        runtime
-            .drain_children(&root, &[child.child_id()])
+        let child = h
+            .start(spec("spawn", "worker", Delivery::Caller))
             .await
             .unwrap();
-        let (first, second) = tokio::join!(
-            runtime.send_message(
-                &root,
-                child.child_id(),
-                vec![ContentBlock::text("1")],
-                CancellationToken::new()
-            ),
-            runtime.send_message(
-                &root,
-                child.child_id(),
-                vec![ContentBlock::text("2")],
-                CancellationToken::new()
-            ),
-        );
+        child.result().await.unwrap();
+        h.runtime
+            .drain_children(&h.root, &[child.child_id()])
+            .await
+            .unwrap();
+        let (first, second) =
+            tokio::join!(h.send(child.child_id(), "1"), h.send(child.child_id(), "2"),);
         let (first, second) = (first.unwrap(), second.unwrap());
-        settle_inbox(&log, child.child_id()).await;
-        let events: Vec<Event> = log
-            .read_stream(subagent_core::StreamId::Session(child.child_id()), 1)
-            .map(|r| r.unwrap().event)
-            .collect();
+        settle_inbox(&h, child.child_id()).await;
+        let events: Vec<Event> = h.events(child.child_id());
         let requested = events
             .iter()
             .filter(|e| matches!(e, Event::ActivationRequested { epoch: 2, .. }))
@@ -211,10 +173,10 @@ async fn a_cold_resume_racing_a_second_send_resumes_once_and_keeps_both_messages
             .flatten()
             .collect();
         assert!(claimed.contains(&first) && claimed.contains(&second));
-        runtime
-            .drain_children(&root, &[child.child_id()])
+        h.runtime
+            .drain_children(&h.root, &[child.child_id()])
             .await
             .unwrap();
-        common::assert_inbox_invariants(&log);
+        h.assert_inbox_invariants();
     }
 }

@@ -4,62 +4,21 @@
 
 mod common;
 
-use common::{events, start};
+use common::{records, spec_with, start, Harness, Probe};
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use serde_json::json;
 use subagent_core::{
-    content::plain_text, AgentOptions, AgentRoute, Delivery, DepthPolicy, ErrorCode, Event,
-    ModelSelectionSettings, SessionId, SubagentActivationSpec, SubagentCapabilities, SubagentError,
-    SubagentResult, SubagentStopReason, ToolRestriction, MAX_SAFE_INTEGER,
+    content::plain_text, AgentOptions, AgentRoute, DepthPolicy, ErrorCode, Event,
+    ModelSelectionSettings, SessionId, SubagentCapabilities, SubagentError, SubagentResult,
+    SubagentStopReason, ToolRestriction, MAX_SAFE_INTEGER,
 };
 use subagent_runtime::provider::ResolvedStartRequest;
-use subagent_runtime::providers::SpawnProvider;
 use subagent_runtime::scripted::Step;
 use subagent_runtime::BoxFuture;
-use subagent_runtime::{
-    Agent, AgentHost, AgentSpec, Script, ScriptedHost, SubagentProvider, SubagentRun,
-    SubagentRuntime, ToolCall, ToolDefinition, ToolOutput,
-};
-use subagent_store::{EventLog, EventLogExt, MemoryLog};
-use tokio_util::sync::CancellationToken;
-
-/// A scripted host that records the spec of every agent it builds.
-struct Probe {
-    specs: Mutex<Vec<AgentSpec>>,
-    host: ScriptedHost,
-}
-
-impl AgentHost for Probe {
-    fn create(&self, spec: AgentSpec) -> BoxFuture<'static, Result<Box<dyn Agent>, SubagentError>> {
-        self.specs.lock().unwrap().push(spec.clone());
-        self.host.create(spec)
-    }
-    fn tools(&self) -> Vec<ToolDefinition> {
-        self.host.tools()
-    }
-    fn execute_tool(
-        &self,
-        session: SessionId,
-        call: ToolCall,
-        cancel: CancellationToken,
-    ) -> BoxFuture<'static, ToolOutput> {
-        self.host.execute_tool(session, call, cancel)
-    }
-}
-
-impl Probe {
-    fn spec_of(&self, session: SessionId) -> AgentSpec {
-        self.specs
-            .lock()
-            .unwrap()
-            .iter()
-            .find(|spec| spec.session == session)
-            .cloned()
-            .expect("an agent was built for the session")
-    }
-}
+use subagent_runtime::{AgentSpec, Script, ScriptedHost, SubagentProvider, SubagentRun};
+use subagent_store::EventLog;
 
 /// Every turn reads a file, tries the shell, then answers.
 fn tool_script() -> Script {
@@ -80,36 +39,9 @@ fn tool_script() -> Script {
     }
 }
 
-async fn open(host: ScriptedHost) -> (MemoryLog, SubagentRuntime, Arc<Probe>) {
-    let log = MemoryLog::new();
-    let probe = Arc::new(Probe {
-        specs: Mutex::new(Vec::new()),
-        host,
-    });
-    let (runtime, _) = SubagentRuntime::open(Arc::new(log.clone()), probe.clone())
-        .await
-        .unwrap();
-    runtime
-        .register_provider(Arc::new(SpawnProvider))
-        .await
-        .unwrap();
-    (log, runtime, probe)
-}
-
-fn spec_with(
-    provider: &str,
-    label: &str,
-    change: impl FnOnce(&mut subagent_core::StartOptions),
-) -> SubagentActivationSpec {
-    let mut spec =
-        SubagentActivationSpec::with_text_prompt(provider, label, "go", Delivery::Caller);
-    change(&mut spec.request.options);
-    spec
-}
-
 /// `(tool, refused, output)` of every tool call the session recorded.
-fn tool_results(log: &MemoryLog, session: SessionId) -> Vec<(String, bool, String)> {
-    let events = events(log, session);
+fn tool_results(h: &Harness, session: SessionId) -> Vec<(String, bool, String)> {
+    let events = h.events(session);
     let mut names = std::collections::HashMap::new();
     let mut results = Vec::new();
     for event in events {
@@ -133,6 +65,7 @@ fn tool_results(log: &MemoryLog, session: SessionId) -> Vec<(String, bool, Strin
     results
 }
 
+/// The names of the tools `spec`'s agent was built with, in order.
 fn tool_names(spec: &AgentSpec) -> Vec<String> {
     spec.tools.iter().map(|tool| tool.name.clone()).collect()
 }
@@ -140,23 +73,20 @@ fn tool_names(spec: &AgentSpec) -> Vec<String> {
 #[tokio::test]
 async fn a_tool_filter_hides_restricted_tools_and_refuses_their_calls_down_the_lineage() {
     let host = ScriptedHost::new(tool_script()).with_tool("write_file", "written");
-    let (log, runtime, probe) = open(host).await;
-    let root = runtime.open_root("host").await.unwrap();
+    let probe = Probe::new(host);
+    let h = Harness::open(probe.clone()).await;
     assert_eq!(
-        runtime.tools().unwrap().len(),
+        h.runtime.tools().unwrap().len(),
         3,
         "read_file, shell (scripted) and write_file"
     );
 
-    let child = start(
-        &runtime,
-        &root,
-        spec_with("spawn", "child", |options| {
+    let child = h
+        .start(spec_with("spawn", "child", |options| {
             options.tool_filter = Some(ToolRestriction::Deny(vec!["shell".into()]));
-        }),
-    )
-    .await
-    .unwrap();
+        }))
+        .await
+        .unwrap();
     let result = child.result().await.unwrap();
     assert_eq!(result.stop_reason, SubagentStopReason::Completed);
     assert_eq!(
@@ -164,7 +94,7 @@ async fn a_tool_filter_hides_restricted_tools_and_refuses_their_calls_down_the_l
         ["read_file", "write_file"]
     );
     assert_eq!(
-        tool_results(&log, child.child_id()),
+        tool_results(&h, child.child_id()),
         [
             ("read_file".to_owned(), false, "the notes".to_owned()),
             (
@@ -177,7 +107,7 @@ async fn a_tool_filter_hides_restricted_tools_and_refuses_their_calls_down_the_l
 
     // The grandchild allows `shell` for itself, but its parent cannot see it.
     let grandchild = start(
-        &runtime,
+        &h.runtime,
         &child.agent(),
         spec_with("spawn", "grandchild", |options| {
             options.tool_filter = Some(ToolRestriction::Allow(vec![
@@ -193,39 +123,37 @@ async fn a_tool_filter_hides_restricted_tools_and_refuses_their_calls_down_the_l
         tool_names(&probe.spec_of(grandchild.child_id())),
         ["read_file"]
     );
-    let refused: Vec<bool> = tool_results(&log, grandchild.child_id())
+    let refused: Vec<bool> = tool_results(&h, grandchild.child_id())
         .into_iter()
         .map(|(_, refused, _)| refused)
         .collect();
     assert_eq!(refused, [false, true]);
 
     // An unfiltered sibling sees and runs every tool.
-    let sibling = start(&runtime, &root, spec_with("spawn", "sibling", |_| {}))
+    let sibling = h
+        .start(spec_with("spawn", "sibling", |_| {}))
         .await
         .unwrap();
     sibling.result().await.unwrap();
     assert_eq!(tool_names(&probe.spec_of(sibling.child_id())).len(), 3);
-    assert!(tool_results(&log, sibling.child_id())
+    assert!(tool_results(&h, sibling.child_id())
         .iter()
         .all(|(_, refused, _)| !refused));
 
-    let head = log.head();
-    let err = start(
-        &runtime,
-        &root,
-        spec_with("spawn", "typo", |options| {
+    let head = h.log.head();
+    let err = h
+        .start(spec_with("spawn", "typo", |options| {
             options.tool_filter = Some(ToolRestriction::Allow(vec!["read_flie".into()]));
-        }),
-    )
-    .await
-    .err()
-    .unwrap();
+        }))
+        .await
+        .err()
+        .unwrap();
     assert_eq!(err.code(), ErrorCode::UnknownTool);
     assert_eq!(
         err.to_string(),
         "tool filter names unknown tool \"read_flie\""
     );
-    assert_eq!(log.head(), head, "the rejection recorded nothing");
+    assert_eq!(h.log.head(), head, "the rejection recorded nothing");
     for activation in [grandchild, child, sibling] {
         activation.dispose().await.unwrap();
     }
@@ -233,17 +161,17 @@ async fn a_tool_filter_hides_restricted_tools_and_refuses_their_calls_down_the_l
 
 #[tokio::test]
 async fn a_child_runs_with_options_merged_over_its_parents_within_the_model_selection() {
-    let (log, runtime, probe) = open(ScriptedHost::new(Script::reply("ok"))).await;
+    let probe = Probe::new(ScriptedHost::new(Script::reply("ok")));
     let root_options = AgentOptions {
         provider: Some("openai".into()),
         model: Some("gpt-5".into()),
         reasoning_effort: Some("medium".into()),
         max_output_tokens: Some(4096),
     };
-    let root = runtime
-        .open_root_with("host", Some(root_options.clone()))
-        .await
-        .unwrap();
+    let h = Harness::builder(probe.clone())
+        .root_options(root_options.clone())
+        .open()
+        .await;
     let pick = |model: &str| {
         let model = model.to_owned();
         spec_with("spawn", "picked", move |options| {
@@ -256,13 +184,13 @@ async fn a_child_runs_with_options_merged_over_its_parents_within_the_model_sele
     };
     // Selection starts disabled: a route override is refused.
     assert_eq!(
-        runtime.model_selection().unwrap(),
+        h.runtime.model_selection().unwrap(),
         ModelSelectionSettings::default()
     );
-    let head = log.head();
-    let refused = start(&runtime, &root, pick("opus")).await.err().unwrap();
+    let head = h.log.head();
+    let refused = h.start(pick("opus")).await.err().unwrap();
     assert_eq!(refused.code(), ErrorCode::RouteNotAllowed);
-    runtime
+    h.runtime
         .set_model_selection(ModelSelectionSettings {
             enabled: true,
             allowed_routes: vec![AgentRoute {
@@ -271,11 +199,11 @@ async fn a_child_runs_with_options_merged_over_its_parents_within_the_model_sele
             }],
         })
         .unwrap();
-    let outside = start(&runtime, &root, pick("haiku")).await.err().unwrap();
+    let outside = h.start(pick("haiku")).await.err().unwrap();
     assert_eq!(outside.code(), ErrorCode::RouteNotAllowed);
-    assert_eq!(log.head(), head, "rejections recorded nothing");
+    assert_eq!(h.log.head(), head, "rejections recorded nothing");
 
-    let picked = start(&runtime, &root, pick("opus")).await.unwrap();
+    let picked = h.start(pick("opus")).await.unwrap();
     picked.result().await.unwrap();
     let options_of = |session| {
         probe
@@ -292,7 +220,8 @@ async fn a_child_runs_with_options_merged_over_its_parents_within_the_model_sele
         })
     );
     // Without options the child runs with the parent's, unchecked.
-    let inherited = start(&runtime, &root, spec_with("spawn", "inherited", |_| {}))
+    let inherited = h
+        .start(spec_with("spawn", "inherited", |_| {}))
         .await
         .unwrap();
     inherited.result().await.unwrap();
@@ -303,7 +232,9 @@ async fn a_child_runs_with_options_merged_over_its_parents_within_the_model_sele
 
 #[tokio::test]
 async fn resolve_max_depth_reads_the_users_setting() {
-    let (_, runtime, _) = open(ScriptedHost::new(Script::reply("ok"))).await;
+    let (runtime, _) = Harness::builder(ScriptedHost::new(Script::reply("ok")))
+        .open_runtime()
+        .await;
     assert_eq!(runtime.resolve_max_depth(None), Ok(None));
     assert_eq!(
         runtime.resolve_max_depth(Some(DepthPolicy::Limit(4))),
@@ -376,7 +307,7 @@ impl SubagentProvider for LeakyProvider {
         let (fail, leak) = (self.fail_start, self.leak.clone());
         Box::pin(async move {
             if fail {
-                Err(SubagentError::Internal(leak))
+                Err(SubagentError::internal(leak))
             } else {
                 Ok(Box::new(LeakyRun(leak)) as Box<dyn SubagentRun>)
             }
@@ -392,6 +323,7 @@ fn environment_value() -> String {
         .expect("the test environment has a long value (PATH)")
 }
 
+/// Panics unless `text` quotes none of `secrets` and shows a redaction.
 fn assert_clean(text: &str, secrets: &[&str]) {
     for secret in secrets {
         assert!(!text.contains(secret), "{secret:?} leaked into {text:?}");
@@ -399,6 +331,7 @@ fn assert_clean(text: &str, secrets: &[&str]) {
     assert!(text.contains("[redacted]"), "{text}");
 }
 
+/// [`assert_clean`], and the diagnostic is within its size bound.
 fn assert_clean_diagnostic(diagnostic: &subagent_core::Diagnostic, secrets: &[&str]) {
     assert_clean(diagnostic.as_str(), secrets);
     assert!(diagnostic.as_str().len() <= subagent_core::result::MAX_DIAGNOSTIC_BYTES);
@@ -422,27 +355,23 @@ async fn provider_and_agent_errors_are_cleaned_before_they_are_recorded_or_retur
             Step::Fail("cannot parse /srv/private/plans.txt: launch at dawn".into()),
         ]],
     };
-    let (log, runtime, _) = open(ScriptedHost::new(script)).await;
+    let mut builder = Harness::builder(ScriptedHost::new(script));
     for fail_start in [false, true] {
-        runtime
-            .register_provider(Arc::new(LeakyProvider {
-                fail_start,
-                leak: leak.clone(),
-            }))
-            .await
-            .unwrap();
+        builder = builder.provider(Arc::new(LeakyProvider {
+            fail_start,
+            leak: leak.clone(),
+        }));
     }
-    let root = runtime.open_root("host").await.unwrap();
+    let h = builder.open().await;
 
     // The run's result and its cleanup failure.
-    let run = start(&runtime, &root, spec_with("leaky", "run", |_| {}))
-        .await
-        .unwrap();
+    let run = h.start(spec_with("leaky", "run", |_| {})).await.unwrap();
     let result = run.result().await.unwrap();
     assert_clean_diagnostic(result.diagnostic.as_ref().unwrap(), &secrets);
     let run_id = run.child_id();
     let _ = run.dispose().await;
-    let cleanup = events(&log, run_id)
+    let cleanup = h
+        .events(run_id)
         .into_iter()
         .find_map(|event| match event {
             Event::RunDisposed { cleanup_error, .. } => cleanup_error,
@@ -452,15 +381,16 @@ async fn provider_and_agent_errors_are_cleaned_before_they_are_recorded_or_retur
     assert_clean_diagnostic(&cleanup, &secrets);
 
     // A failed start: the recorded diagnostic and the returned error.
-    let err = start(&runtime, &root, spec_with("leaky-start", "start", |_| {}))
+    let err = h
+        .start(spec_with("leaky-start", "start", |_| {}))
         .await
         .err()
         .unwrap();
     assert_eq!(err.code(), ErrorCode::Internal);
     assert_clean(&err.to_string(), &secrets);
-    let recorded = log
-        .read_all(1)
-        .find_map(|record| match record.unwrap().event {
+    let recorded = records(&h.log)
+        .into_iter()
+        .find_map(|record| match record.event {
             Event::RunStartFailed { diagnostic, .. } => Some(diagnostic),
             _ => None,
         })
@@ -468,9 +398,7 @@ async fn provider_and_agent_errors_are_cleaned_before_they_are_recorded_or_retur
     assert_clean_diagnostic(&recorded, &secrets);
 
     // A local agent's failure quoting its tool input and the file it read.
-    let local = start(&runtime, &root, spec_with("spawn", "local", |_| {}))
-        .await
-        .unwrap();
+    let local = h.start(spec_with("spawn", "local", |_| {})).await.unwrap();
     let result = local.result().await.unwrap();
     assert_eq!(result.stop_reason, SubagentStopReason::Error);
     assert_clean_diagnostic(

@@ -343,7 +343,7 @@ mod tests {
         assert_eq!(next_position(u64::MAX - 1), Ok(u64::MAX));
         assert_eq!(
             next_position(u64::MAX).unwrap_err().code(),
-            "store/numbering-exhausted"
+            subagent_core::ErrorCode::StoreNumberingExhausted
         );
     }
 

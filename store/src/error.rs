@@ -1,7 +1,7 @@
 //! [`StoreError`]: every way an append or a read can fail, each with a stable
 //! code. A rejected append never changes the log.
 
-use subagent_core::{EventId, StreamId};
+use subagent_core::{ErrorCode, EventId, StreamId};
 use thiserror::Error;
 
 use crate::log::ExpectedVersion;
@@ -139,25 +139,25 @@ pub enum StoreError {
 impl StoreError {
     /// Stable machine-readable code.
     #[must_use]
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> ErrorCode {
         match self {
-            StoreError::Conflict { .. } => "store/conflict",
-            StoreError::Corrupt { .. } => "store/corrupt",
-            StoreError::UnsupportedSchema { .. } => "store/unsupported-schema",
-            StoreError::Locked { .. } => "store/locked",
-            StoreError::UnsupportedFormat { .. } => "store/unsupported-format",
-            StoreError::EmptyAppend => "store/empty-append",
-            StoreError::RepeatedStream { .. } => "store/repeated-stream",
-            StoreError::MisplacedEvent { .. } => "store/misplaced-event",
-            StoreError::DuplicateEventId { .. } => "store/duplicate-event-id",
-            StoreError::Damaged { .. } => "store/damaged",
-            StoreError::NotALog { .. } => "store/not-a-log",
-            StoreError::ReadOnly { .. } => "store/read-only",
-            StoreError::EventTooLarge { .. } => "store/event-too-large",
-            StoreError::NumberingExhausted { .. } => "store/numbering-exhausted",
-            StoreError::CorruptIndex { .. } => "store/corrupt-index",
-            StoreError::Io(_) => "store/io",
-            StoreError::Closed => "store/closed",
+            StoreError::Conflict { .. } => ErrorCode::StoreConflict,
+            StoreError::Corrupt { .. } => ErrorCode::StoreCorrupt,
+            StoreError::UnsupportedSchema { .. } => ErrorCode::StoreUnsupportedSchema,
+            StoreError::Locked { .. } => ErrorCode::StoreLocked,
+            StoreError::UnsupportedFormat { .. } => ErrorCode::StoreUnsupportedFormat,
+            StoreError::EmptyAppend => ErrorCode::StoreEmptyAppend,
+            StoreError::RepeatedStream { .. } => ErrorCode::StoreRepeatedStream,
+            StoreError::MisplacedEvent { .. } => ErrorCode::StoreMisplacedEvent,
+            StoreError::DuplicateEventId { .. } => ErrorCode::StoreDuplicateEventId,
+            StoreError::Damaged { .. } => ErrorCode::StoreDamaged,
+            StoreError::NotALog { .. } => ErrorCode::StoreNotALog,
+            StoreError::ReadOnly { .. } => ErrorCode::StoreReadOnly,
+            StoreError::EventTooLarge { .. } => ErrorCode::StoreEventTooLarge,
+            StoreError::NumberingExhausted { .. } => ErrorCode::StoreNumberingExhausted,
+            StoreError::CorruptIndex { .. } => ErrorCode::StoreCorruptIndex,
+            StoreError::Io(_) => ErrorCode::StoreIo,
+            StoreError::Closed => ErrorCode::StoreClosed,
         }
     }
 }

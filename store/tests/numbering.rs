@@ -3,7 +3,7 @@
 //! instead of panicking the writer thread (which used to take every later
 //! append down with it).
 
-use subagent_core::{Event, NewEvent, SessionId, StreamId};
+use subagent_core::{ErrorCode, Event, NewEvent, SessionId, StreamId};
 use subagent_store::{EventLog, EventLogExt, ExpectedVersion, IndexDamage, RocksLog, RocksOptions};
 
 #[tokio::test]
@@ -29,7 +29,7 @@ async fn a_stream_version_at_u64_max_is_refused_and_the_log_keeps_working() {
         .append(stream, ExpectedVersion::Any, vec![turn(2)])
         .await
         .unwrap_err();
-    assert_eq!(err.code(), "store/numbering-exhausted", "{err}");
+    assert_eq!(err.code(), ErrorCode::StoreNumberingExhausted, "{err}");
     assert_eq!(log.head(), 1);
     // The writer is still alive: another stream appends fine.
     let other = StreamId::Session(SessionId::new());

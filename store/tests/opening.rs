@@ -2,7 +2,7 @@
 //! directory by an OS lock, never a new log over the remains of one, a
 //! read-only handle that cannot write.
 
-use subagent_core::{Event, NewEvent, SessionId, StreamId};
+use subagent_core::{ErrorCode, Event, NewEvent, SessionId, StreamId};
 use subagent_store::{EventLog, ExpectedVersion, RocksLog, RocksOptions, StoreError};
 
 fn append_one(log: &RocksLog) -> Result<u64, StoreError> {
@@ -30,7 +30,7 @@ fn a_second_writer_is_refused_by_the_lock_until_the_first_is_dropped() {
         .err()
         .unwrap();
     assert!(matches!(err, StoreError::Locked { .. }), "{err:?}");
-    assert_eq!(err.code(), "store/locked");
+    assert_eq!(err.code(), ErrorCode::StoreLocked);
     // Readers need no lock.
     let reader = RocksLog::open_read_only(&path).unwrap();
     assert_eq!(reader.head(), 1);
@@ -48,7 +48,7 @@ fn a_read_only_handle_refuses_every_write() {
     assert!(reader.is_read_only());
     let err = append_one(&reader).unwrap_err();
     assert!(matches!(err, StoreError::ReadOnly { .. }), "{err:?}");
-    assert_eq!(err.code(), "store/read-only");
+    assert_eq!(err.code(), ErrorCode::StoreReadOnly);
     let err = reader.write_checkpoint("projections", b"{}").unwrap_err();
     assert!(matches!(err, StoreError::ReadOnly { .. }), "{err:?}");
     assert_eq!(reader.head(), 1);
@@ -60,7 +60,7 @@ fn read_only_open_of_nothing_creates_nothing() {
     let path = dir.path().join("absent");
     let err = RocksLog::open_read_only(&path).err().unwrap();
     assert!(matches!(err, StoreError::NotALog { .. }), "{err:?}");
-    assert_eq!(err.code(), "store/not-a-log");
+    assert_eq!(err.code(), ErrorCode::StoreNotALog);
     assert!(!path.exists());
     std::fs::create_dir(&path).unwrap();
     let err = RocksLog::open_read_only(&path).err().unwrap();
@@ -99,7 +99,7 @@ fn table_files_without_current_are_damage_not_an_empty_log() {
         RocksLog::open_read_only(&path).err().unwrap(),
     ] {
         assert!(matches!(err, StoreError::Damaged { .. }), "{err:?}");
-        assert_eq!(err.code(), "store/damaged");
+        assert_eq!(err.code(), ErrorCode::StoreDamaged);
         assert!(err.to_string().contains("no CURRENT"), "{err}");
     }
     assert_eq!(listing(&path), before);
@@ -199,7 +199,7 @@ fn a_record_type_flipped_in_the_manifest_or_wal_is_refused_not_looped_on() {
                 let err = outcome.expect_err("a damaged record type is refused");
                 assert_eq!(
                     err.code(),
-                    "store/damaged",
+                    ErrorCode::StoreDamaged,
                     "record {index} of {file:?}: {err}"
                 );
                 assert!(err.to_string().contains("type 5"), "{err}");

@@ -23,7 +23,6 @@ use subagent_core::{
     ToolRestriction,
 };
 use subagent_projections::Projections;
-use subagent_runtime::providers::{ForkProvider, ProcessProvider, SpawnProvider};
 use subagent_runtime::scripted::Step;
 use subagent_runtime::{Script, ScriptedHost, SubagentActivation, SubagentRuntime};
 use subagent_store::{EventLog, EventLogExt, RocksLog, RocksOptions};
@@ -202,15 +201,7 @@ pub(crate) fn run(data: &Path, hold_ms: u64, out: &mut dyn Write) -> CliResult {
                 recovery.events
             )?;
         }
-        runtime.register_provider(Arc::new(SpawnProvider)).await?;
-        runtime.register_provider(Arc::new(ForkProvider)).await?;
-        runtime
-            .register_provider(Arc::new(ProcessProvider::new(
-                "process",
-                "sh",
-                &["-c", "tr a-z A-Z"],
-            )))
-            .await?;
+        crate::shipped::register_providers(&runtime).await?;
         let root = runtime.open_root("demo root").await?;
         writeln!(out, "[1/7] root session {}", root.session())?;
         let signal = CancellationToken::new();

@@ -197,6 +197,26 @@ pub enum Command {
         /// Queue or steer.
         delivery: MessageDelivery,
     },
+    /// The spec's `prompt`: accept a browser-authored message for a
+    /// continuable child through its direct parent. The caller checked the
+    /// request's shape and that the parent is live (neither is in the log).
+    /// A retry of an accepted request (same id, same body) records nothing.
+    Prompt {
+        /// The direct parent whose authority the caller claims.
+        parent: SessionId,
+        /// The continuable child addressed.
+        child: SessionId,
+        /// The caller-minted request identity.
+        request_id: String,
+        /// The caller's validated IANA time zone.
+        zone: Option<String>,
+        /// The inbox id to record for a new request.
+        message_id: MessageId,
+        /// Text and image blocks.
+        content: Vec<ContentBlock>,
+        /// Queue or steer.
+        delivery: MessageDelivery,
+    },
     /// Interrupt a child's live execution under a human parent address or a
     /// live ancestor. An absent or idle target is an accepted no-op.
     Interrupt {

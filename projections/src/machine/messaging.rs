@@ -8,6 +8,7 @@ use subagent_core::{
 };
 
 use crate::activation::{LiveActivation, RunPhase};
+use crate::inbox::prompt_digest;
 use crate::sessions::SessionRecord;
 use crate::state::Projections;
 
@@ -23,11 +24,25 @@ pub(super) fn send_message(
     delivery: MessageDelivery,
 ) -> Result<Decision, SubagentError> {
     let route = route_message(state, sender, target)?;
+    let source = MessageSource::AgentMessage {
+        sender_session_id: sender,
+    };
+    Ok(accept(route, target, message_id, source, delivery, content))
+}
+
+/// The events of a message accepted into `target`'s inbox, followed by the
+/// new activation's request when `route` cold-resumes it.
+fn accept(
+    route: Route,
+    target: SessionId,
+    message_id: MessageId,
+    source: MessageSource,
+    delivery: MessageDelivery,
+    content: Vec<ContentBlock>,
+) -> Decision {
     let mut events = vec![Event::MessageAccepted {
         message_id,
-        source: MessageSource::AgentMessage {
-            sender_session_id: sender,
-        },
+        source,
         delivery,
         content,
     }];
@@ -38,7 +53,88 @@ pub(super) fn send_message(
             output_schema: None,
         });
     }
-    Ok(single(StreamId::Session(target), events))
+    single(StreamId::Session(target), events)
+}
+
+/// The spec's `prompt`: a browser-authored message to `child` through its
+/// direct parent. A retry of an accepted request records nothing (the
+/// runtime answers it with [`prompt_receipt`]); the same request id with
+/// another body is refused.
+#[allow(clippy::too_many_arguments)] // One command's fields, passed through.
+pub(super) fn prompt(
+    state: &Projections,
+    parent: SessionId,
+    child: SessionId,
+    request_id: String,
+    zone: Option<String>,
+    message_id: MessageId,
+    content: Vec<ContentBlock>,
+    delivery: MessageDelivery,
+) -> Result<Decision, SubagentError> {
+    let digest = prompt_digest(delivery, zone.as_deref(), &content);
+    if prompt_receipt(state, child, &request_id, &digest)?.is_some() {
+        return Ok(Vec::new());
+    }
+    let route = route_prompt(state, parent, child, &request_id)?;
+    let source = MessageSource::Browser { request_id, zone };
+    Ok(accept(route, child, message_id, source, delivery, content))
+}
+
+/// The receipt of the prompt `child` accepted under `request_id`, if any:
+/// its message id when `digest` ([`prompt_digest`]) matches what it
+/// carried.
+///
+/// # Errors
+/// `gateway/bad-request` when the id was used for another body.
+pub fn prompt_receipt(
+    state: &Projections,
+    child: SessionId,
+    request_id: &str,
+    digest: &[u8; 32],
+) -> Result<Option<MessageId>, SubagentError> {
+    let Some(first) = state
+        .inboxes
+        .get(&child)
+        .and_then(|inbox| inbox.prompts.get(request_id))
+    else {
+        return Ok(None);
+    };
+    if first.digest != *digest {
+        return Err(SubagentError::BadRequest(format!(
+            "requestId {request_id:?} was already used for another prompt to {child}"
+        )));
+    }
+    Ok(Some(first.message_id))
+}
+
+/// Whether a new prompt under `request_id` may travel from `parent` to
+/// `child` now, and how: `parent` must be `child`'s direct parent, the
+/// request id unused, and the message deliverable ([`route_message`]).
+pub(crate) fn route_prompt(
+    state: &Projections,
+    parent: SessionId,
+    child: SessionId,
+    request_id: &str,
+) -> Result<Route, SubagentError> {
+    let is_parent = state
+        .sessions
+        .get(&child)
+        .is_some_and(|record| record.parent == Some(parent));
+    if !is_parent {
+        return Err(SubagentError::Unauthorized(format!(
+            "{parent} is not the direct parent of {child}"
+        )));
+    }
+    if state
+        .inboxes
+        .get(&child)
+        .is_some_and(|inbox| inbox.prompts.contains_key(request_id))
+    {
+        return Err(SubagentError::BadRequest(format!(
+            "requestId {request_id:?} was already used for a prompt to {child}"
+        )));
+    }
+    route_message(state, parent, child)
 }
 
 pub(super) fn interrupt(

@@ -30,14 +30,14 @@ mod turns;
 
 pub use command::{Command, Decision, StartChild, TurnOutput};
 pub use lifecycle::{settlement_notice_id, settlement_summary};
-pub use messaging::cold_resumes;
+pub use messaging::{cold_resumes, prompt_receipt};
 
 pub(crate) use guards::{
     abandonable_live, check_registration, child_depth, child_mode, live, new_session, next_turn,
     nonempty_label, registered, requested_live, run_in, running_turn, start_parent,
     transcript_turn, unpublished_live, unsettled_live, unused_child_id,
 };
-pub(crate) use messaging::{interrupt_authorized, route_message, runs_live_work};
+pub(crate) use messaging::{interrupt_authorized, route_message, route_prompt, runs_live_work};
 
 use subagent_core::SubagentError;
 
@@ -128,6 +128,17 @@ pub fn decide(state: &Projections, command: Command) -> Result<Decision, Subagen
             content,
             delivery,
         } => messaging::send_message(state, sender, target, message_id, content, delivery),
+        Command::Prompt {
+            parent,
+            child,
+            request_id,
+            zone,
+            message_id,
+            content,
+            delivery,
+        } => messaging::prompt(
+            state, parent, child, request_id, zone, message_id, content, delivery,
+        ),
         Command::Interrupt { target, authority } => messaging::interrupt(state, target, &authority),
         Command::CloseAdmission { parent } => Ok(messaging::close_admission(state, parent)),
         Command::ReopenAdmission { parent } => Ok(messaging::reopen_admission(state, parent)),

@@ -71,7 +71,7 @@ impl SubagentProvider for ProcessProvider {
                 return Err(SubagentError::Cancelled);
             }
             let mut child = command.spawn().map_err(|err| {
-                SubagentError::Internal(format!("starting {program}: {}", err.kind()))
+                SubagentError::internal(format!("starting {program}: {}", err.kind()))
             })?;
             let prompt = plain_text(&request.request.prompt);
             if let Some(mut stdin) = child.stdin.take() {
@@ -106,7 +106,7 @@ impl SubagentRun for ProcessRun {
                 child.wait().await
             };
             let status = tokio::select! {
-                status = read => status.map_err(|err| SubagentError::Internal(format!("waiting for the process: {}", err.kind())))?,
+                status = read => status.map_err(|err| SubagentError::internal(format!("waiting for the process: {}", err.kind())))?,
                 () = self.cancel.cancelled() => {
                     let _ = child.kill().await;
                     return Ok(SubagentResult::failed(SubagentStopReason::Aborted, Vec::new(), "cancelled"));

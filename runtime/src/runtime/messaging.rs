@@ -3,8 +3,12 @@
 
 use std::sync::Arc;
 
-use subagent_core::{content::ContentBlock, Event, MessageId, SessionId, StreamId, SubagentError};
-use subagent_projections::machine::cold_resumes;
+use subagent_core::{
+    content::ContentBlock, Event, InterruptReceipt, InterruptRequest, MessageId, PromptReceipt,
+    PromptRequest, SessionId, StreamId, SubagentError,
+};
+use subagent_projections::machine::{cold_resumes, prompt_receipt};
+use subagent_projections::prompt_digest;
 use subagent_projections::Command;
 use subagent_store::EventLogExt;
 use tokio::sync::mpsc;
@@ -61,6 +65,12 @@ pub enum InterruptAuthority<'a> {
     Ancestor(&'a LiveAgent),
 }
 
+/// Whether `zone` names a time zone of the IANA database bundled in this
+/// build (the same answer on every machine).
+fn is_time_zone(zone: &str) -> bool {
+    jiff::tz::db().get(zone).is_ok()
+}
+
 impl SubagentRuntime {
     /// Steers one model-authored message from `sender` to its direct parent
     /// or direct continuable child. A running target takes it at its next
@@ -84,35 +94,129 @@ impl SubagentRuntime {
         if signal.is_cancelled() {
             return Err(SubagentError::Cancelled);
         }
-        // A message to an absent child cold-resumes it: that needs room now.
-        let resumes = cold_resumes(&self.inner.engine.state(), sender.session, target);
-        let permits = if resumes {
-            Some(self.inner.capacity.try_admit(sender.session)?)
-        } else {
-            None
-        };
-        let _materializing = Materializing::enter(&self.inner.gate)?;
         let message_id = MessageId::new();
-        let records = self
-            .inner
-            .engine
-            .commit(Command::SendMessage {
+        self.deliver(
+            sender.session,
+            target,
+            Command::SendMessage {
                 sender: sender.session,
                 target,
                 message_id,
                 content,
                 delivery: subagent_core::MessageDelivery::Queue,
-            })
-            .await?;
+            },
+        )
+        .await?;
+        Ok(message_id)
+    }
+
+    /// The spec's `prompt`: one browser-authored message to a continuable
+    /// child through its exact live direct parent, keeping the request id
+    /// and time zone on the accepted message. A running child takes it at
+    /// its next turn (`queue`) or nearest step (`steer`); an idle child
+    /// wakes; an absent child is cold-resumed. `signal` owns the call only
+    /// until the inbox accepts the message.
+    ///
+    /// A retry with the same request id and body returns the first receipt
+    /// and records nothing, whatever changed since.
+    ///
+    /// # Errors
+    /// `gateway/bad-request` (malformed, or the request id reused for
+    /// another body), `subagent/invalid-time-zone`,
+    /// `subagent/attachment-invalid` (image parts: the attachment store is
+    /// not built yet), `subagent/parent-unavailable` (the parent is not
+    /// live), `subagent/unauthorized` (not the direct parent),
+    /// `subagent/not-resumable`, `subagent/delivery-unavailable` (a cold
+    /// resume at capacity, or structured capture closed the input),
+    /// `subagent/admission-closed`, `gateway/cancelled`, `subagent/closed`,
+    /// `gateway/internal`.
+    pub async fn prompt(
+        &self,
+        request: PromptRequest,
+        signal: CancellationToken,
+    ) -> Result<PromptReceipt, SubagentError> {
+        self.ensure_open()?;
+        request.validate(is_time_zone)?;
+        if request
+            .content
+            .iter()
+            .any(|block| matches!(block, ContentBlock::Image(_)))
+        {
+            return Err(SubagentError::AttachmentInvalid(
+                "image parts need the attachment store, which this build does not have yet".into(),
+            ));
+        }
+        if signal.is_cancelled() {
+            return Err(SubagentError::Cancelled);
+        }
+        let PromptRequest {
+            address,
+            delivery,
+            request_id,
+            content,
+            time_zone,
+        } = request;
+        let (parent, child) = (address.parent_session_id, address.child_session_id);
+        let digest = prompt_digest(delivery, time_zone.as_deref(), &content);
+        let receipt = |this: &Self| {
+            prompt_receipt(&this.inner.engine.state(), child, &request_id, &digest)
+                .map(|found| found.map(|message_id| PromptReceipt { message_id }))
+        };
+        if let Some(first) = receipt(self)? {
+            return Ok(first);
+        }
+        if !self.is_live(parent) {
+            return Err(SubagentError::ParentUnavailable(format!(
+                "{parent} has no live agent"
+            )));
+        }
+        let message_id = MessageId::new();
+        let command = Command::Prompt {
+            parent,
+            child,
+            request_id: request_id.clone(),
+            zone: time_zone,
+            message_id,
+            content,
+            delivery,
+        };
+        if !self.deliver(parent, child, command).await? {
+            // A concurrent retry of the same request was accepted first.
+            return receipt(self)?.ok_or_else(|| {
+                SubagentError::internal("a prompt recorded nothing and has no receipt")
+            });
+        }
+        Ok(PromptReceipt { message_id })
+    }
+
+    /// Commits `command`, a message from `sender` to `target`, and sets it
+    /// travelling: a message to an absent child cold-resumes it, which needs
+    /// room now (reserved before the commit, so a refusal records nothing);
+    /// any other wakes the target's driver. False when the command recorded
+    /// nothing (a prompt's retry).
+    async fn deliver(
+        &self,
+        sender: SessionId,
+        target: SessionId,
+        command: Command,
+    ) -> Result<bool, SubagentError> {
+        let resumes = cold_resumes(&self.inner.engine.state(), sender, target);
+        let permits = if resumes {
+            Some(self.inner.capacity.try_admit(sender)?)
+        } else {
+            None
+        };
+        let _materializing = Materializing::enter(&self.inner.gate)?;
+        let records = self.inner.engine.commit(command).await?;
         let resumed = records
             .iter()
             .any(|record| matches!(record.event, Event::ActivationRequested { .. }));
         if resumed {
             self.cold_resume(target, permits);
-        } else {
+        } else if !records.is_empty() {
             self.wake(target);
         }
-        Ok(message_id)
+        Ok(!records.is_empty())
     }
 
     /// Tells `session`'s live driver, if any, that its inbox gained a
@@ -166,6 +270,36 @@ impl SubagentRuntime {
         target: SessionId,
         authority: InterruptAuthority<'_>,
     ) -> Result<(), SubagentError> {
+        self.interrupt_live_work(target, authority).await.map(drop)
+    }
+
+    /// The spec's `interruptByParent`: [`interrupt`](Self::interrupt) under
+    /// the durable direct-parent address, authorised against the live
+    /// activation alone (no catalog, history or parent-agent lookup, so a
+    /// live child stays interruptible while its parent agent is offline).
+    ///
+    /// # Errors
+    /// `subagent/unauthorized` when `parentSessionId` is not the target's
+    /// direct parent; `subagent/closed`; `gateway/internal`.
+    pub async fn interrupt_by_parent(
+        &self,
+        request: InterruptRequest,
+    ) -> Result<InterruptReceipt, SubagentError> {
+        let authority = InterruptAuthority::User {
+            parent_session_id: request.parent_session_id,
+        };
+        let interrupted = self
+            .interrupt_live_work(request.child_session_id, authority)
+            .await?;
+        Ok(InterruptReceipt { interrupted })
+    }
+
+    /// Records and signals an interrupt; whether there was live work to stop.
+    async fn interrupt_live_work(
+        &self,
+        target: SessionId,
+        authority: InterruptAuthority<'_>,
+    ) -> Result<bool, SubagentError> {
         self.ensure_open()?;
         let durable = match authority {
             InterruptAuthority::User { parent_session_id } => {
@@ -187,7 +321,7 @@ impl SubagentRuntime {
             })
             .await?;
         if records.is_empty() {
-            return Ok(());
+            return Ok(false);
         }
         let driver = lock(&self.inner.drivers).get(&target).cloned();
         if let Some(driver) = driver {
@@ -199,7 +333,7 @@ impl SubagentRuntime {
                 turn.cancel();
             }
         }
-        Ok(())
+        Ok(true)
     }
 
     /// The accepted messages of `agent`'s inbox, from the first on, then live

@@ -36,4 +36,17 @@ impl SubagentRuntime {
             .read_durable(|state| state.list_descendants(root))
             .await
     }
+
+    /// The root of `session`'s tree (`session` itself for a root), as of the
+    /// last acknowledged command; `None` for a session the log does not know.
+    /// A session's root never changes, so a caller may cache the answer.
+    #[must_use]
+    pub fn root_of(&self, session: SessionId) -> Option<SessionId> {
+        self.inner
+            .engine
+            .state()
+            .lineage(session)
+            .last()
+            .map(|record| record.id)
+    }
 }

@@ -118,13 +118,18 @@ impl SubagentRuntime {
         Ok(())
     }
 
+    /// Whether `session` has a live agent here: a root held open, or a
+    /// child whose driver runs and was not told to stop.
+    pub(crate) fn is_live(&self, session: SessionId) -> bool {
+        lock(&self.inner.roots).contains(&session)
+            || lock(&self.inner.drivers)
+                .get(&session)
+                .is_some_and(|driver| !driver.stop.is_cancelled())
+    }
+
     pub(crate) fn authorize(&self, agent: &LiveAgent) -> Result<(), SubagentError> {
         self.ensure_open()?;
-        let live_root = lock(&self.inner.roots).contains(&agent.session);
-        let live_child = lock(&self.inner.drivers)
-            .get(&agent.session)
-            .is_some_and(|driver| !driver.stop.is_cancelled());
-        if live_root || live_child {
+        if self.is_live(agent.session) {
             Ok(())
         } else {
             Err(SubagentError::Unauthorized(format!(

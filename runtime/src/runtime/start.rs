@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::activation::{DriverHandle, SubagentActivation};
 use crate::drivers::{ExternalDriver, LocalDriver};
-use crate::engine::{internal_error, refuse_oversized_prompt};
+use crate::engine::refuse_oversized_prompt;
 use crate::provider::{ContinuableCreateRequest, ResolvedStartRequest, SubagentProvider};
 
 use super::{lock, LiveAgent, Materializing, Notice, SubagentRuntime};
@@ -105,8 +105,8 @@ impl SubagentRuntime {
         let mut history = Vec::new();
         for record in self.log().read_stream(StreamId::Session(parent), 1) {
             history.push(
-                serde_json::to_value(&record.map_err(internal_error)?.event)
-                    .map_err(internal_error)?,
+                serde_json::to_value(&record.map_err(SubagentError::internal_from)?.event)
+                    .map_err(SubagentError::internal_from)?,
             );
         }
         Ok(history)
@@ -227,7 +227,7 @@ impl SubagentRuntime {
             .sessions
             .get(&child)
             .and_then(|record| record.descriptor.clone())
-            .ok_or_else(|| SubagentError::Internal("external child has no descriptor".into()))?;
+            .ok_or_else(|| SubagentError::internal("external child has no descriptor"))?;
         let request = ResolvedStartRequest {
             run_id: child,
             parent: handle.parent,

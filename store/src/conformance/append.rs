@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use subagent_core::{Event, NewEvent, StreamId};
+use subagent_core::{ErrorCode, Event, NewEvent, StreamId};
 
 use crate::error::StoreError;
 use crate::log::{EventLog, EventLogExt, ExpectedVersion};
@@ -84,7 +84,7 @@ pub async fn conflicting_expected_versions_are_refused_and_change_nothing<H: Har
                 actual: 1
             }
         );
-        assert_eq!(err.code(), "store/conflict");
+        assert_eq!(err.code(), ErrorCode::StoreConflict);
     }
     let other = session_stream();
     let err = append(&log, other, ExpectedVersion::Exact(1), vec![turn(9)])
@@ -165,7 +165,7 @@ pub async fn partial_repeated_or_cross_stream_ids_are_refused<H: Harness>(mut ha
     )
     .await
     .unwrap_err();
-    assert_eq!(err.code(), "store/duplicate-event-id");
+    assert_eq!(err.code(), ErrorCode::StoreDuplicateEventId);
     assert_eq!(everything(&log), before);
 }
 
@@ -179,7 +179,7 @@ pub async fn empty_and_misplaced_appends_are_refused<H: Harness>(mut harness: H)
     let err = append(&log, StreamId::Runtime, ExpectedVersion::Any, vec![turn(1)])
         .await
         .unwrap_err();
-    assert_eq!(err.code(), "store/misplaced-event");
+    assert_eq!(err.code(), ErrorCode::StoreMisplacedEvent);
     let provider = NewEvent::new(Event::ProviderRemoved { name: "x".into() });
     let err = append(
         &log,

@@ -1,6 +1,6 @@
 //! Atomic multi-stream appends, and the largest event.
 
-use subagent_core::{ContentBlock, Event, NewEvent, StreamId, MAX_EVENT_BYTES};
+use subagent_core::{ContentBlock, ErrorCode, Event, NewEvent, StreamId, MAX_EVENT_BYTES};
 
 use crate::error::StoreError;
 use crate::log::{EventLog, ExpectedVersion, StreamAppend};
@@ -74,7 +74,7 @@ pub async fn atomic_appends_write_every_part_or_none<H: Harness>(mut harness: H)
         ])
         .await
         .unwrap_err();
-    assert_eq!(err.code(), "store/misplaced-event");
+    assert_eq!(err.code(), ErrorCode::StoreMisplacedEvent);
     assert_eq!(everything(&log), before);
     assert_eq!(log.stream_version(&other).unwrap(), 0);
     assert_eq!(
@@ -170,7 +170,7 @@ pub async fn an_oversized_event_is_refused_and_changes_nothing<H: Harness>(mut h
     let err = append(&log, stream, ExpectedVersion::Any, vec![oversized.clone()])
         .await
         .unwrap_err();
-    assert_eq!(err.code(), "store/event-too-large");
+    assert_eq!(err.code(), ErrorCode::StoreEventTooLarge);
     assert!(
         matches!(
             err,
@@ -189,7 +189,7 @@ pub async fn an_oversized_event_is_refused_and_changes_nothing<H: Harness>(mut h
         ])
         .await
         .unwrap_err();
-    assert_eq!(err.code(), "store/event-too-large");
+    assert_eq!(err.code(), ErrorCode::StoreEventTooLarge);
     assert_eq!(everything(&log), before);
     assert_eq!(log.stream_version(&stream).unwrap(), 1);
 

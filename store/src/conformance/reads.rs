@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use subagent_core::{Event, NewEvent, StreamId};
+use subagent_core::{ErrorCode, Event, NewEvent, StreamId};
 use tokio_stream::StreamExt;
 
 use crate::error::StoreError;
@@ -170,7 +170,7 @@ pub async fn a_flipped_byte_is_reported_as_corrupt<H: Harness>(mut harness: H) {
             stream_results.last(),
             Some(Err(StoreError::Corrupt { position: 3, .. }))
         ));
-        assert_eq!(err.code(), "store/corrupt");
+        assert_eq!(err.code(), ErrorCode::StoreCorrupt);
         assert_eq!(log.read_all_page(4, 10).unwrap().len(), 2);
         // Restore the record (flipping the same bit twice) for the next round.
         harness.corrupt(&log, 3, byte);

@@ -206,7 +206,13 @@ impl RocksLog {
         )
         .map_err(|err| map_rocks_error(err, 0, &path))?;
         let head = Self::check_format_and_head(&db, &path, false)?;
-        Ok(RocksLog {
+        Ok(RocksLog::read_only_over(db, path, head))
+    }
+
+    /// A read-only handle over an opened `db` whose head is `head`: no
+    /// lock, no writer.
+    pub(super) fn read_only_over(db: DB, path: PathBuf, head: u64) -> RocksLog {
+        RocksLog {
             shared: Arc::new(Shared {
                 db: Arc::new(db),
                 _lock: None,
@@ -217,7 +223,7 @@ impl RocksLog {
                 requests: Mutex::new(None),
                 writer: Mutex::new(None),
             }),
-        })
+        }
     }
 
     /// Checks the format marker (writing it into a new, writable log) and

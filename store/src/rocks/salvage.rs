@@ -12,16 +12,13 @@
 //!   was left behind.
 
 use std::path::Path;
-use std::sync::{Arc, Mutex};
 
 use rocksdb::{DBRecoveryMode, DB};
-use tokio::sync::watch;
 
 use super::log_files;
 use super::open::{self, DirectoryState};
-use super::{family, keys, map_rocks_error, RocksLog, Shared};
+use super::{family, keys, map_rocks_error, RocksLog};
 use crate::error::StoreError;
-use crate::log::Durability;
 
 /// How a damaged write-ahead log is replayed for salvage.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -95,18 +92,7 @@ impl RocksLog {
         drop(iter);
         let head = stored_positions.last().copied().unwrap_or(0);
         Ok(DamagedLog {
-            log: RocksLog {
-                shared: Arc::new(Shared {
-                    db: Arc::new(db),
-                    _lock: None,
-                    read_only: true,
-                    path,
-                    durability: Durability::Sync,
-                    head: Arc::new(watch::channel(head).0),
-                    requests: Mutex::new(None),
-                    writer: Mutex::new(None),
-                }),
-            },
+            log: RocksLog::read_only_over(db, path, head),
             head_marker,
             stored_positions,
         })

@@ -8,8 +8,6 @@ use subagent_core::{content::ContentBlock, Event, MessageId, StreamId, SubagentE
 use subagent_projections::Command;
 use subagent_store::EventLogExt;
 
-use crate::engine::internal_error;
-
 use super::LocalDriver;
 
 impl LocalDriver {
@@ -70,7 +68,7 @@ impl LocalDriver {
             .log()
             .read_stream(StreamId::Session(self.handle.child), from)
         {
-            let record = record.map_err(internal_error)?;
+            let record = record.map_err(SubagentError::internal_from)?;
             if record.version >= until {
                 break;
             }

@@ -21,7 +21,6 @@ use tracing::warn;
 
 use crate::activation::DriverHandle;
 use crate::agent::{Agent, AgentSpec};
-use crate::engine::internal;
 use crate::runtime::{lock, Notice, SubagentRuntime};
 
 use super::{announce_settled, end_info};
@@ -154,7 +153,7 @@ impl LocalDriver {
                         .filter(|(epoch, _)| *epoch == self.epoch)
                         .map(|(_, result)| result)
                 });
-                let result = result.ok_or_else(|| SubagentError::Internal(diagnostic.to_string()));
+                let result = result.ok_or_else(|| SubagentError::internal(diagnostic.to_string()));
                 match settled {
                     Some(settled) => {
                         // `subagent/end` pairs with the `subagent/start` of a
@@ -169,7 +168,7 @@ impl LocalDriver {
             }
             Err(unrecorded) => {
                 let error = runtime.clean_error(child, error);
-                self.handle.settle(Err(SubagentError::Internal(format!(
+                self.handle.settle(Err(SubagentError::internal(format!(
                     "{doing} failed: {error}; recording the failure failed: {unrecorded}"
                 ))));
             }
@@ -254,7 +253,9 @@ impl LocalDriver {
                 .get(&child)
                 .and_then(|a| a.live.clone())
                 .filter(|live| live.epoch == self.epoch)
-                .ok_or_else(|| internal(format!("activation {} is not live", self.epoch)))?;
+                .ok_or_else(|| {
+                    SubagentError::internal(format!("activation {} is not live", self.epoch))
+                })?;
             (descriptor, live.output_schema)
         };
         // The persona was validated at start; render it with today's variables

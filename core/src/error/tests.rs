@@ -33,7 +33,7 @@ fn errors_map_to_their_codes() {
 
 #[test]
 fn an_aggregate_names_its_first_causes_with_their_codes_then_counts_the_rest() {
-    let disk_full = || SubagentError::Internal("storage failure: No space left on device".into());
+    let disk_full = || SubagentError::internal("storage failure: No space left on device");
     let one = SubagentError::Aggregate(Causes(vec![disk_full()]));
     assert_eq!(
         one.to_string(),
@@ -63,7 +63,7 @@ fn an_aggregate_names_its_first_causes_with_their_codes_then_counts_the_rest() {
 
 #[test]
 fn a_nested_aggregate_stays_bounded() {
-    let leaf = || SubagentError::Internal("x".repeat(100));
+    let leaf = || SubagentError::internal("x".repeat(100));
     let inner = || SubagentError::Aggregate(Causes((0..50).map(|_| leaf()).collect()));
     let outer = SubagentError::Aggregate(Causes((0..50).map(|_| inner()).collect()));
     let text = outer.to_string();
@@ -88,7 +88,7 @@ fn an_internal_error_keeps_its_source_chain() {
         }
     }
     let error =
-        SubagentError::internal_from(&Outer(std::io::Error::other("No space left on device")));
+        SubagentError::internal_from(Outer(std::io::Error::other("No space left on device")));
     assert_eq!(error.code(), ErrorCode::Internal);
     assert_eq!(
         error.to_string(),
@@ -97,7 +97,7 @@ fn an_internal_error_keeps_its_source_chain() {
     // A source its parent already prints is not repeated.
     let io = std::io::Error::other("disk full");
     assert_eq!(
-        SubagentError::internal_from(&io).to_string(),
+        SubagentError::internal_from(io).to_string(),
         "internal error: disk full"
     );
 }

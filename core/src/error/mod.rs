@@ -1,11 +1,26 @@
 //! The runtime's one error vocabulary: [`SubagentError`] and its stable
 //! [`ErrorCode`]s.
 //!
+//! Layout: this file is the table (`declare_errors!`) and the error's
+//! constructors; `out_of_order.rs` holds [`OutOfOrder`], `fault.rs`
+//! [`Fault`] (an internal fault's text and cause), `causes.rs` [`Causes`]
+//! (an aggregate's bounded text).
+//!
 //! A code is a published contract: hosts branch on it, so a code's string never
 //! changes once released. Every rejection the runtime returns is one of these
 //! variants; a rejection never appends to the log.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
+
+mod causes;
+mod fault;
+mod out_of_order;
+
+pub use causes::{Causes, AGGREGATE_CAUSES_SHOWN};
+pub use fault::Fault;
+pub use out_of_order::OutOfOrder;
 
 use crate::SessionId;
 use thiserror::Error;
@@ -13,31 +28,42 @@ use thiserror::Error;
 /// Declares every error once: each entry's doc, stable code, message and
 /// payload generate both the [`ErrorCode`] variant (with
 /// [`ErrorCode::ALL`], [`ErrorCode::as_str`] and [`ErrorCode::parse`]) and
-/// the [`SubagentError`] variant with its [`SubagentError::code`].
+/// the [`SubagentError`] variant with its [`SubagentError::code`]. The list
+/// after `codes of other errors` declares the codes of the store's and the
+/// replay tools' own error types, which return them from their `code()`:
+/// one enum holds every code a caller can see.
 macro_rules! declare_errors {
     ($(
         $(#[doc = $doc:literal])*
         #[code = $code:literal]
         #[error($($display:tt)*)]
         $variant:ident
-            $(( $($tuple:ty),* $(,)? ))?
+            $(( $($(#[$tattr:meta])* $tuple:ty),* $(,)? ))?
             $({ $( $(#[doc = $fdoc:literal])* $field:ident : $fty:ty ),* $(,)? })?,
+    )*
+    codes of other errors:
+    $(
+        $(#[doc = $odoc:literal])*
+        $other:ident = $ocode:literal,
     )*) => {
         /// A stable, machine-readable error code (`area/kind`).
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
         pub enum ErrorCode {
             $( $(#[doc = $doc])* $variant, )*
+            $( $(#[doc = $odoc])* $other, )*
         }
 
         impl ErrorCode {
             /// Every code, for exhaustive tests and documentation.
-            pub const ALL: &'static [ErrorCode] = &[$(ErrorCode::$variant),*];
+            pub const ALL: &'static [ErrorCode] =
+                &[$(ErrorCode::$variant,)* $(ErrorCode::$other,)*];
 
             /// The wire form of the code.
             #[must_use]
             pub const fn as_str(self) -> &'static str {
                 match self {
                     $(ErrorCode::$variant => $code,)*
+                    $(ErrorCode::$other => $ocode,)*
                 }
             }
 
@@ -46,6 +72,7 @@ macro_rules! declare_errors {
             pub fn parse(text: &str) -> Option<ErrorCode> {
                 match text {
                     $($code => Some(ErrorCode::$variant),)*
+                    $($ocode => Some(ErrorCode::$other),)*
                     _ => None,
                 }
             }
@@ -60,7 +87,7 @@ macro_rules! declare_errors {
             $(
                 $(#[doc = $doc])*
                 #[error($($display)*)]
-                $variant $(( $($tuple),* ))? $({ $( $(#[doc = $fdoc])* $field: $fty ),* })?,
+                $variant $(( $($(#[$tattr])* $tuple),* ))? $({ $( $(#[doc = $fdoc])* $field: $fty ),* })?,
             )*
         }
 
@@ -208,7 +235,72 @@ declare_errors! {
     /// An infrastructure fault (storage, a crashed driver, ...).
     #[code = "gateway/internal"]
     #[error("internal error: {0}")]
-    Internal(String),
+    Internal(#[source] Fault),
+
+    codes of other errors:
+
+    /// `StoreError::Conflict`: the stream's version is not the expected one.
+    StoreConflict = "store/conflict",
+    /// `StoreError::Corrupt`: a record failed its checksum or did not decode.
+    StoreCorrupt = "store/corrupt",
+    /// `StoreError::UnsupportedSchema`: a record of a newer schema.
+    StoreUnsupportedSchema = "store/unsupported-schema",
+    /// `StoreError::Locked`: another process holds the log directory.
+    StoreLocked = "store/locked",
+    /// `StoreError::UnsupportedFormat`: an unknown on-disk format.
+    StoreUnsupportedFormat = "store/unsupported-format",
+    /// `StoreError::EmptyAppend`: an append carried no events.
+    StoreEmptyAppend = "store/empty-append",
+    /// `StoreError::RepeatedStream`: an atomic append names a stream twice.
+    StoreRepeatedStream = "store/repeated-stream",
+    /// `StoreError::MisplacedEvent`: an event in a stream of the wrong kind.
+    StoreMisplacedEvent = "store/misplaced-event",
+    /// `StoreError::DuplicateEventId`: an event id reused, not as a retry.
+    StoreDuplicateEventId = "store/duplicate-event-id",
+    /// `StoreError::Damaged`: the log's files are damaged beyond one record.
+    StoreDamaged = "store/damaged",
+    /// `StoreError::NotALog`: the path holds no log.
+    StoreNotALog = "store/not-a-log",
+    /// `StoreError::ReadOnly`: a write through a read-only handle.
+    StoreReadOnly = "store/read-only",
+    /// `StoreError::EventTooLarge`: an encoded record over the event limit.
+    StoreEventTooLarge = "store/event-too-large",
+    /// `StoreError::NumberingExhausted`: a position or version would overflow.
+    StoreNumberingExhausted = "store/numbering-exhausted",
+    /// `StoreError::CorruptIndex`: an index entry does not decode.
+    StoreCorruptIndex = "store/corrupt-index",
+    /// `StoreError::Io`: a storage IO failure.
+    StoreIo = "store/io",
+    /// `StoreError::Closed`: the log's writer has stopped.
+    StoreClosed = "store/closed",
+    /// `ReplayError::PositionPastHead`: a position beyond the log's head.
+    ReplayPositionPastHead = "replay/position-past-head",
+    /// `ReplayError::UnknownSession`: a session the log does not know.
+    ReplayUnknownSession = "replay/unknown-session",
+    /// `ReplayError::NotEmpty`: import needs an empty log.
+    ReplayNotEmpty = "replay/not-empty",
+    /// `ReplayError::DirectoryNotEmpty`: import needs a new or empty directory.
+    ReplayDirectoryNotEmpty = "replay/directory-not-empty",
+    /// `ReplayError::BadImport`: an import line is not a record in order.
+    ReplayBadImport = "replay/bad-import",
+    /// `ReplayError::LineTooLong`: an import line over the event limit.
+    ReplayLineTooLong = "replay/line-too-long",
+    /// `HistoryViolation`: a record the state machine could not have produced.
+    ReplayImpossibleHistory = "replay/impossible-history",
+    /// `ReplayError::Io`: reading an import or writing an export failed.
+    ReplayIo = "replay/io",
+    /// `GatewayError::Unauthenticated`: no bearer token, or a wrong one.
+    GatewayUnauthenticated = "gateway/unauthenticated",
+    /// `GatewayError::ForbiddenOrigin`: a browser origin off the allow-list.
+    GatewayForbiddenOrigin = "gateway/forbidden-origin",
+    /// `GatewayError::NotFound`: no such route or resource.
+    GatewayNotFound = "gateway/not-found",
+    /// `GatewayError::MethodNotAllowed`: the route exists, the method not.
+    GatewayMethodNotAllowed = "gateway/method-not-allowed",
+    /// `GatewayError::PayloadTooLarge`: a body over the gateway's limit.
+    GatewayPayloadTooLarge = "gateway/payload-too-large",
+    /// `GatewayError::Timeout`: the request ran past the gateway's limit.
+    GatewayTimeout = "gateway/timeout",
 }
 
 impl Serialize for ErrorCode {
@@ -231,111 +323,25 @@ impl std::fmt::Display for ErrorCode {
     }
 }
 
-/// Which precondition an out-of-order command broke
-/// ([`SubagentError::OutOfOrder`]).
-#[derive(Clone, Debug, PartialEq, Eq, Error)]
-pub enum OutOfOrder {
-    /// The activation at this epoch is not live.
-    #[error("activation {epoch} is not live")]
-    NotLive {
-        /// The epoch the command named.
-        epoch: u64,
-    },
-    /// The activation was already prepared.
-    #[error("prepared twice")]
-    PreparedTwice,
-    /// The activation was already published.
-    #[error("published twice")]
-    PublishedTwice,
-    /// A published activation is released, not abandoned.
-    #[error("a published activation is released, not abandoned")]
-    AbandonPublished,
-    /// The epoch already settled; a result is never overwritten.
-    #[error("a settled result is never overwritten")]
-    AlreadySettled,
-    /// The session has no published activation.
-    #[error("no published activation")]
-    NotPublished,
-    /// A turn is already running.
-    #[error("a turn is already running")]
-    TurnRunning,
-    /// No turn is running.
-    #[error("no turn is running")]
-    NoTurnRunning,
-    /// A transcript entry names another turn than the running one.
-    #[error("transcript entry names turn {entry}, but turn {running} is running")]
-    OtherTurn {
-        /// The turn the entry names.
-        entry: u64,
-        /// The running turn.
-        running: u64,
-    },
-    /// The session has no external run.
-    #[error("no external run")]
-    NoRun,
-    /// The external run is not in a phase the command accepts.
-    #[error("the external run is {phase}; {accepted}")]
-    RunPhase {
-        /// The run's phase (`requested`, `started`, `settled`, `disposed`).
-        phase: &'static str,
-        /// What the command needs.
-        accepted: &'static str,
-    },
-    /// A counter reached `u64::MAX` (turns or epochs of one session).
-    #[error("{0} numbers are exhausted")]
-    Exhausted(&'static str),
-}
-
-/// The causes of a [`SubagentError::Aggregate`], in the order they
-/// happened. Its text is bounded: the count, the first
-/// [`AGGREGATE_CAUSES_SHOWN`] causes with their codes, then how many more.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Causes(pub Vec<SubagentError>);
-
-impl std::ops::Deref for Causes {
-    type Target = [SubagentError];
-    fn deref(&self) -> &[SubagentError] {
-        &self.0
-    }
-}
-
-impl std::fmt::Display for Causes {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&aggregate_text(&self.0))
-    }
-}
-
-/// How many causes an aggregate's text names before "and N more".
-pub const AGGREGATE_CAUSES_SHOWN: usize = 3;
-
-/// The text of an aggregate: the count, then each of the first
-/// [`AGGREGATE_CAUSES_SHOWN`] causes as `code: message`, then how many more.
-/// A nested aggregate is bounded the same way, so the text stays bounded.
-fn aggregate_text(causes: &[SubagentError]) -> String {
-    use std::fmt::Write as _;
-    let noun = if causes.len() == 1 {
-        "branch"
-    } else {
-        "branches"
-    };
-    let mut text = format!("{} {noun} failed", causes.len());
-    for (index, cause) in causes.iter().take(AGGREGATE_CAUSES_SHOWN).enumerate() {
-        let separator = if index == 0 { ": " } else { "; " };
-        let _ = write!(text, "{separator}[{}] {cause}", cause.code());
-    }
-    if causes.len() > AGGREGATE_CAUSES_SHOWN {
-        let _ = write!(text, "; and {} more", causes.len() - AGGREGATE_CAUSES_SHOWN);
-    }
-    text
-}
-
 impl SubagentError {
-    /// An infrastructure fault (`gateway/internal`) caused by `source`. The
-    /// message is `source`'s text followed by each of its own sources
-    /// (`a: b: c`), so the root cause is never dropped; a source whose text
-    /// its parent already includes is not repeated.
+    /// An infrastructure fault (`gateway/internal`) described by `text`
+    /// alone (no underlying error).
     #[must_use]
-    pub fn internal_from(source: &(dyn std::error::Error + 'static)) -> SubagentError {
+    pub fn internal(text: impl Into<String>) -> SubagentError {
+        SubagentError::Internal(Fault {
+            text: text.into(),
+            cause: None,
+        })
+    }
+
+    /// An infrastructure fault (`gateway/internal`) caused by `source`,
+    /// which it keeps ([`Fault::cause`]; `std::error::Error::source` of the
+    /// fault). The message is `source`'s text followed by each of its own
+    /// sources (`a: b: c`), so the root cause is never dropped from the
+    /// text either; a source whose text its parent already includes is not
+    /// repeated.
+    #[must_use]
+    pub fn internal_from(source: impl std::error::Error + Send + Sync + 'static) -> SubagentError {
         let mut text = source.to_string();
         let mut next = source.source();
         while let Some(cause) = next {
@@ -346,7 +352,10 @@ impl SubagentError {
             }
             next = cause.source();
         }
-        SubagentError::Internal(text)
+        SubagentError::Internal(Fault {
+            text,
+            cause: Some(Arc::new(source)),
+        })
     }
 
     /// The same error with every free-text message passed through `clean`
@@ -368,7 +377,8 @@ impl SubagentError {
             SubagentError::InvalidPersona(m) => SubagentError::InvalidPersona(clean(&m)),
             SubagentError::RouteNotAllowed(m) => SubagentError::RouteNotAllowed(clean(&m)),
             SubagentError::BadRequest(m) => SubagentError::BadRequest(clean(&m)),
-            SubagentError::Internal(m) => SubagentError::Internal(clean(&m)),
+            // The cause is dropped: its own text was not cleaned.
+            SubagentError::Internal(fault) => SubagentError::internal(clean(&fault.text)),
             SubagentError::Aggregate(Causes(errors)) => SubagentError::Aggregate(Causes(
                 errors
                     .into_iter()
@@ -395,5 +405,4 @@ impl SubagentError {
 }
 
 #[cfg(test)]
-#[path = "error_tests.rs"]
 mod tests;

@@ -1,0 +1,136 @@
+//! `subagents serve`: a runtime on the log in `--data` with the shipped
+//! providers (`spawn`, `fork`, `process`), its children on the scripted
+//! host, served over HTTP by the gateway until SIGINT or SIGTERM, then
+//! closed cleanly.
+//!
+//! It listens on loopback unless `--allow-remote` is given, and prints the
+//! URL and where the bearer token is (never the token itself, unless it was
+//! just created and stdout is the only way to hand it over: then it prints
+//! the file's path, which holds it with mode 0600).
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use subagent_gateway::{GatewayConfig, Limits, Token, TokenSource};
+use subagent_runtime::scripted::Step;
+use subagent_runtime::{Script, ScriptedHost, SubagentRuntime};
+use subagent_store::{EventLog, RocksLog, RocksOptions};
+use tokio_util::sync::CancellationToken;
+
+use crate::error::CliError;
+use crate::{CliResult, DEFAULT_DATA_DIR};
+
+/// The default listening address: loopback only.
+pub(crate) const DEFAULT_LISTEN: &str = "127.0.0.1:7878";
+
+/// `subagents serve`'s arguments.
+#[derive(clap::Args)]
+pub(crate) struct ServeArgs {
+    /// The log directory (created if missing).
+    #[arg(long, default_value = DEFAULT_DATA_DIR)]
+    data: PathBuf,
+    /// The address to listen on.
+    #[arg(long, default_value = DEFAULT_LISTEN)]
+    listen: SocketAddr,
+    /// Allow listening on an address other than loopback (the gateway is a
+    /// door into agents that run tools: put TLS in front of it).
+    #[arg(long)]
+    allow_remote: bool,
+    /// A browser origin allowed to call, besides the server's own
+    /// (`http://<listen>`); repeatable.
+    #[arg(long = "allow-origin", value_name = "ORIGIN")]
+    allow_origins: Vec<String>,
+}
+
+/// The scripted agents of `serve`'s children: a child replies `done` each
+/// turn, except one labelled `slow`, whose turn works for a minute (to
+/// watch and interrupt).
+fn scripts() -> ScriptedHost {
+    ScriptedHost::new(Script::reply("done")).with(
+        "slow",
+        Script {
+            turns: vec![vec![
+                Step::Say("working on it".into()),
+                Step::SleepMs(60_000),
+                Step::Say("finished".into()),
+            ]],
+        },
+    )
+}
+
+/// Runs the server until a shutdown signal.
+///
+/// # Errors
+/// A non-loopback address without `--allow-remote`, storage, token and
+/// listener failures.
+pub(crate) fn run(args: &ServeArgs, out: &mut dyn Write) -> CliResult {
+    if !args.listen.ip().is_loopback() && !args.allow_remote {
+        return Err(Box::new(CliError::NotLoopback(args.listen)));
+    }
+    let log = RocksLog::open(&args.data, RocksOptions::default())?;
+    let (token, created) = Token::load_or_create(&args.data)?;
+    let tokio = tokio::runtime::Runtime::new()?;
+    tokio.block_on(async {
+        let shared: Arc<dyn EventLog> = Arc::new(log);
+        let (runtime, recovery) = SubagentRuntime::open(shared, Arc::new(scripts())).await?;
+        crate::shipped::register_providers(&runtime).await?;
+        let listener = tokio::net::TcpListener::bind(args.listen).await?;
+        let address = listener.local_addr()?;
+        let mut allowed_origins = vec![
+            format!("http://{address}"),
+            format!("http://localhost:{}", address.port()),
+        ];
+        allowed_origins.extend(args.allow_origins.iter().cloned());
+        let where_token = match token.source() {
+            TokenSource::Environment => format!("from ${}", subagent_gateway::token::TOKEN_ENV),
+            TokenSource::File { path, .. } => path.display().to_string(),
+            TokenSource::Given => "given by the host".into(),
+        };
+        let shutdown = CancellationToken::new();
+        let router = subagent_gateway::router(
+            runtime.clone(),
+            GatewayConfig {
+                token,
+                allowed_origins,
+                limits: Limits::default(),
+            },
+            shutdown.clone(),
+        );
+        if recovery.events > 0 {
+            writeln!(
+                out,
+                "recovered the previous run: {} recovery events appended",
+                recovery.events
+            )?;
+        }
+        writeln!(out, "serving http://{address}/v1/")?;
+        let fresh = if created.is_some() { " (created)" } else { "" };
+        writeln!(out, "bearer token: {where_token}{fresh}")?;
+        out.flush()?;
+        let served =
+            subagent_gateway::serve(listener, router, runtime, shutdown, shutdown_signal()).await;
+        served.map_err(|err| -> Box<dyn std::error::Error> { err })?;
+        writeln!(out, "closed cleanly")?;
+        Ok(())
+    })
+}
+
+/// Completes on SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let terminate = async {
+        match signal(SignalKind::terminate()) {
+            Ok(mut stream) => {
+                stream.recv().await;
+            }
+            // Without a SIGTERM handler, SIGINT alone ends the server.
+            Err(_) => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        () = terminate => {}
+    }
+}

@@ -1,0 +1,89 @@
+//! The README's `curl` session, run as it is written against a `serve`
+//! this test starts (only the token file's path and the port are
+//! substituted), checking what the README says it shows: the tree, the
+//! prompt's receipt and the reply on the event stream, and the interrupt.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+
+/// The shell block after the `<!-- curl-session -->` marker.
+fn session_block() -> String {
+    let readme = include_str!("../../README.md");
+    let after = readme
+        .split("<!-- curl-session -->")
+        .nth(1)
+        .expect("the README marks its curl session");
+    let body = after
+        .split_once("```sh\n")
+        .expect("a sh block follows the marker")
+        .1;
+    body.split_once("```").expect("the block ends").0.to_owned()
+}
+
+#[test]
+fn the_readme_curl_session_runs_and_shows_the_reply_and_the_interrupt() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("subagents-data");
+    let mut serve = Command::new(env!("CARGO_BIN_EXE_subagents"))
+        .args([
+            "serve",
+            "--data",
+            data.to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .env_remove("SUBAGENTS_GATEWAY_TOKEN")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(serve.stdout.take().unwrap());
+    let address = loop {
+        let mut line = String::new();
+        assert!(stdout.read_line(&mut line).unwrap() > 0, "serve exited");
+        if let Some(url) = line.trim_end().strip_prefix("serving http://") {
+            break url.trim_end_matches("/v1/").to_owned();
+        }
+    };
+    let script = session_block().replace("127.0.0.1:7878", &address);
+    let output = Command::new("bash")
+        .args(["-euo", "pipefail", "-c", &script])
+        .current_dir(dir.path())
+        .output()
+        .expect("bash runs");
+    let _ = serve.kill();
+    let _ = serve.wait();
+    let printed = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{printed}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        printed.contains(r#"{"label":"helper","depth":1}"#),
+        "{printed}"
+    );
+    assert!(printed.contains(r#"{"messageId":"#), "{printed}");
+    assert!(printed.contains(r#"{"interrupted":true}"#), "{printed}");
+    let events = std::fs::read_to_string(dir.path().join("events.txt")).unwrap();
+    // The prompt's message, then the reply of the turn it ran in the same
+    // child's stream; the interrupt of the slow child and its aborted turn.
+    let frames: Vec<&str> = events.split("\n\n").collect();
+    let prompted = frames
+        .iter()
+        .position(|frame| frame.contains("\"requestId\":\"first-question\""))
+        .expect("the prompt's message is on the stream");
+    let stream = frames[prompted]
+        .split("\"stream\":\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .expect("a record names its stream");
+    assert!(
+        frames[prompted..]
+            .iter()
+            .any(|frame| frame.contains("event: AssistantMessage")
+                && frame.contains(&format!("\"stream\":\"{stream}\""))),
+        "{events}"
+    );
+    assert!(events.contains("event: InterruptRequested"), "{events}");
+    assert!(events.contains("\"stopReason\":\"aborted\""), "{events}");
+}

@@ -1,0 +1,286 @@
+//! `subagents serve` as a user runs it: loopback by default (refusing a
+//! public address without `--allow-remote`), a 0600 token file that is
+//! never printed, a clean close on SIGTERM, and, across a restart on the
+//! same data, an event stream that resumes from `Last-Event-ID` with no gap
+//! and no duplicate, a root taken back, and a released child prompted
+//! awake.
+
+use std::io::{BufRead, BufReader};
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+/// A running `serve` and the URL it printed.
+struct Serve {
+    child: Child,
+    base: String,
+    stdout: BufReader<std::process::ChildStdout>,
+    printed: Vec<String>,
+}
+
+impl Serve {
+    fn start(data: &Path) -> Serve {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_subagents"))
+            .args([
+                "serve",
+                "--data",
+                data.to_str().unwrap(),
+                "--listen",
+                "127.0.0.1:0",
+            ])
+            .env_remove("SUBAGENTS_GATEWAY_TOKEN")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("serve starts");
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut printed = Vec::new();
+        let base = loop {
+            let mut line = String::new();
+            assert!(
+                stdout.read_line(&mut line).unwrap() > 0,
+                "serve exited: {printed:?}"
+            );
+            printed.push(line.trim_end().to_owned());
+            if let Some(url) = line.trim_end().strip_prefix("serving ") {
+                break url.trim_end_matches("/v1/").to_owned();
+            }
+        };
+        // The token line follows the URL.
+        let mut line = String::new();
+        stdout.read_line(&mut line).unwrap();
+        printed.push(line.trim_end().to_owned());
+        Serve {
+            child,
+            base,
+            stdout,
+            printed,
+        }
+    }
+
+    /// SIGTERM, then the exit status and the rest of stdout.
+    fn terminate(mut self) -> (std::process::ExitStatus, Vec<String>) {
+        let pid = self.child.id().to_string();
+        assert!(Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success());
+        let status = self.child.wait().unwrap();
+        let rest = (&mut self.stdout).lines().map(Result::unwrap).collect();
+        (status, rest)
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+struct Client {
+    http: reqwest::Client,
+    base: String,
+    token: String,
+}
+
+impl Client {
+    async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {
+        let mut request = self
+            .http
+            .request(method, format!("{}{path}", self.base))
+            .bearer_auth(&self.token);
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let response = request.send().await.unwrap();
+        let status = response.status().as_u16();
+        let bytes = response.bytes().await.unwrap();
+        (
+            status,
+            serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+        )
+    }
+
+    /// The ids of the event stream from `after` up to its caught-up marker.
+    async fn event_ids(&self, after: Option<u64>) -> (Vec<u64>, u64) {
+        let mut request = self
+            .http
+            .get(format!("{}/v1/events", self.base))
+            .bearer_auth(&self.token);
+        if let Some(after) = after {
+            request = request.header("last-event-id", after.to_string());
+        }
+        let mut response = request.send().await.unwrap();
+        assert_eq!(response.status(), 200);
+        let (mut ids, mut text) = (Vec::new(), String::new());
+        loop {
+            let chunk = tokio::time::timeout(Duration::from_secs(10), response.chunk())
+                .await
+                .expect("the stream answers")
+                .unwrap()
+                .expect("the stream stays open");
+            text.push_str(&String::from_utf8_lossy(&chunk));
+            while let Some(end) = text.find("\n\n") {
+                let frame: String = text.drain(..end + 2).collect();
+                if let Some(id) = frame.lines().find_map(|line| line.strip_prefix("id:")) {
+                    ids.push(id.trim().parse().unwrap());
+                }
+                if frame.contains("event: caught-up") || frame.contains("event:caught-up") {
+                    let data = frame.lines().find_map(|l| l.strip_prefix("data:")).unwrap();
+                    let head: Value = serde_json::from_str(data.trim()).unwrap();
+                    return (ids, head["head"].as_u64().unwrap());
+                }
+            }
+        }
+    }
+
+    async fn until_turns(&self, child: &str, turns: usize) {
+        for _ in 0..1_000 {
+            let (_, page) = self
+                .call(
+                    reqwest::Method::GET,
+                    &format!("/v1/sessions/{child}/transcript"),
+                    None,
+                )
+                .await;
+            let ended = page["records"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|record| record["event"]["type"] == "TurnEnded")
+                .count();
+            if ended >= turns {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("{child} did not end {turns} turns");
+    }
+}
+
+#[tokio::test]
+async fn serve_survives_a_restart_and_its_event_stream_resumes_without_gap_or_duplicate() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let first = Serve::start(&data);
+    let token_file = data.join("gateway.token");
+    let mode = std::fs::metadata(&token_file).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+    let token = std::fs::read_to_string(&token_file)
+        .unwrap()
+        .trim()
+        .to_owned();
+    assert!(
+        first.printed.iter().all(|line| !line.contains(&token)),
+        "{:?}",
+        first.printed
+    );
+    assert!(
+        first.printed[1].contains("gateway.token (created)"),
+        "{:?}",
+        first.printed
+    );
+    let client = Client {
+        http: reqwest::Client::new(),
+        base: first.base.clone(),
+        token: token.clone(),
+    };
+
+    let (status, root) = client
+        .call(
+            reqwest::Method::POST,
+            "/v1/roots",
+            Some(json!({"label": "host"})),
+        )
+        .await;
+    assert_eq!(status, 201);
+    let root = root["sessionId"].as_str().unwrap().to_owned();
+    let start = json!({
+        "provider": "spawn", "label": "helper", "delivery": "parent",
+        "request": {"prompt": [{"type": "text", "text": "begin"}]},
+    });
+    let (status, child) = client
+        .call(
+            reqwest::Method::POST,
+            &format!("/v1/roots/{root}/children"),
+            Some(start),
+        )
+        .await;
+    assert_eq!(status, 201, "{child}");
+    let child = child["childId"].as_str().unwrap().to_owned();
+    client.until_turns(&child, 1).await;
+    let (ids, seen_head) = client.event_ids(None).await;
+    assert_eq!(ids, (1..=seen_head).collect::<Vec<_>>());
+
+    let (status, _) = client
+        .call(
+            reqwest::Method::DELETE,
+            &format!("/v1/roots/{root}/children/{child}"),
+            None,
+        )
+        .await;
+    assert_eq!(status, 204);
+    let (status, rest) = first.terminate();
+    assert!(status.success(), "{rest:?}");
+    assert_eq!(rest.last().map(String::as_str), Some("closed cleanly"));
+
+    let second = Serve::start(&data);
+    assert!(
+        !second.printed[1].contains("(created)"),
+        "{:?}",
+        second.printed
+    );
+    let client = Client {
+        base: second.base.clone(),
+        ..client
+    };
+    let (resumed, head) = client.event_ids(Some(seen_head)).await;
+    assert!(head > seen_head, "the release and the close were recorded");
+    assert_eq!(resumed, (seen_head + 1..=head).collect::<Vec<_>>());
+
+    let (status, _) = client
+        .call(
+            reqwest::Method::POST,
+            &format!("/v1/roots/{root}/reopen"),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200);
+    let prompt = json!({
+        "address": {"childSessionId": child, "parentSessionId": root, "mode": "continuable"},
+        "delivery": "queue", "requestId": "after-restart",
+        "content": [{"type": "text", "text": "still there?"}],
+    });
+    let (status, receipt) = client
+        .call(reqwest::Method::POST, "/v1/prompt", Some(prompt))
+        .await;
+    assert_eq!(status, 200, "{receipt}");
+    client.until_turns(&child, 2).await;
+}
+
+#[test]
+fn serve_refuses_a_public_address_without_allow_remote() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_subagents"))
+        .args([
+            "serve",
+            "--data",
+            dir.path().join("d").to_str().unwrap(),
+            "--listen",
+            "0.0.0.0:0",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("refusing to listen beyond loopback without --allow-remote"),
+        "{stderr}"
+    );
+    assert!(!dir.path().join("d").exists(), "nothing was created");
+}

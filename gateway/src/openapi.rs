@@ -1,0 +1,266 @@
+//! The OpenAPI 3.1 document of every route, served at `/v1/openapi.json`
+//! and committed as `gateway/openapi.json`. [`ROUTES`] is the one list of
+//! (method, path) the router serves; the tests keep the router, the
+//! document and the committed copy equal, and each request schema's fields
+//! equal to what its Rust type accepts.
+
+use serde_json::{json, Value};
+
+/// Every route the router serves, as the document names it.
+pub const ROUTES: &[(&str, &str)] = &[
+    ("post", "/v1/prompt"),
+    ("post", "/v1/interruptByParent"),
+    ("post", "/v1/roots"),
+    ("delete", "/v1/roots/{root}"),
+    ("post", "/v1/roots/{root}/reopen"),
+    ("post", "/v1/roots/{root}/children"),
+    ("delete", "/v1/roots/{root}/children/{child}"),
+    ("get", "/v1/sessions/{session}/children"),
+    ("get", "/v1/sessions/{session}/descendants"),
+    ("get", "/v1/sessions/{session}/transcript"),
+    ("get", "/v1/state"),
+    ("get", "/v1/events"),
+    ("get", "/v1/openapi.json"),
+];
+
+fn schema(name: &str) -> Value {
+    json!({"$ref": format!("#/components/schemas/{name}")})
+}
+
+fn body(name: &str) -> Value {
+    json!({"required": true, "content": {"application/json": {"schema": schema(name)}}})
+}
+
+fn answer(description: &str, name: Option<&str>) -> Value {
+    match name {
+        Some(name) => json!({
+            "description": description,
+            "content": {"application/json": {"schema": schema(name)}},
+        }),
+        None => json!({"description": description}),
+    }
+}
+
+fn id_parameter(name: &str) -> Value {
+    json!({
+        "name": name, "in": "path", "required": true,
+        "schema": schema("SessionId"),
+    })
+}
+
+fn query_parameter(name: &str, description: &str) -> Value {
+    json!({
+        "name": name, "in": "query", "required": false, "description": description,
+        "schema": {"type": "integer", "minimum": 0},
+    })
+}
+
+/// One operation: its id, summary, parameters, body, success status and
+/// answer. Every operation also answers the refusals of `Error`.
+fn operation(
+    id: &str,
+    summary: &str,
+    parameters: Vec<Value>,
+    request: Option<&str>,
+    success: (&str, Value),
+) -> Value {
+    let mut responses = json!({
+        "default": answer("A refusal: {code, message} with the status of the README's table.", Some("Error")),
+    });
+    responses[success.0] = success.1;
+    let mut operation = json!({
+        "operationId": id,
+        "summary": summary,
+        "parameters": parameters,
+        "responses": responses,
+    });
+    if let Some(name) = request {
+        operation["requestBody"] = body(name);
+    }
+    operation
+}
+
+fn paths() -> Value {
+    json!({
+        "/v1/prompt": {"post": operation(
+            "prompt",
+            "The spec's prompt: one browser-authored message to a continuable child through its live direct parent.",
+            vec![], Some("PromptRequest"), ("200", answer("The accepted message's inbox id.", Some("PromptReceipt"))))},
+        "/v1/interruptByParent": {"post": operation(
+            "interruptByParent",
+            "The spec's interruptByParent, authorised against the live activation alone.",
+            vec![], Some("InterruptRequest"), ("200", answer("Whether live work was interrupted.", Some("InterruptReceipt"))))},
+        "/v1/roots": {"post": operation(
+            "openRoot", "Open a root session.",
+            vec![], Some("OpenRoot"), ("201", answer("The root.", Some("RootOpened"))))},
+        "/v1/roots/{root}": {"delete": operation(
+            "closeRoot", "Close a root this server holds.",
+            vec![id_parameter("root")], None, ("204", answer("Closed.", None)))},
+        "/v1/roots/{root}/reopen": {"post": operation(
+            "reopenRoot", "Take an existing root back after a restart.",
+            vec![id_parameter("root")], None, ("200", answer("The root.", Some("RootOpened"))))},
+        "/v1/roots/{root}/children": {"post": operation(
+            "startChild", "Start a child of a held root with the full start request.",
+            vec![id_parameter("root")], Some("SubagentActivationSpec"),
+            ("201", answer("The child's identities.", Some("ChildStarted"))))},
+        "/v1/roots/{root}/children/{child}": {"delete": operation(
+            "disposeChild", "Dispose a direct child of a held root (release its activation).",
+            vec![id_parameter("root"), id_parameter("child")], None, ("204", answer("Released.", None)))},
+        "/v1/sessions/{session}/children": {"get": operation(
+            "listChildren", "The durable catalog of a session, in parent event order.",
+            vec![id_parameter("session")], None,
+            ("200", json!({"description": "The children.", "content": {"application/json": {"schema": {"type": "array", "items": {"type": "object"}}}}})))},
+        "/v1/sessions/{session}/descendants": {"get": operation(
+            "listDescendants", "A session's subtree, stable pre-order.",
+            vec![id_parameter("session")], None,
+            ("200", json!({"description": "The subtree.", "content": {"application/json": {"schema": {"type": "array", "items": {"type": "object"}}}}})))},
+        "/v1/sessions/{session}/transcript": {"get": operation(
+            "transcript", "A session's own events, a page at a time.",
+            vec![
+                id_parameter("session"),
+                query_parameter("after", "The last stream version already read."),
+                query_parameter("limit", "At most this many records (capped by the server)."),
+            ],
+            None, ("200", answer("One page.", Some("TranscriptPage"))))},
+        "/v1/state": {"get": operation(
+            "stateAt", "Every projection as of a log position (replay: nothing reruns).",
+            vec![query_parameter("at", "The log position (the head when absent).")],
+            None,
+            ("200", json!({"description": "The projections.", "content": {"application/json": {"schema": {"type": "object"}}}})))},
+        "/v1/events": {"get": {
+            "operationId": "events",
+            "summary": "The log as Server-Sent Events: id is the log position, event the type.",
+            "parameters": [
+                {"name": "root", "in": "query", "required": false, "schema": schema("SessionId")},
+                query_parameter("after", "Resume after this position (Last-Event-ID wins)."),
+                {"name": "Last-Event-ID", "in": "header", "required": false, "schema": {"type": "string", "pattern": "^[0-9]+$"}},
+            ],
+            "responses": {
+                "200": {"description": "The stream.", "content": {"text/event-stream": {"schema": {"type": "string"}}}},
+                "default": answer("A refusal.", Some("Error")),
+            },
+        }},
+        "/v1/openapi.json": {"get": {
+            "operationId": "openapi",
+            "summary": "This document.",
+            "responses": {
+                "200": {"description": "The document.", "content": {"application/json": {"schema": {"type": "object"}}}},
+                "default": answer("A refusal.", Some("Error")),
+            },
+        }},
+    })
+}
+
+fn schemas() -> Value {
+    let id = json!({"type": "string", "format": "uuid"});
+    let content = json!({"type": "array", "items": schema("ContentBlock")});
+    // A durable continuable address; interruptByParent's request is one.
+    let address = json!({
+        "type": "object", "additionalProperties": false,
+        "required": ["childSessionId", "parentSessionId", "mode"],
+        "properties": {
+            "childSessionId": schema("SessionId"),
+            "parentSessionId": schema("SessionId"),
+            "mode": {"const": "continuable"},
+        },
+    });
+    json!({
+        "SessionId": id,
+        "Error": {
+            "type": "object", "required": ["code", "message"],
+            "properties": {"code": {"type": "string"}, "message": {"type": "string"}},
+        },
+        "ContentBlock": {
+            "type": "object", "required": ["type"],
+            "properties": {"type": {"type": "string"}},
+            "description": "A content block: {type: \"text\", text} or {type: \"image\", mimeType, data | attachment}; a prompt takes these two kinds.",
+        },
+        "ContinuableAddress": address.clone(),
+        "PromptRequest": {
+            "type": "object", "additionalProperties": false,
+            "required": ["address", "delivery", "requestId", "content"],
+            "properties": {
+                "address": schema("ContinuableAddress"),
+                "delivery": {"enum": ["queue", "steer"]},
+                "requestId": {"type": "string", "minLength": 1, "maxLength": 256},
+                "content": content,
+                "timeZone": {"type": "string", "minLength": 1, "maxLength": 64},
+            },
+        },
+        "PromptReceipt": {
+            "type": "object", "required": ["messageId"],
+            "properties": {"messageId": id},
+        },
+        "InterruptRequest": address,
+        "InterruptReceipt": {
+            "type": "object", "required": ["interrupted"],
+            "properties": {"interrupted": {"type": "boolean"}},
+        },
+        "OpenRoot": {
+            "type": "object", "additionalProperties": false,
+            "required": ["label"],
+            "properties": {"label": {"type": "string"}, "agentOptions": {"type": "object"}},
+        },
+        "RootOpened": {
+            "type": "object", "required": ["sessionId"],
+            "properties": {"sessionId": id},
+        },
+        "SubagentActivationSpec": {
+            "type": "object",
+            "required": ["provider", "label", "request", "delivery"],
+            "properties": {
+                "provider": {"type": "string"},
+                "label": {"type": "string"},
+                "childId": schema("SessionId"),
+                "request": {
+                    "type": "object", "required": ["prompt"],
+                    "properties": {
+                        "prompt": content,
+                        "label": {"type": "string"},
+                        "outputSchema": {"type": "object"},
+                        "maxDepth": {"type": "integer", "minimum": 0},
+                        "toolFilter": {"type": "object"},
+                        "persona": {"type": "string"},
+                        "agentOptions": {"type": "object"},
+                    },
+                },
+                "delivery": {"enum": ["parent", "caller"]},
+            },
+        },
+        "ChildStarted": {
+            "type": "object", "required": ["childId"],
+            "properties": {"childId": id, "messageId": id},
+        },
+        "TranscriptPage": {
+            "type": "object", "required": ["records"],
+            "properties": {
+                "records": {"type": "array", "items": {"type": "object"}},
+                "next": {"type": "integer", "minimum": 0},
+            },
+        },
+    })
+}
+
+/// The document.
+#[must_use]
+pub fn document() -> Value {
+    json!({
+        "openapi": "3.1.0",
+        "info": {
+            "title": "subagents gateway",
+            "version": env!("CARGO_PKG_VERSION"),
+            "description": "The spec's remote methods (prompt, interruptByParent) and the host operations over HTTP. Every route needs Authorization: Bearer <token>.",
+        },
+        "servers": [{"url": "http://127.0.0.1:7878"}],
+        "security": [{"bearer": []}],
+        "paths": paths(),
+        "components": {
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+            "schemas": schemas(),
+        },
+    })
+}
+
+#[cfg(test)]
+#[path = "openapi_tests.rs"]
+mod tests;

@@ -1,0 +1,134 @@
+//! `GET /v1/events`: the log as Server-Sent Events, optionally only one
+//! root's tree (`?root=ID`).
+//!
+//! Each event's `id:` is its log position and its `event:` its type; its
+//! data is the recorded event with its envelope. A reconnect with
+//! `Last-Event-ID: N` (or `?after=N`) resumes at position N + 1: positions
+//! are durable, so there is no gap and no duplicate, across a restart of
+//! the server too. After the history the stream sends one `caught-up`
+//! event (`{"head": N}`, no id), then follows live.
+//!
+//! A slow consumer does not stall the runtime: the subscription reads from
+//! the log at the consumer's pace, behind whatever the runtime appends.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use axum::extract::State;
+use axum::http::{HeaderMap, Uri};
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use serde::Deserialize;
+use subagent_core::{SessionId, StreamId};
+use subagent_store::SubscriptionItem;
+use tokio_stream::{Stream, StreamExt};
+use tokio_util::sync::WaitForCancellationFutureOwned;
+
+use super::query;
+use crate::error::GatewayError;
+use crate::server::Gateway;
+
+/// `?root=ID&after=N`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct EventsQuery {
+    /// Only the events of this root's tree.
+    root: Option<SessionId>,
+    /// Resume after this position (`Last-Event-ID` wins when both are given).
+    after: Option<u64>,
+}
+
+/// The stream.
+pub(crate) async fn stream(
+    State(gateway): State<Arc<Gateway>>,
+    headers: HeaderMap,
+    uri: Uri,
+) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, GatewayError> {
+    let EventsQuery { root, after } = query(&uri)?;
+    let after = match headers.get("last-event-id") {
+        Some(value) => value
+            .to_str()
+            .ok()
+            .and_then(|text| text.trim().parse::<u64>().ok())
+            .ok_or_else(|| GatewayError::bad_request("Last-Event-ID must be a log position"))?,
+        None => after.unwrap_or(0),
+    };
+    let subscription = gateway.runtime.log().subscribe(after.saturating_add(1));
+    let mut tree = TreeFilter {
+        root,
+        members: HashMap::new(),
+    };
+    let runtime = gateway.runtime.clone();
+    let events = subscription
+        .map_while(move |item| match item {
+            Ok(SubscriptionItem::Event(record)) => {
+                if !tree.admits(&runtime, record.stream) {
+                    return Some(None);
+                }
+                let event = SseEvent::default()
+                    .id(record.position.to_string())
+                    .event(record.event.type_name())
+                    .json_data(&record)
+                    .ok()?;
+                Some(Some(event))
+            }
+            Ok(SubscriptionItem::CaughtUp { head }) => Some(Some(
+                SseEvent::default()
+                    .event("caught-up")
+                    .data(format!("{{\"head\":{head}}}")),
+            )),
+            Err(err) => {
+                tracing::error!(error = %err, "the event stream's log read failed");
+                None
+            }
+        })
+        .filter_map(|event| event.map(Ok));
+    let events = UntilShutdown {
+        events: Box::pin(events),
+        shutdown: Box::pin(gateway.shutdown.clone().cancelled_owned()),
+    };
+    Ok(Sse::new(events).keep_alive(KeepAlive::default()))
+}
+
+/// A stream that ends when the server shuts down, so a graceful shutdown
+/// does not wait for subscribers.
+struct UntilShutdown<S> {
+    events: Pin<Box<S>>,
+    shutdown: Pin<Box<WaitForCancellationFutureOwned>>,
+}
+
+impl<S: Stream> Stream for UntilShutdown<S> {
+    type Item = S::Item;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<S::Item>> {
+        if self.shutdown.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(None);
+        }
+        self.events.as_mut().poll_next(cx)
+    }
+}
+
+/// Which streams belong to the requested tree, cached per session (a
+/// session's root never changes).
+struct TreeFilter {
+    root: Option<SessionId>,
+    members: HashMap<SessionId, bool>,
+}
+
+impl TreeFilter {
+    fn admits(&mut self, runtime: &subagent_runtime::SubagentRuntime, stream: StreamId) -> bool {
+        let Some(root) = self.root else {
+            return true;
+        };
+        let StreamId::Session(session) = stream else {
+            return false;
+        };
+        *self
+            .members
+            .entry(session)
+            .or_insert_with(|| runtime.root_of(session) == Some(root))
+    }
+}

@@ -1,0 +1,124 @@
+//! The gateway's shared state and its router: which route goes to which
+//! handler, which layers wrap them, and [`serve`], which runs the router on
+//! a listener until a shutdown signal and then closes the runtime.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use axum::routing::{delete, get, post};
+use axum::Router;
+use subagent_core::SessionId;
+use subagent_runtime::{LiveAgent, SubagentRuntime};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::access::{self, Access};
+use crate::limits::{self, Limits};
+use crate::routes::{children, events, reads, remote, roots};
+use crate::token::Token;
+
+/// What a gateway needs besides its runtime.
+#[derive(Clone, Debug)]
+pub struct GatewayConfig {
+    /// The bearer token every request must present.
+    pub token: Token,
+    /// Browser origins allowed to call (`scheme://host:port`, exact); a
+    /// request that carries any other `Origin` is refused.
+    pub allowed_origins: Vec<String>,
+    /// Input and time bounds.
+    pub limits: Limits,
+}
+
+/// The state every handler shares.
+pub(crate) struct Gateway {
+    pub(crate) runtime: SubagentRuntime,
+    /// The roots this gateway opened or reopened and has not closed: the
+    /// handles starts and disposals go through.
+    roots: Mutex<HashMap<SessionId, LiveAgent>>,
+    pub(crate) limits: Limits,
+    /// Cancelled when the server shuts down: live event streams end.
+    pub(crate) shutdown: CancellationToken,
+}
+
+impl Gateway {
+    pub(crate) fn roots(&self) -> MutexGuard<'_, HashMap<SessionId, LiveAgent>> {
+        // A handler never panics while holding the lock; a poisoned map
+        // still holds the right handles.
+        self.roots
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// The gateway's routes over `runtime`. Mount it as it is (its paths start
+/// with `/v1/`) or nest it under a prefix. `shutdown` ends live event
+/// streams, so a graceful shutdown does not wait for them.
+pub fn router(
+    runtime: SubagentRuntime,
+    config: GatewayConfig,
+    shutdown: CancellationToken,
+) -> Router {
+    let gateway = Arc::new(Gateway {
+        runtime,
+        roots: Mutex::new(HashMap::new()),
+        limits: config.limits.clone(),
+        shutdown,
+    });
+    let access = Arc::new(Access::new(config.token, config.allowed_origins));
+    let bounded = Router::new()
+        .route("/v1/prompt", post(remote::prompt))
+        .route("/v1/interruptByParent", post(remote::interrupt_by_parent))
+        .route("/v1/roots", post(roots::open))
+        .route("/v1/roots/{root}", delete(roots::close))
+        .route("/v1/roots/{root}/reopen", post(roots::reopen))
+        .route("/v1/roots/{root}/children", post(children::start))
+        .route(
+            "/v1/roots/{root}/children/{child}",
+            delete(children::dispose),
+        )
+        .route("/v1/sessions/{session}/children", get(reads::children))
+        .route(
+            "/v1/sessions/{session}/descendants",
+            get(reads::descendants),
+        )
+        .route("/v1/sessions/{session}/transcript", get(reads::transcript))
+        .route("/v1/state", get(reads::state_at))
+        .route("/v1/openapi.json", get(reads::openapi))
+        .layer(axum::middleware::from_fn_with_state(
+            config.limits.request_timeout,
+            limits::time_limit,
+        ));
+    // The event stream is long-lived: no request time limit.
+    let streaming = Router::new().route("/v1/events", get(events::stream));
+    bounded
+        .merge(streaming)
+        .fallback(reads::no_route)
+        .method_not_allowed_fallback(reads::wrong_method)
+        .with_state(gateway)
+        .layer(axum::middleware::from_fn_with_state(access, access::guard))
+}
+
+/// Serves `router` on `listener` until `signal` completes, then stops
+/// accepting, cancels `shutdown` (ending live event streams), waits for the
+/// requests in flight, and closes `runtime`.
+///
+/// # Errors
+/// The listener's IO error, or the runtime's close failure.
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    runtime: SubagentRuntime,
+    shutdown: CancellationToken,
+    signal: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    let ending = shutdown.clone();
+    axum::serve(listener, router)
+        .with_graceful_shutdown(async move {
+            signal.await;
+            ending.cancel();
+        })
+        .await?;
+    runtime.close().await?;
+    Ok(())
+}
