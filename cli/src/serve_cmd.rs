@@ -4,9 +4,9 @@
 //! closed cleanly.
 //!
 //! It listens on loopback unless `--allow-remote` is given, and prints the
-//! URL and where the bearer token is (never the token itself, unless it was
-//! just created and stdout is the only way to hand it over: then it prints
-//! the file's path, which holds it with mode 0600).
+//! URL and where the bearer token is (the token file's path, created with
+//! mode 0600 on the first run, or the environment variable), never the
+//! token itself.
 
 use std::io::Write;
 use std::net::SocketAddr;
