@@ -31,7 +31,7 @@ total = 0
 for path in glob.glob(sys.argv[1] + "/*.xml"):
     for case in ET.parse(path).iter("testcase"):
         total += 1
-print(f"operations tested: {total}")
+print(f"operations in the report: {total}")
 PY
 fi
 exit ${status:-0}
