@@ -1,6 +1,7 @@
 //! The spec's two remote methods over real HTTP on 127.0.0.1: `prompt`
 //! (delivery, idempotent retries, and each error code the spec lists) and
-//! `interruptByParent` (a running target, no-ops, the wrong parent).
+//! `interruptByParent` (a running target, no-ops, the wrong parent), and a
+//! storage failure answered as `gateway/internal`.
 
 mod common;
 
@@ -324,4 +325,38 @@ async fn interrupt_by_the_wrong_parent_is_unauthorized_and_an_empty_id_is_a_bad_
         (400, "gateway/bad-request")
     );
     assert_eq!(server.head(), head);
+}
+
+#[tokio::test]
+async fn a_storage_failure_is_gateway_internal_naming_its_cause() {
+    let disk = subagent_store::filling::FillingLog::new();
+    let server = Server::over(
+        std::sync::Arc::new(disk.clone()),
+        subagent_gateway::Limits::default(),
+        CapacityLimits::default(),
+    )
+    .await;
+    let (root, child) = settled_child(&server).await;
+    disk.set_full(true);
+    let (status, refused) = server
+        .post("/v1/prompt", &prompt(&child, &root, "full", "x"))
+        .await;
+    assert_eq!(status, 500, "{refused}");
+    assert_eq!(refused["code"], "gateway/internal");
+    let message = refused["message"].as_str().unwrap();
+    assert!(message.contains("No space left on device"), "{message}");
+    // The engine stays stopped: a later request names the first failure.
+    disk.set_full(false);
+    let (status, later) = server.post("/v1/roots", &json!({"label": "again"})).await;
+    assert_eq!(
+        (status, later["code"].as_str().unwrap()),
+        (500, "gateway/internal")
+    );
+    assert!(
+        later["message"]
+            .as_str()
+            .unwrap()
+            .contains("the log failed earlier"),
+        "{later}"
+    );
 }

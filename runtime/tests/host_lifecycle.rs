@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use subagent_core::{
     Delivery, ErrorCode, Event, EventKind, MessageSource, ModelSelectionSettings, SessionId,
-    StreamId, SubagentActivationSpec, SubagentError, SubagentStopReason,
+    SubagentActivationSpec, SubagentError, SubagentStopReason,
 };
 use subagent_projections::Activity;
 use subagent_runtime::providers::{ForkProvider, SpawnProvider};
@@ -23,10 +23,8 @@ use subagent_runtime::{
     Agent, AgentHost, AgentSpec, InterruptAuthority, Notice, Script, ScriptedHost,
     SubagentActivation,
 };
-use subagent_store::{
-    Durability, EventLog, MemoryLog, RocksLog, RocksOptions, StoreError, StreamAppend,
-    Subscription, TransactionTicket,
-};
+use subagent_store::filling::FillingLog;
+use subagent_store::{EventLog, MemoryLog, RocksLog, RocksOptions, StoreError};
 use tokio_util::sync::CancellationToken;
 
 // ---- helpers ------------------------------------------------------------------
@@ -778,84 +776,10 @@ fn after_a_crash_the_reopened_root_finds_its_children_abandoned_and_resumable() 
 
 // ---- 11: a storage failure names its cause ----------------------------------------
 
-/// A memory log whose disk fills up on demand: every append then fails with
-/// the IO error RocksDB would report.
-#[derive(Clone)]
-struct FillingLog {
-    inner: MemoryLog,
-    full: Arc<AtomicBool>,
-}
-
-const DISK_FULL: &str = "IO error: No space left on device: While appending to file";
-
-impl EventLog for FillingLog {
-    fn append_atomic(&self, parts: Vec<StreamAppend>) -> TransactionTicket {
-        if self.full.load(Ordering::SeqCst) {
-            return TransactionTicket::ready(Err(StoreError::Io(DISK_FULL.into())));
-        }
-        self.inner.append_atomic(parts)
-    }
-    fn read_all_page(
-        &self,
-        from: u64,
-        limit: usize,
-    ) -> Result<Vec<subagent_core::RecordedEvent>, StoreError> {
-        self.inner.read_all_page(from, limit)
-    }
-    fn read_stream_page(
-        &self,
-        stream: &StreamId,
-        from: u64,
-        limit: usize,
-    ) -> Result<Vec<subagent_core::RecordedEvent>, StoreError> {
-        self.inner.read_stream_page(stream, from, limit)
-    }
-    fn stream_version(&self, stream: &StreamId) -> Result<u64, StoreError> {
-        self.inner.stream_version(stream)
-    }
-    fn head(&self) -> u64 {
-        self.inner.head()
-    }
-    fn watch_head(&self) -> tokio::sync::watch::Receiver<u64> {
-        self.inner.watch_head()
-    }
-    fn subscribe(&self, from: u64) -> Subscription {
-        self.inner.subscribe(from)
-    }
-    fn durability(&self) -> Durability {
-        self.inner.durability()
-    }
-    fn read_checkpoint(&self, name: &str) -> Result<Option<Vec<u8>>, StoreError> {
-        self.inner.read_checkpoint(name)
-    }
-    fn write_checkpoint(&self, name: &str, bytes: &[u8]) -> Result<(), StoreError> {
-        if self.full.load(Ordering::SeqCst) {
-            return Err(StoreError::Io(DISK_FULL.into()));
-        }
-        self.inner.write_checkpoint(name, bytes)
-    }
-    fn index_entries(&self, index: subagent_store::LogIndex) -> subagent_store::IndexEntries<'_> {
-        self.inner.index_entries(index)
-    }
-    fn locate_event(
-        &self,
-        event_id: &subagent_core::EventId,
-    ) -> Result<Option<subagent_store::IdLocation>, StoreError> {
-        self.inner.locate_event(event_id)
-    }
-    fn indexed_position(&self, stream: &StreamId, version: u64) -> Result<Option<u64>, StoreError> {
-        self.inner.indexed_position(stream, version)
-    }
-}
-
 #[tokio::test]
 async fn a_full_disk_is_named_in_every_failure_it_causes() {
-    let full = Arc::new(AtomicBool::new(false));
-    let log = FillingLog {
-        inner: MemoryLog::new(),
-        full: Arc::clone(&full),
-    };
-    let h = Harness::builder(scripts()).over(log).open().await;
+    let log = FillingLog::new();
+    let h = Harness::builder(scripts()).over(log.clone()).open().await;
     let mut children: Vec<SubagentActivation> = Vec::new();
     for label in ["a", "b", "c"] {
         let child = h
@@ -865,7 +789,7 @@ async fn a_full_disk_is_named_in_every_failure_it_causes() {
         child.result().await.unwrap();
         children.push(child);
     }
-    full.store(true, Ordering::SeqCst);
+    log.set_full(true);
 
     // Releasing three children fails on every branch; the aggregate names
     // each cause, and each names the full disk.

@@ -27,6 +27,8 @@ pub mod subscription;
 
 #[cfg(feature = "conformance")]
 pub mod conformance;
+#[cfg(feature = "testing")]
+pub mod filling;
 
 pub use append_check::IdLocation;
 pub use error::StoreError;

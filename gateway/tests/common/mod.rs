@@ -27,7 +27,7 @@ pub(crate) struct Server {
     /// `http://127.0.0.1:PORT`.
     pub(crate) base: String,
     pub(crate) runtime: SubagentRuntime,
-    pub(crate) log: MemoryLog,
+    pub(crate) log: Arc<dyn EventLog>,
     pub(crate) client: reqwest::Client,
     shutdown: CancellationToken,
 }
@@ -54,8 +54,16 @@ impl Server {
 
     /// A server with these limits.
     pub(crate) async fn with(limits: Limits, capacity: CapacityLimits) -> Server {
-        let log = MemoryLog::new();
-        let shared: Arc<dyn EventLog> = Arc::new(log.clone());
+        Server::over(Arc::new(MemoryLog::new()), limits, capacity).await
+    }
+
+    /// A server over `log`.
+    pub(crate) async fn over(
+        log: Arc<dyn EventLog>,
+        limits: Limits,
+        capacity: CapacityLimits,
+    ) -> Server {
+        let shared = Arc::clone(&log);
         let (runtime, _) = SubagentRuntime::open_with(shared, Arc::new(scripts()), capacity)
             .await
             .expect("runtime opens");
