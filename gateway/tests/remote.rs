@@ -360,3 +360,19 @@ async fn a_storage_failure_is_gateway_internal_naming_its_cause() {
         "{later}"
     );
 }
+
+#[tokio::test]
+async fn a_retry_from_another_address_gets_no_receipt() {
+    let server = Server::start().await;
+    let (root, child) = settled_child(&server).await;
+    let other = server.open_root().await;
+    let (status, _) = server
+        .post("/v1/prompt", &prompt(&child, &root, "mine", "hello"))
+        .await;
+    assert_eq!(status, 200);
+    let (status, refused) = server
+        .post("/v1/prompt", &prompt(&child, &other, "mine", "hello"))
+        .await;
+    assert_eq!(status, 403, "{refused}");
+    assert_eq!(refused["code"], "subagent/unauthorized");
+}

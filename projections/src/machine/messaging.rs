@@ -72,7 +72,7 @@ pub(super) fn prompt(
     delivery: MessageDelivery,
 ) -> Result<Decision, SubagentError> {
     let digest = prompt_digest(delivery, zone.as_deref(), &content);
-    if prompt_receipt(state, child, &request_id, &digest)?.is_some() {
+    if prompt_receipt(state, parent, child, &request_id, &digest)?.is_some() {
         return Ok(Vec::new());
     }
     let route = route_prompt(state, parent, child, &request_id)?;
@@ -80,23 +80,30 @@ pub(super) fn prompt(
     Ok(accept(route, child, message_id, source, delivery, content))
 }
 
-/// The receipt of the prompt `child` accepted under `request_id`, if any:
-/// its message id when `digest` ([`prompt_digest`]) matches what it
-/// carried.
+/// The receipt of the prompt `child` accepted under `request_id` through
+/// `parent`, if any: its message id when `digest` ([`prompt_digest`])
+/// matches what it carried. `None` when `parent` is not `child`'s direct
+/// parent: a retry answers only the address that made the request (and
+/// `decide` then refuses the address).
 ///
 /// # Errors
 /// `gateway/bad-request` when the id was used for another body.
 pub fn prompt_receipt(
     state: &Projections,
+    parent: SessionId,
     child: SessionId,
     request_id: &str,
     digest: &[u8; 32],
 ) -> Result<Option<MessageId>, SubagentError> {
-    let Some(first) = state
+    let is_parent = state
+        .sessions
+        .get(&child)
+        .is_some_and(|record| record.parent == Some(parent));
+    let first = state
         .inboxes
         .get(&child)
-        .and_then(|inbox| inbox.prompts.get(request_id))
-    else {
+        .and_then(|inbox| inbox.prompts.get(request_id));
+    let Some(first) = first.filter(|_| is_parent) else {
         return Ok(None);
     };
     if first.digest != *digest {

@@ -63,12 +63,22 @@ fn a_prompt_keeps_its_request_id_and_zone_and_a_retry_records_nothing() {
         &[ContentBlock::text("hello")],
     );
     assert_eq!(
-        prompt_receipt(world.state(), child, "r-1", &digest),
+        prompt_receipt(world.state(), root, child, "r-1", &digest),
         Ok(Some(*message_id))
     );
     assert_eq!(
-        prompt_receipt(world.state(), child, "r-2", &digest),
+        prompt_receipt(world.state(), root, child, "r-2", &digest),
         Ok(None)
+    );
+    // Another address gets no receipt, and decide refuses it.
+    let stranger = world.root();
+    assert_eq!(
+        prompt_receipt(world.state(), stranger, child, "r-1", &digest),
+        Ok(None)
+    );
+    assert_eq!(
+        world.reject(prompt(stranger, child, "r-1", "hello")),
+        ErrorCode::Unauthorized
     );
 }
 

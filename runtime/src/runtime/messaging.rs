@@ -159,8 +159,14 @@ impl SubagentRuntime {
         let (parent, child) = (address.parent_session_id, address.child_session_id);
         let digest = prompt_digest(delivery, time_zone.as_deref(), &content);
         let receipt = |this: &Self| {
-            prompt_receipt(&this.inner.engine.state(), child, &request_id, &digest)
-                .map(|found| found.map(|message_id| PromptReceipt { message_id }))
+            prompt_receipt(
+                &this.inner.engine.state(),
+                parent,
+                child,
+                &request_id,
+                &digest,
+            )
+            .map(|found| found.map(|message_id| PromptReceipt { message_id }))
         };
         if let Some(first) = receipt(self)? {
             return Ok(first);
