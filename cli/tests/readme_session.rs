@@ -3,8 +3,11 @@
 //! substituted), checking what the README says it shows: the tree, the
 //! prompt's receipt and the reply on the event stream, and the interrupt.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::process::Command;
+
+mod common;
+
+use common::serve::Serve;
 
 /// The shell block after the `<!-- curl-session -->` marker.
 fn session_block() -> String {
@@ -24,34 +27,15 @@ fn session_block() -> String {
 fn the_readme_curl_session_runs_and_shows_the_reply_and_the_interrupt() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("subagents-data");
-    let mut serve = Command::new(env!("CARGO_BIN_EXE_subagents"))
-        .args([
-            "serve",
-            "--data",
-            data.to_str().unwrap(),
-            "--listen",
-            "127.0.0.1:0",
-        ])
-        .env_remove("SUBAGENTS_GATEWAY_TOKEN")
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdout = BufReader::new(serve.stdout.take().unwrap());
-    let address = loop {
-        let mut line = String::new();
-        assert!(stdout.read_line(&mut line).unwrap() > 0, "serve exited");
-        if let Some(url) = line.trim_end().strip_prefix("serving http://") {
-            break url.trim_end_matches("/v1/").to_owned();
-        }
-    };
+    let serve = Serve::start(&data);
+    let address = serve.base.trim_start_matches("http://").to_owned();
     let script = session_block().replace("127.0.0.1:7878", &address);
     let output = Command::new("bash")
         .args(["-euo", "pipefail", "-c", &script])
         .current_dir(dir.path())
         .output()
         .expect("bash runs");
-    let _ = serve.kill();
-    let _ = serve.wait();
+    drop(serve);
     let printed = String::from_utf8_lossy(&output.stdout);
     assert!(
         output.status.success(),

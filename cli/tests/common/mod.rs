@@ -4,6 +4,8 @@
 
 #![allow(dead_code)] // Each test binary uses its own subset.
 
+pub(crate) mod serve;
+
 use std::path::Path;
 use std::process::{Command, Output};
 
