@@ -250,13 +250,16 @@ pub(crate) fn run(command: Inspect, out: &mut dyn Write) -> CliResult {
             for problem in &report.index_problems {
                 writeln!(out, "index: {problem}")?;
             }
+            for problem in &report.attachment_problems {
+                writeln!(out, "attachment: {problem}")?;
+            }
             for line in &report.differences {
                 writeln!(out, "{line}")?;
             }
             if report.is_ok() {
                 writeln!(
                     out,
-                    "OK: the history is admissible, the indexes agree with the records, and incremental and checkpointed projections equal the rebuilt ones"
+                    "OK: the history is admissible, the indexes agree with the records, every attachment a record names is stored intact, and incremental and checkpointed projections equal the rebuilt ones"
                 )?;
                 Ok(())
             } else {

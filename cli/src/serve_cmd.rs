@@ -14,8 +14,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use subagent_gateway::{GatewayConfig, Limits, Token, TokenSource};
-use subagent_runtime::scripted::Step;
-use subagent_runtime::{Script, ScriptedHost, SubagentRuntime};
+use subagent_runtime::{ScriptedHost, SubagentRuntime};
 use subagent_store::{EventLog, RocksLog, RocksOptions};
 use tokio_util::sync::CancellationToken;
 
@@ -44,22 +43,6 @@ pub(crate) struct ServeArgs {
     allow_origins: Vec<String>,
 }
 
-/// The scripted agents of `serve`'s children: a child replies `done` each
-/// turn, except one labelled `slow`, whose turn works for a minute (to
-/// watch and interrupt).
-fn scripts() -> ScriptedHost {
-    ScriptedHost::new(Script::reply("done")).with(
-        "slow",
-        Script {
-            turns: vec![vec![
-                Step::Say("working on it".into()),
-                Step::SleepMs(60_000),
-                Step::Say("finished".into()),
-            ]],
-        },
-    )
-}
-
 /// Runs the server until a shutdown signal.
 ///
 /// # Errors
@@ -74,7 +57,8 @@ pub(crate) fn run(args: &ServeArgs, out: &mut dyn Write) -> CliResult {
     let tokio = tokio::runtime::Runtime::new()?;
     tokio.block_on(async {
         let shared: Arc<dyn EventLog> = Arc::new(log);
-        let (runtime, recovery) = SubagentRuntime::open(shared, Arc::new(scripts())).await?;
+        let (runtime, recovery) =
+            SubagentRuntime::open(shared, Arc::new(ScriptedHost::showcase())).await?;
         crate::shipped::register_providers(&runtime).await?;
         let listener = tokio::net::TcpListener::bind(args.listen).await?;
         let address = listener.local_addr()?;

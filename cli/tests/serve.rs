@@ -217,3 +217,147 @@ fn serve_refuses_a_public_address_without_allow_remote() {
     );
     assert!(!dir.path().join("d").exists(), "nothing was created");
 }
+
+/// A real 2x2 RGB PNG (75 bytes), as base64.
+const PNG_BASE64: &str = "iVBORw0KGgoAAAANSUhEUgAAAAIAAAACCAIAAAD91JpzAAAAEklEQVR4nGP4z8DAAMIM/4EAAB/uBfsL2WiLAAAAAElFTkSuQmCC";
+
+impl Client {
+    /// The bytes and type `GET /v1/attachments/{id}` answers.
+    async fn attachment(&self, id: &str) -> (u16, String, Vec<u8>) {
+        let response = self
+            .http
+            .get(format!("{}/v1/attachments/{id}", self.base))
+            .bearer_auth(&self.token)
+            .send()
+            .await
+            .unwrap();
+        let status = response.status().as_u16();
+        let kind = response
+            .headers()
+            .get("content-type")
+            .map(|value| value.to_str().unwrap().to_owned())
+            .unwrap_or_default();
+        (status, kind, response.bytes().await.unwrap().to_vec())
+    }
+}
+
+fn token_of(data: &std::path::Path) -> String {
+    std::fs::read_to_string(data.join("gateway.token"))
+        .unwrap()
+        .trim()
+        .to_owned()
+}
+
+#[tokio::test]
+async fn an_image_prompt_survives_a_restart_and_an_export_import_round_trip() {
+    use base64::Engine as _;
+    let png = base64::engine::general_purpose::STANDARD
+        .decode(PNG_BASE64)
+        .unwrap();
+    let id = subagent_core::AttachmentId::of(&png).to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let first = Serve::start(&data);
+    let client = Client {
+        http: reqwest::Client::new(),
+        base: first.base.clone(),
+        token: token_of(&data),
+    };
+    let (_, root) = client
+        .call(
+            reqwest::Method::POST,
+            "/v1/roots",
+            Some(json!({"label": "host"})),
+        )
+        .await;
+    let root = root["sessionId"].as_str().unwrap().to_owned();
+    let start = json!({
+        "provider": "spawn", "label": "eyes", "delivery": "parent",
+        "request": {"prompt": [{"type": "text", "text": "begin"}]},
+    });
+    let (_, child) = client
+        .call(
+            reqwest::Method::POST,
+            &format!("/v1/roots/{root}/children"),
+            Some(start),
+        )
+        .await;
+    let child = child["childId"].as_str().unwrap().to_owned();
+    client.until_turns(&child, 1).await;
+    let prompt = json!({
+        "address": {"childSessionId": child, "parentSessionId": root, "mode": "continuable"},
+        "delivery": "queue", "requestId": "picture",
+        "content": [{"type": "text", "text": "look"}, {"type": "image", "mimeType": "image/png", "data": PNG_BASE64}],
+    });
+    let (status, receipt) = client
+        .call(reqwest::Method::POST, "/v1/prompt", Some(prompt))
+        .await;
+    assert_eq!(status, 200, "{receipt}");
+    client.until_turns(&child, 2).await;
+    assert_eq!(
+        client.attachment(&id).await,
+        (200, "image/png".into(), png.clone())
+    );
+    let (status, rest) = first.terminate();
+    assert!(status.success(), "{rest:?}");
+
+    // After a restart the image is still served.
+    let second = Serve::start(&data);
+    let client = Client {
+        base: second.base.clone(),
+        ..client
+    };
+    assert_eq!(
+        client.attachment(&id).await,
+        (200, "image/png".into(), png.clone())
+    );
+    let (status, rest) = second.terminate();
+    assert!(status.success(), "{rest:?}");
+
+    // Export carries it, once, before the record that names it; import
+    // stores it again; a second export is identical.
+    let export = dir.path().join("export.jsonl");
+    let output = common::subagents(&[
+        "export",
+        data.to_str().unwrap(),
+        "--out",
+        export.to_str().unwrap(),
+    ]);
+    assert!(output.status.success(), "{output:?}");
+    let text = std::fs::read_to_string(&export).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    let carried: Vec<usize> = (0..lines.len())
+        .filter(|&index| lines[index].starts_with("{\"attachment\":"))
+        .collect();
+    assert_eq!(carried.len(), 1, "one attachment line");
+    assert!(lines[carried[0]].contains(&id));
+    assert!(
+        lines[carried[0] + 1].contains(&format!("\"attachment\":\"{id}\"")),
+        "the record that names it follows: {}",
+        lines[carried[0] + 1]
+    );
+    let imported = dir.path().join("imported");
+    let output = common::subagents(&[
+        "import",
+        imported.to_str().unwrap(),
+        export.to_str().unwrap(),
+    ]);
+    assert!(output.status.success(), "{output:?}");
+    let again = dir.path().join("again.jsonl");
+    let output = common::subagents(&[
+        "export",
+        imported.to_str().unwrap(),
+        "--out",
+        again.to_str().unwrap(),
+    ]);
+    assert!(output.status.success(), "{output:?}");
+    assert_eq!(std::fs::read_to_string(&again).unwrap(), text);
+
+    let third = Serve::start(&imported);
+    let client = Client {
+        http: reqwest::Client::new(),
+        base: third.base.clone(),
+        token: token_of(&imported),
+    };
+    assert_eq!(client.attachment(&id).await, (200, "image/png".into(), png));
+}

@@ -111,7 +111,8 @@ impl ContentBlock {
 
     /// The wire `type` of a known block kind; `None` for a kind this
     /// version does not know.
-    pub(crate) fn type_name(&self) -> Option<&'static str> {
+    #[must_use]
+    pub fn type_name(&self) -> Option<&'static str> {
         match self {
             ContentBlock::Text(_) => Some("text"),
             ContentBlock::Image(_) => Some("image"),

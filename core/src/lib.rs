@@ -5,6 +5,7 @@
 //! every lifecycle transition is recorded in. Nothing here does IO, spawns a
 //! task or knows RocksDB exists; the store and runtime crates do.
 
+pub mod attachment;
 pub mod content;
 pub mod contracts;
 pub mod error;
@@ -22,6 +23,7 @@ pub mod upcast;
 #[cfg(any(test, feature = "arbitrary"))]
 pub mod arbitrary;
 
+pub use attachment::{Attachment, AttachmentId, AttachmentLimits, ImageKind, MAX_ATTACHMENT_BYTES};
 pub use content::ContentBlock;
 pub use contracts::*;
 pub use error::{Causes, ErrorCode, Fault, OutOfOrder, SubagentError};

@@ -16,8 +16,12 @@ use crate::error::GatewayError;
 /// The gateway's bounds.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Limits {
-    /// The largest request body, in bytes.
+    /// The largest request body, in bytes, except `prompt`'s.
     pub body_bytes: usize,
+    /// The largest `prompt` body, in bytes: it carries images as base64, so
+    /// it must hold the runtime's per-request image cap (4/3 of it) and a
+    /// prompt's text.
+    pub prompt_body_bytes: usize,
     /// The deepest JSON nesting of arrays and objects.
     pub json_depth: usize,
     /// The longest a request (body included) may take.
@@ -27,11 +31,13 @@ pub struct Limits {
 }
 
 impl Default for Limits {
-    /// 2 MiB bodies (a prompt's content is at most 1 MiB), depth 32, 30 s,
+    /// 2 MiB bodies; 30 MiB for `prompt` (20 MiB of images as base64 is
+    /// under 27 MiB, and a prompt's text is at most 1 MiB); depth 32, 30 s,
     /// 1,000 records a page.
     fn default() -> Limits {
         Limits {
             body_bytes: 2 * 1024 * 1024,
+            prompt_body_bytes: 30 * 1024 * 1024,
             json_depth: 32,
             request_timeout: Duration::from_secs(30),
             page_records: 1_000,
@@ -39,8 +45,14 @@ impl Default for Limits {
     }
 }
 
+/// A route's own body cap, in bytes, in place of [`Limits::body_bytes`]
+/// (a request extension the route's layer sets).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct BodyCap(pub(crate) usize);
+
 /// A JSON body that passed the gateway's bounds: `Content-Type:
-/// application/json`, at most [`Limits::body_bytes`], nesting at most
+/// application/json`, at most [`Limits::body_bytes`] (or the route's
+/// [`BodyCap`]), nesting at most
 /// [`Limits::json_depth`], and the shape of `T` (unknown fields refused
 /// where `T` says so).
 pub(crate) struct BoundedJson<T>(pub(crate) T);
@@ -53,6 +65,10 @@ impl<T: DeserializeOwned> FromRequest<std::sync::Arc<crate::server::Gateway>> fo
         gateway: &std::sync::Arc<crate::server::Gateway>,
     ) -> Result<Self, GatewayError> {
         let limits = &gateway.limits;
+        let body_bytes = request
+            .extensions()
+            .get::<BodyCap>()
+            .map_or(limits.body_bytes, |cap| cap.0);
         let json = request
             .headers()
             .get(header::CONTENT_TYPE)
@@ -64,18 +80,16 @@ impl<T: DeserializeOwned> FromRequest<std::sync::Arc<crate::server::Gateway>> fo
                 "the body must be JSON (Content-Type: application/json)",
             ));
         }
-        let too_large = GatewayError::PayloadTooLarge {
-            limit: limits.body_bytes,
-        };
+        let too_large = GatewayError::PayloadTooLarge { limit: body_bytes };
         let declared = request
             .headers()
             .get(header::CONTENT_LENGTH)
             .and_then(|value| value.to_str().ok())
             .and_then(|value| value.parse::<u64>().ok());
-        if declared.is_some_and(|length| length > limits.body_bytes as u64) {
+        if declared.is_some_and(|length| length > body_bytes as u64) {
             return Err(too_large);
         }
-        let bytes = axum::body::to_bytes(request.into_body(), limits.body_bytes)
+        let bytes = axum::body::to_bytes(request.into_body(), body_bytes)
             .await
             .map_err(|err| {
                 let over = std::error::Error::source(&err)

@@ -19,6 +19,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/v1/sessions/{session}/descendants"),
     ("get", "/v1/sessions/{session}/transcript"),
     ("get", "/v1/state"),
+    ("get", "/v1/attachments/{id}"),
     ("get", "/v1/events"),
     ("get", "/v1/openapi.json"),
 ];
@@ -127,6 +128,22 @@ fn paths() -> Value {
             vec![query_parameter("at", "The log position (the head when absent).")],
             None,
             ("200", json!({"description": "The projections.", "content": {"application/json": {"schema": {"type": "object"}}}})))},
+        "/v1/attachments/{id}": {"get": {
+            "operationId": "attachment",
+            "summary": "The bytes of an image a prompt carried, by content address; served with the type sniffed from them.",
+            "parameters": [
+                {"name": "id", "in": "path", "required": true, "schema": schema("AttachmentId")},
+            ],
+            "responses": {
+                "200": {"description": "The image.", "content": {
+                    "image/png": {"schema": {"type": "string", "format": "binary"}},
+                    "image/jpeg": {"schema": {"type": "string", "format": "binary"}},
+                    "image/gif": {"schema": {"type": "string", "format": "binary"}},
+                    "image/webp": {"schema": {"type": "string", "format": "binary"}},
+                }},
+                "default": answer("A refusal: {code, message} with the status of the README's table.", Some("Error")),
+            },
+        }},
         "/v1/events": {"get": {
             "operationId": "events",
             "summary": "The log as Server-Sent Events: id is the log position, event the type.",
@@ -166,6 +183,7 @@ fn schemas() -> Value {
     });
     json!({
         "SessionId": id,
+        "AttachmentId": {"type": "string", "pattern": "^sha256:[0-9a-f]{64}$"},
         "Error": {
             "type": "object", "required": ["code", "message"],
             "properties": {"code": {"type": "string"}, "message": {"type": "string"}},
@@ -173,7 +191,7 @@ fn schemas() -> Value {
         "ContentBlock": {
             "type": "object", "required": ["type"],
             "properties": {"type": {"type": "string"}},
-            "description": "A content block: {type: \"text\", text} or {type: \"image\", mimeType, data | attachment}; a prompt takes these two kinds.",
+            "description": "A content block: {type: \"text\", text} or {type: \"image\", mimeType, data | attachment}; a prompt takes these two kinds. An image carries base64 `data` (PNG, JPEG, GIF or WebP, matching `mimeType`) or names a stored `attachment` (sha256:<hex>).",
         },
         "ContinuableAddress": address.clone(),
         "PromptRequest": {

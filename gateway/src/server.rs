@@ -7,15 +7,15 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use axum::routing::{delete, get, post};
-use axum::Router;
+use axum::{Extension, Router};
 use subagent_core::SessionId;
 use subagent_runtime::{LiveAgent, SubagentRuntime};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::access::{self, Access};
-use crate::limits::{self, Limits};
-use crate::routes::{children, events, reads, remote, roots};
+use crate::limits::{self, BodyCap, Limits};
+use crate::routes::{attachments, children, events, reads, remote, roots};
 use crate::token::Token;
 
 /// What a gateway needs besides its runtime.
@@ -67,7 +67,10 @@ pub fn router(
     });
     let access = Arc::new(Access::new(config.token, config.allowed_origins));
     let bounded = Router::new()
-        .route("/v1/prompt", post(remote::prompt))
+        .route(
+            "/v1/prompt",
+            post(remote::prompt).layer(Extension(BodyCap(config.limits.prompt_body_bytes))),
+        )
         .route("/v1/interruptByParent", post(remote::interrupt_by_parent))
         .route("/v1/roots", post(roots::open))
         .route("/v1/roots/{root}", delete(roots::close))
@@ -84,6 +87,7 @@ pub fn router(
         )
         .route("/v1/sessions/{session}/transcript", get(reads::transcript))
         .route("/v1/state", get(reads::state_at))
+        .route("/v1/attachments/{id}", get(attachments::get))
         .route("/v1/openapi.json", get(reads::openapi))
         .layer(axum::middleware::from_fn_with_state(
             config.limits.request_timeout,

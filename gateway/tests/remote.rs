@@ -142,7 +142,8 @@ async fn every_refusal_the_spec_lists_for_prompt_is_reachable() {
     let mut zone = prompt(&child, &root, "z", "x");
     zone["timeZone"] = "Mars/Olympus_Mons".into();
     let mut image = prompt(&child, &root, "i", "x");
-    image["content"] = json!([{"type": "image", "mimeType": "image/png", "data": "iVBORw0KGgo="}]);
+    // PNG bytes declared as GIF (gateway/tests/attachments.rs has the rest).
+    image["content"] = json!([{"type": "image", "mimeType": "image/gif", "data": "iVBORw0KGgo="}]);
     let cases = [
         (zone, 422, "subagent/invalid-time-zone"),
         (image, 422, "subagent/attachment-invalid"),

@@ -1,7 +1,8 @@
 //! [`BoundedLines`]: reads an import line by line without ever holding more
-//! than one line of at most [`subagent_core::MAX_EVENT_BYTES`] (plus one
-//! byte) in memory, so an oversized line is refused as soon as it passes the
-//! limit, not after it was read whole.
+//! than one line of at most its limit (plus one byte) in memory, so an
+//! oversized line is refused as soon as it passes the limit, not after it
+//! was read whole. Lines that open with one given prefix (an export's
+//! attachment lines) may run to a second, larger limit.
 
 use std::io::{BufRead, Read};
 
@@ -11,6 +12,8 @@ use crate::error::ReplayError;
 pub(crate) struct BoundedLines<R> {
     input: R,
     limit: usize,
+    /// Lines that start with this prefix may be up to this long.
+    longer: Option<(&'static [u8], usize)>,
     line: usize,
     buffer: Vec<u8>,
 }
@@ -20,9 +23,18 @@ impl<R: BufRead> BoundedLines<R> {
         BoundedLines {
             input,
             limit,
+            longer: None,
             line: 0,
             buffer: Vec::new(),
         }
+    }
+
+    /// Lets lines that start with `prefix` be up to `limit` bytes long (a
+    /// limit larger than the general one; the prefix is checked once the
+    /// general limit is reached, so other lines still cost at most it).
+    pub(crate) fn allow_longer(mut self, prefix: &'static [u8], limit: usize) -> Self {
+        self.longer = Some((prefix, limit));
+        self
     }
 
     /// The next line and its 1-based number, or `None` at the end.
@@ -42,14 +54,25 @@ impl<R: BufRead> BoundedLines<R> {
             return Ok(None);
         }
         self.line += 1;
+        let mut limit = self.limit;
+        if let Some((prefix, longer)) = self.longer {
+            let unfinished = !self.buffer.ends_with(b"\n");
+            if unfinished && self.buffer.len() > self.limit && self.buffer.starts_with(prefix) {
+                limit = longer;
+                let rest = u64::try_from(longer.saturating_sub(self.limit)).unwrap_or(u64::MAX);
+                (&mut self.input)
+                    .take(rest.saturating_add(1))
+                    .read_until(b'\n', &mut self.buffer)?;
+            }
+        }
         let mut content = self.buffer.as_slice();
         if let Some(stripped) = content.strip_suffix(b"\n") {
             content = stripped.strip_suffix(b"\r").unwrap_or(stripped);
         }
-        if content.len() > self.limit {
+        if content.len() > limit {
             return Err(ReplayError::LineTooLong {
                 line: self.line,
-                limit: self.limit,
+                limit,
             });
         }
         Ok(Some((self.line, content)))
@@ -107,6 +130,43 @@ mod tests {
             self.remaining -= n;
             buf[..n].fill(b'x');
             Ok(n)
+        }
+    }
+
+    #[test]
+    fn lines_with_the_prefix_may_run_to_the_longer_limit_and_no_further() {
+        let read = |text: &str| {
+            let mut lines =
+                BoundedLines::new(Cursor::new(text.to_owned()), 4).allow_longer(b"@", 8);
+            let mut out = Vec::new();
+            while let Some((number, line)) = lines.next_line()? {
+                out.push((number, String::from_utf8_lossy(line).into_owned()));
+            }
+            Ok::<_, ReplayError>(out)
+        };
+        assert_eq!(
+            read("@1234567\nabcd\n@2345678").unwrap(),
+            vec![
+                (1, "@1234567".to_owned()),
+                (2, "abcd".to_owned()),
+                (3, "@2345678".to_owned())
+            ]
+        );
+        for (text, line, limit) in [
+            ("@12345678\n", 1, 8),
+            ("ok\n@123456789abc", 2, 8),
+            ("abcde@\n", 1, 4),
+            ("x@234567\n", 1, 4),
+        ] {
+            match read(text) {
+                Err(ReplayError::LineTooLong {
+                    line: got,
+                    limit: at,
+                }) => {
+                    assert_eq!((got, at), (line, limit), "{text:?}");
+                }
+                other => panic!("{text:?}: {other:?}"),
+            }
         }
     }
 

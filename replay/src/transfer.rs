@@ -1,7 +1,15 @@
 //! `export` writes the log as JSON lines (one stored record envelope per
 //! line, as `subagents log --json` prints them); `import` reads them back
 //! into an empty log so that a second export is identical: same positions,
-//! stream versions, event ids, timestamps and payloads.
+//! stream versions, event ids, timestamps, payloads and attachments.
+//!
+//! Attachments travel as their own lines, `{"attachment":"sha256:…",
+//! "bytes":"<base64>"}`, each written once, just before the first record
+//! that names it ([`subagent_core::attachment::stored_attachments`]).
+//! Import checks that the bytes hash to the id, and stores them in the same
+//! append as the record that names them; a record naming an attachment no
+//! line before it carried, or an attachment line no record after it names,
+//! is refused.
 //!
 //! Import refuses, before appending it, any line that is longer than
 //! [`MAX_EVENT_BYTES`] (without reading it whole), is not a record, breaks
@@ -11,33 +19,154 @@
 //! import atomic: it builds the log in a hidden sibling directory and renames
 //! it into place only once complete and synced.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
 
-use subagent_core::{NewEvent, RecordedEvent, StreamId, MAX_EVENT_BYTES};
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine as _;
+use serde::{Deserialize, Serialize};
+use subagent_core::attachment::stored_attachments;
+use subagent_core::{
+    Attachment, AttachmentId, NewEvent, RecordedEvent, StreamId, MAX_ATTACHMENT_BYTES,
+    MAX_EVENT_BYTES,
+};
 use subagent_projections::HistoryCheck;
 use subagent_store::record::decode_body;
 use subagent_store::{
     AppendTicket, Durability, EventLog, EventLogExt, ExpectedVersion, RocksLog, RocksOptions,
+    StoreError, StreamAppend,
 };
 
 use crate::error::ReplayError;
 use crate::lines::BoundedLines;
 
-/// Writes every record of `log` to `out`; returns how many.
+/// One attachment of an export.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AttachmentLine {
+    attachment: AttachmentId,
+    /// Base64 (standard alphabet, padded).
+    bytes: String,
+}
+
+/// How every attachment line opens (and no record line does).
+const ATTACHMENT_LINE_PREFIX: &[u8] = b"{\"attachment\":";
+
+/// The longest attachment line: the largest attachment as base64, and the
+/// rest of the line.
+const MAX_ATTACHMENT_LINE_BYTES: usize = MAX_ATTACHMENT_BYTES.div_ceil(3) * 4 + 256;
+
+/// Writes every record of `log` to `out`, each attachment once before the
+/// first record that names it; returns how many records.
 ///
 /// # Errors
-/// A read failure or a write failure.
+/// A read failure or a write failure; [`StoreError::Damaged`] when a record
+/// names an attachment the log does not hold.
 pub fn export<L: EventLog + ?Sized>(log: &L, out: &mut impl Write) -> Result<u64, ReplayError> {
     let mut count = 0;
+    let mut written = HashSet::new();
     for record in log.read_all(1) {
-        serde_json::to_writer(&mut *out, &record?).map_err(std::io::Error::other)?;
+        let record = record?;
+        for id in stored_attachments(&record.event) {
+            if !written.insert(id) {
+                continue;
+            }
+            let bytes = log.attachment(&id)?.ok_or_else(|| StoreError::Damaged {
+                path: "the log".into(),
+                reason: format!(
+                    "the record at position {} names attachment {id}, which the blob store does not hold",
+                    record.position
+                ),
+            })?;
+            let line = AttachmentLine {
+                attachment: id,
+                bytes: STANDARD.encode(bytes),
+            };
+            serde_json::to_writer(&mut *out, &line).map_err(std::io::Error::other)?;
+            out.write_all(b"\n")?;
+        }
+        serde_json::to_writer(&mut *out, &record).map_err(std::io::Error::other)?;
         out.write_all(b"\n")?;
         count += 1;
     }
     out.flush()?;
     Ok(count)
+}
+
+/// The attachments an import has read and not yet stored, and those it
+/// stored.
+#[derive(Default)]
+struct Carried {
+    /// Read from an attachment line, waiting for the record that names them.
+    waiting: HashMap<AttachmentId, (usize, Attachment)>,
+    /// Already given to an append.
+    stored: HashSet<AttachmentId>,
+}
+
+impl Carried {
+    /// Admits an attachment line: its bytes must hash to its id.
+    fn admit(&mut self, line: usize, text: &[u8]) -> Result<(), ReplayError> {
+        let bad = |reason: String| ReplayError::BadImport { line, reason };
+        let parsed: AttachmentLine = serde_json::from_slice(text)
+            .map_err(|err| bad(format!("not an attachment line: {err}")))?;
+        let bytes = STANDARD
+            .decode(parsed.bytes.as_bytes())
+            .map_err(|err| bad(format!("the attachment's bytes are not base64: {err}")))?;
+        let attachment = Attachment::new(bytes);
+        if attachment.id() != parsed.attachment {
+            return Err(bad(format!(
+                "the bytes of attachment {} hash to {}",
+                parsed.attachment,
+                attachment.id()
+            )));
+        }
+        if self.stored.contains(&attachment.id()) || self.waiting.contains_key(&attachment.id()) {
+            return Err(bad(format!(
+                "attachment {} is carried twice",
+                attachment.id()
+            )));
+        }
+        self.waiting.insert(attachment.id(), (line, attachment));
+        Ok(())
+    }
+
+    /// The attachments `record` names that are waiting, to store with it.
+    fn take_for(
+        &mut self,
+        line: usize,
+        record: &RecordedEvent,
+    ) -> Result<Vec<Attachment>, ReplayError> {
+        let mut taken = Vec::new();
+        for id in stored_attachments(&record.event) {
+            if let Some((_, attachment)) = self.waiting.remove(&id) {
+                self.stored.insert(id);
+                taken.push(attachment);
+            } else if !self.stored.contains(&id) {
+                return Err(ReplayError::BadImport {
+                    line,
+                    reason: format!(
+                        "the record names attachment {id}, which no line before it carries"
+                    ),
+                });
+            }
+        }
+        Ok(taken)
+    }
+
+    /// Refuses attachment lines no record named.
+    fn finish(self) -> Result<(), ReplayError> {
+        match self.waiting.into_values().min_by_key(|(line, _)| *line) {
+            None => Ok(()),
+            Some((line, attachment)) => Err(ReplayError::BadImport {
+                line,
+                reason: format!(
+                    "attachment {} is named by no record after it",
+                    attachment.id()
+                ),
+            }),
+        }
+    }
 }
 
 /// Appends up to this many records before waiting for their tickets, so the
@@ -66,17 +195,30 @@ pub async fn import<L: EventLog + ?Sized>(
     if log.head() != 0 {
         return Err(ReplayError::NotEmpty(log.head()));
     }
-    let mut lines = BoundedLines::new(input, MAX_EVENT_BYTES);
+    let mut lines = BoundedLines::new(input, MAX_EVENT_BYTES)
+        .allow_longer(ATTACHMENT_LINE_PREFIX, MAX_ATTACHMENT_LINE_BYTES);
     let mut numbering = Numbering::default();
     let mut history = HistoryCheck::new();
+    let mut carried = Carried::default();
     let mut pending: Vec<(usize, u64, AppendTicket)> = Vec::new();
     let mut batch: Vec<RecordedEvent> = Vec::new();
+    let mut batch_attachments: Vec<Attachment> = Vec::new();
     let mut batch_line = 0;
     let mut last_line = 0;
     while let Some((line, text)) = lines.next_line()? {
         last_line = line;
         if text.trim_ascii().is_empty() {
             continue;
+        }
+        if text.starts_with(ATTACHMENT_LINE_PREFIX) {
+            carried.admit(line, text)?;
+            continue;
+        }
+        if text.len() > MAX_EVENT_BYTES {
+            return Err(ReplayError::LineTooLong {
+                line,
+                limit: MAX_EVENT_BYTES,
+            });
         }
         let record = decode_body(text).map_err(|err| ReplayError::BadImport {
             line,
@@ -88,16 +230,23 @@ pub async fn import<L: EventLog + ?Sized>(
         history
             .check(&record)
             .map_err(|violation| ReplayError::ImpossibleHistory { line, violation })?;
+        let attachments = carried.take_for(line, &record)?;
         if batch
             .last()
             .is_some_and(|last| last.stream != record.stream)
         {
-            pending.push(submit(log, std::mem::take(&mut batch), batch_line));
+            pending.push(submit(
+                log,
+                std::mem::take(&mut batch),
+                std::mem::take(&mut batch_attachments),
+                batch_line,
+            ));
         }
         if batch.is_empty() {
             batch_line = line;
         }
         batch.push(record);
+        batch_attachments.extend(attachments);
         if pending.len() >= IMPORT_WINDOW {
             settle(std::mem::take(&mut pending)).await?;
         }
@@ -108,8 +257,9 @@ pub async fn import<L: EventLog + ?Sized>(
             line: last_line,
             violation,
         })?;
+    carried.finish()?;
     if !batch.is_empty() {
-        pending.push(submit(log, batch, batch_line));
+        pending.push(submit(log, batch, batch_attachments, batch_line));
     }
     settle(pending).await?;
     Ok(numbering.position)
@@ -156,6 +306,7 @@ impl Numbering {
 fn submit<L: EventLog + ?Sized>(
     log: &L,
     batch: Vec<RecordedEvent>,
+    attachments: Vec<Attachment>,
     line: usize,
 ) -> (usize, u64, AppendTicket) {
     let stream: StreamId = batch[0].stream;
@@ -172,7 +323,16 @@ fn submit<L: EventLog + ?Sized>(
             recorded_at: Some(record.recorded_at),
         })
         .collect();
-    (line, first_position, log.append(stream, expected, events))
+    let parts = vec![StreamAppend {
+        stream,
+        expected,
+        events,
+    }];
+    (
+        line,
+        first_position,
+        AppendTicket::from(log.append_with_attachments(parts, attachments)),
+    )
 }
 
 async fn settle(pending: Vec<(usize, u64, AppendTicket)>) -> Result<(), ReplayError> {

@@ -33,6 +33,9 @@ pub struct VerifyReport {
     pub impossible_history: Option<HistoryViolation>,
     /// Index entries missing, pointing elsewhere, or pointing at nothing.
     pub index_problems: Vec<String>,
+    /// Attachments a record names that the blob store does not hold, or
+    /// holds damaged.
+    pub attachment_problems: Vec<String>,
 }
 
 impl VerifyReport {
@@ -44,6 +47,7 @@ impl VerifyReport {
             && self.checkpoint_problem.is_none()
             && self.impossible_history.is_none()
             && self.index_problems.is_empty()
+            && self.attachment_problems.is_empty()
     }
 }
 
@@ -74,6 +78,7 @@ pub fn verify<L: EventLog + ?Sized>(log: &L) -> Result<VerifyReport, ReplayError
     let mut resumed = stored.clone();
     let mut expected = Expectation::None;
     let mut indexes = IndexAudit::default();
+    let mut checked = std::collections::HashSet::new();
     for record in log.read_all(1) {
         let record = record?;
         if let Some(stored) = &stored {
@@ -92,6 +97,7 @@ pub fn verify<L: EventLog + ?Sized>(log: &L) -> Result<VerifyReport, ReplayError
             }
         }
         indexes.record(log, &record)?;
+        audit_attachments(log, &record, &mut checked, &mut report.attachment_problems);
         rebuilt.apply(&record);
         if let Some(resumed) = resumed.as_mut() {
             resumed.apply(&record);
@@ -111,6 +117,30 @@ pub fn verify<L: EventLog + ?Sized>(log: &L) -> Result<VerifyReport, ReplayError
         compare_at(&rebuilt, resumed, "checkpoint + tail", &mut report);
     }
     Ok(report)
+}
+
+/// Notes each attachment `record` names (the first time it is named) that
+/// the blob store does not hold or that no longer hashes to its id.
+fn audit_attachments<L: EventLog + ?Sized>(
+    log: &L,
+    record: &subagent_core::RecordedEvent,
+    checked: &mut std::collections::HashSet<subagent_core::AttachmentId>,
+    problems: &mut Vec<String>,
+) {
+    for id in subagent_core::attachment::stored_attachments(&record.event) {
+        if !checked.insert(id) {
+            continue;
+        }
+        let problem = match log.attachment(&id) {
+            Ok(Some(_)) => continue,
+            Ok(None) => "is not in the blob store".to_owned(),
+            Err(err) => err.to_string(),
+        };
+        problems.push(format!(
+            "attachment {id}, named at position {}, {problem}",
+            record.position
+        ));
+    }
 }
 
 fn compare_at(rebuilt: &Projections, other: &Projections, what: &str, report: &mut VerifyReport) {

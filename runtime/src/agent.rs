@@ -24,7 +24,8 @@ pub struct AgentSpec {
     /// Its descriptor (options, tool filter, persona).
     pub descriptor: Option<SubagentDescriptor>,
     /// The session's recorded events, lossless JSON, oldest first (seed,
-    /// transcript, inbox).
+    /// transcript, inbox). Image parts appear as recorded: by attachment
+    /// id (`SubagentRuntime::attachment` reads the bytes).
     pub history: Vec<Value>,
     /// The output schema of this activation, if any.
     pub output_schema: Option<Value>,
@@ -47,7 +48,9 @@ pub enum TranscriptItem {
 
 /// The input of one turn.
 pub struct TurnInput {
-    /// The claimed messages' content, in FIFO order.
+    /// The claimed messages' content, in FIFO order. An image part that the
+    /// log records by attachment id carries its bytes here again, as base64
+    /// `data` beside the id.
     pub messages: Vec<Vec<ContentBlock>>,
     /// Cancellation (interrupt, dispose).
     pub cancel: CancellationToken,
@@ -102,6 +105,20 @@ pub trait Agent: Send {
     fn run_turn(&mut self, input: TurnInput) -> BoxFuture<'_, TurnEnd>;
 }
 
+/// The route a session's turns run on, as far as a host needs it to say
+/// which input the session's model takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct InputRoute<'a> {
+    /// The session.
+    pub session: SessionId,
+    /// Its creation label.
+    pub label: &'a str,
+    /// The model provider of its effective agent options, if set.
+    pub provider: Option<&'a str>,
+    /// The model of its effective agent options, if set.
+    pub model: Option<&'a str>,
+}
+
 /// Builds live agents from durable history, and provides their tools.
 pub trait AgentHost: Send + Sync + 'static {
     /// Builds the agent of a session.
@@ -111,6 +128,15 @@ pub trait AgentHost: Send + Sync + 'static {
     /// tool filter may name only these.
     fn tools(&self) -> Vec<ToolDefinition> {
         Vec::new()
+    }
+
+    /// Whether the model `route` names takes image input. A prompt with
+    /// image parts to a session whose route does not is refused
+    /// (`subagent/attachment-invalid`) before anything is stored. Deny by
+    /// default: a host that says nothing receives no images.
+    fn accepts_image_input(&self, route: &InputRoute<'_>) -> bool {
+        let _ = route;
+        false
     }
 
     /// Executes one permitted call for `session`. The runtime has already

@@ -30,7 +30,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use subagent_core::record::{encoded_body_len, json_len};
 use subagent_core::{
-    ContentBlock, NewEvent, RecordedEvent, StreamId, SubagentError, MAX_CONTENT_BYTES,
+    Attachment, ContentBlock, NewEvent, RecordedEvent, StreamId, SubagentError, MAX_CONTENT_BYTES,
     MAX_EVENT_BYTES,
 };
 use subagent_projections::{checkpoint, decide, Command, Projections};
@@ -283,6 +283,21 @@ impl Engine {
         &self,
         command: Command,
     ) -> Result<Vec<RecordedEvent>, SubagentError> {
+        self.commit_with(command, Vec::new()).await
+    }
+
+    /// As [`commit`](Self::commit), storing `attachments` in the blob store
+    /// in the same atomic write as the events: both become durable, or
+    /// neither. A rejection, or a decision that records nothing (a
+    /// retry), stores nothing.
+    ///
+    /// # Errors
+    /// As [`commit`](Self::commit).
+    pub(crate) async fn commit_with(
+        &self,
+        command: Command,
+        attachments: Vec<Attachment>,
+    ) -> Result<Vec<RecordedEvent>, SubagentError> {
         if self.failed.load(Ordering::Acquire) {
             return Err(self.refusal());
         }
@@ -327,7 +342,7 @@ impl Engine {
             // the events were folded in and later commands decided on them.
             refuse_oversized(&records)?;
             pipeline.versions.extend(next_versions);
-            let ticket = self.log.append_atomic(parts);
+            let ticket = self.log.append_with_attachments(parts, attachments);
             for record in &records {
                 pipeline.state.apply(record);
             }

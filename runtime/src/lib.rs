@@ -31,7 +31,9 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 pub use engine::OpenStats;
 
 pub use activation::SubagentActivation;
-pub use agent::{Agent, AgentHost, AgentSpec, ToolCall, ToolDefinition, ToolOutput, ToolPort};
+pub use agent::{
+    Agent, AgentHost, AgentSpec, InputRoute, ToolCall, ToolDefinition, ToolOutput, ToolPort,
+};
 pub use capacity::CapacityLimits;
 pub use provider::{SubagentProvider, SubagentRun};
 pub use runtime::{

@@ -19,13 +19,17 @@
 //! `sleepMs` (a pause that cancellation cuts short, ending the turn
 //! `aborted`), `structured` (the turn's structured capture), `fail` (ends the
 //! turn `error` with that diagnostic), `refuse` (says it, ends `refusal`),
-//! `maxTokens` (says the partial text, ends `max-tokens`).
+//! `maxTokens` (says the partial text, ends `max-tokens`), `describe` (says
+//! its text and then what the turn's messages held, images included).
+//!
+//! Scripted agents play a model that takes images, except those of labels
+//! marked with [`ScriptedHost::text_only`].
 //!
 //! The host's tools are the tools its scripts call, plus any added with
 //! [`ScriptedHost::with_tool`]. A call the session's filter restricts is
 //! refused by the runtime and the script goes on with its next step.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -34,8 +38,8 @@ use subagent_core::{ContentBlock, Diagnostic, SessionId, SubagentError, Subagent
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::{
-    Agent, AgentHost, AgentSpec, ToolCall, ToolDefinition, ToolOutput, TranscriptItem, TurnEnd,
-    TurnInput,
+    Agent, AgentHost, AgentSpec, InputRoute, ToolCall, ToolDefinition, ToolOutput, TranscriptItem,
+    TurnEnd, TurnInput,
 };
 use crate::BoxFuture;
 
@@ -66,6 +70,10 @@ pub enum Step {
     Refuse(String),
     /// Say this partial text and end the turn `max-tokens`.
     MaxTokens(String),
+    /// Say this text followed by what the turn was given: each message's
+    /// text, and each image's type, decoded size and attachment id (proof
+    /// that the agent received the bytes, not only a reference).
+    Describe(String),
 }
 
 /// A whole script.
@@ -101,6 +109,8 @@ pub struct ScriptedHost {
     default: Script,
     /// Tool name to its canned results, by input (the first is the fallback).
     tools: BTreeMap<String, Vec<(Value, String)>>,
+    /// Labels whose agents play a model without image input.
+    text_only: HashSet<String>,
 }
 
 impl ScriptedHost {
@@ -111,6 +121,7 @@ impl ScriptedHost {
             by_label: HashMap::new(),
             default: Script::default(),
             tools: BTreeMap::new(),
+            text_only: HashSet::new(),
         };
         host.learn_tools(&default);
         host.default = default;
@@ -122,6 +133,41 @@ impl ScriptedHost {
     pub fn with(mut self, label: &str, script: Script) -> Self {
         self.learn_tools(&script);
         self.by_label.insert(label.to_owned(), script);
+        self
+    }
+
+    /// The agents `subagents serve` runs, for a person to drive by hand:
+    /// a child replies `done` each turn; one labelled `slow` works for a
+    /// minute (to watch and interrupt); one labelled `eyes` describes what
+    /// it was given, images included; one labelled `blind` plays a
+    /// text-only model, so images to it are refused.
+    #[must_use]
+    pub fn showcase() -> Self {
+        ScriptedHost::new(Script::reply("done"))
+            .with(
+                "slow",
+                Script {
+                    turns: vec![vec![
+                        Step::Say("working on it".into()),
+                        Step::SleepMs(60_000),
+                        Step::Say("finished".into()),
+                    ]],
+                },
+            )
+            .with(
+                "eyes",
+                Script {
+                    turns: vec![vec![Step::Describe("I was given".into())]],
+                },
+            )
+            .text_only("blind")
+    }
+
+    /// Agents of sessions labelled `label` play a model that takes text
+    /// only: prompts with images to them are refused.
+    #[must_use]
+    pub fn text_only(mut self, label: &str) -> Self {
+        self.text_only.insert(label.to_owned());
         self
     }
 
@@ -154,6 +200,10 @@ impl ScriptedHost {
 }
 
 impl AgentHost for ScriptedHost {
+    fn accepts_image_input(&self, route: &InputRoute<'_>) -> bool {
+        !self.text_only.contains(route.label)
+    }
+
     fn tools(&self) -> Vec<ToolDefinition> {
         self.tools
             .keys()
@@ -276,6 +326,10 @@ impl Agent for ScriptedAgent {
                             () = input.cancel.cancelled() => return end(SubagentStopReason::Aborted, Some("interrupted"), structured),
                         }
                     }
+                    Step::Describe(text) => {
+                        let seen = describe(&input.messages);
+                        input.transcript.send(say(&format!("{text} {seen}"))).await
+                    }
                     Step::Structured(value) => {
                         structured = Some(value);
                         Ok(())
@@ -318,6 +372,36 @@ impl Agent for ScriptedAgent {
             end(SubagentStopReason::Completed, None, structured)
         })
     }
+}
+
+/// What a turn's messages held, in one line: each text part quoted, each
+/// image as its type, decoded size and attachment id.
+fn describe(messages: &[Vec<ContentBlock>]) -> String {
+    use base64::Engine as _;
+    let parts: Vec<String> = messages
+        .iter()
+        .flatten()
+        .map(|block| match block {
+            ContentBlock::Text(text) => format!("{:?}", text.text),
+            ContentBlock::Image(image) => {
+                let size = image
+                    .data
+                    .as_deref()
+                    .and_then(|data| base64::engine::general_purpose::STANDARD.decode(data).ok())
+                    .map_or_else(
+                        || "no bytes".to_owned(),
+                        |bytes| format!("{} bytes", bytes.len()),
+                    );
+                format!(
+                    "{} ({size}, {})",
+                    image.mime_type,
+                    image.attachment.as_deref().unwrap_or("inline")
+                )
+            }
+            other => other.type_name().unwrap_or("block").to_owned(),
+        })
+        .collect();
+    format!("[{}]", parts.join("; "))
 }
 
 /// A step boundary: acknowledges each steering message with an assistant

@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex};
 
 use subagent_core::redact::Redactor;
 use subagent_core::{
-    DepthPolicy, Diagnostic, Event, ModelSelectionSettings, SessionId, StartSettings, StreamId,
-    SubagentError,
+    AttachmentLimits, DepthPolicy, Diagnostic, Event, ModelSelectionSettings, SessionId,
+    StartSettings, StreamId, SubagentError,
 };
 use subagent_store::EventLogExt;
 
@@ -26,6 +26,8 @@ pub(crate) struct Deployment {
     pub(crate) tools: Vec<ToolDefinition>,
     /// The process environment's values, never to appear in a diagnostic.
     environment: Redactor,
+    /// The caps a prompt's images face.
+    pub(crate) attachments: Mutex<AttachmentLimits>,
 }
 
 impl Deployment {
@@ -46,6 +48,7 @@ impl Deployment {
             max_depth: Mutex::new(None),
             tools,
             environment,
+            attachments: Mutex::new(AttachmentLimits::DEFAULT),
         }
     }
 

@@ -4,7 +4,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use subagent_core::{EventId, RecordedEvent, StreamId};
+use subagent_core::{Attachment, AttachmentId, EventId, RecordedEvent, StreamId};
 
 use crate::append_check::IdLocation;
 use crate::indexes::{IndexEntries, LogIndex};
@@ -48,11 +48,21 @@ impl Default for FillingLog {
 }
 
 impl EventLog for FillingLog {
-    fn append_atomic(&self, parts: Vec<StreamAppend>) -> TransactionTicket {
+    fn append_with_attachments(
+        &self,
+        parts: Vec<StreamAppend>,
+        attachments: Vec<Attachment>,
+    ) -> TransactionTicket {
         if self.full.load(Ordering::SeqCst) {
             return TransactionTicket::ready(Err(StoreError::Io(DISK_FULL.into())));
         }
-        self.inner.append_atomic(parts)
+        self.inner.append_with_attachments(parts, attachments)
+    }
+    fn attachment(&self, id: &AttachmentId) -> Result<Option<Vec<u8>>, StoreError> {
+        self.inner.attachment(id)
+    }
+    fn attachment_ids(&self) -> Result<Vec<AttachmentId>, StoreError> {
+        self.inner.attachment_ids()
     }
     fn read_all_page(&self, from: u64, limit: usize) -> Result<Vec<RecordedEvent>, StoreError> {
         self.inner.read_all_page(from, limit)

@@ -13,7 +13,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use serde::{Deserialize, Serialize};
-use subagent_core::{EventId, NewEvent, RecordedEvent, StreamId};
+use subagent_core::{Attachment, AttachmentId, EventId, NewEvent, RecordedEvent, StreamId};
 use tokio::sync::oneshot;
 
 use crate::append_check::IdLocation;
@@ -160,6 +160,13 @@ impl AppendTicket {
     }
 }
 
+/// The ticket of a one-part transaction (its first outcome is the answer).
+impl From<TransactionTicket> for AppendTicket {
+    fn from(ticket: TransactionTicket) -> Self {
+        AppendTicket(ticket)
+    }
+}
+
 impl Future for AppendTicket {
     type Output = Result<AppendOutcome, StoreError>;
 
@@ -180,7 +187,35 @@ pub trait EventLog: Send + Sync + 'static {
     /// As [`append`](Self::append), for the first part that fails, plus
     /// [`StoreError::RepeatedStream`] when two parts name one stream. Nothing
     /// of a failed append is written.
-    fn append_atomic(&self, parts: Vec<StreamAppend>) -> TransactionTicket;
+    fn append_atomic(&self, parts: Vec<StreamAppend>) -> TransactionTicket {
+        self.append_with_attachments(parts, Vec::new())
+    }
+
+    /// As [`append_atomic`](Self::append_atomic), storing `attachments` in
+    /// the blob store in the same atomic write: the events and the bytes
+    /// they refer to become durable together, and a refused append stores
+    /// neither. An attachment already stored is stored again unchanged (the
+    /// key is its content's hash). A deduplicated retry writes nothing.
+    fn append_with_attachments(
+        &self,
+        parts: Vec<StreamAppend>,
+        attachments: Vec<Attachment>,
+    ) -> TransactionTicket;
+
+    /// The bytes stored under `id`, checked against it; `None` when the blob
+    /// store has no such attachment.
+    ///
+    /// # Errors
+    /// [`StoreError::Damaged`] when the stored bytes no longer hash to `id`,
+    /// or IO failure.
+    fn attachment(&self, id: &AttachmentId) -> Result<Option<Vec<u8>>, StoreError>;
+
+    /// The id of every stored attachment, in digest order (for export and
+    /// verification).
+    ///
+    /// # Errors
+    /// [`StoreError::Damaged`] for a key that is not a digest, or IO failure.
+    fn attachment_ids(&self) -> Result<Vec<AttachmentId>, StoreError>;
 
     /// Appends `events` to `stream` atomically, if `expected` holds.
     ///
@@ -281,6 +316,25 @@ pub trait EventLog: Send + Sync + 'static {
     /// # Errors
     /// [`StoreError::CorruptIndex`] for an entry that does not decode, or IO failure.
     fn indexed_position(&self, stream: &StreamId, version: u64) -> Result<Option<u64>, StoreError>;
+}
+
+/// `bytes` when they still hash to `id`, the blob store's read check.
+///
+/// # Errors
+/// [`StoreError::Damaged`] naming `path` when they do not.
+pub(crate) fn check_attachment(
+    id: &AttachmentId,
+    bytes: Vec<u8>,
+    path: &str,
+) -> Result<Vec<u8>, StoreError> {
+    if AttachmentId::of(&bytes) == *id {
+        Ok(bytes)
+    } else {
+        Err(StoreError::Damaged {
+            path: path.to_string(),
+            reason: format!("the stored attachment {id} no longer hashes to its id"),
+        })
+    }
 }
 
 /// Page size of [`EventLogExt`] iterators.

@@ -3,11 +3,11 @@
 //! RocksDB backend and decodes them on read, so it exercises the same codec
 //! and reports corruption the same way.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use subagent_core::{EventId, RecordedEvent, StreamId};
+use subagent_core::{Attachment, AttachmentId, EventId, RecordedEvent, StreamId};
 use tokio::sync::watch;
 
 use crate::append_check::{
@@ -29,6 +29,7 @@ struct State {
     streams: HashMap<StreamId, Vec<u64>>,
     ids: HashMap<EventId, IdLocation>,
     checkpoints: HashMap<String, Vec<u8>>,
+    attachments: BTreeMap<AttachmentId, Vec<u8>>,
 }
 
 struct Shared {
@@ -127,7 +128,24 @@ impl MemoryLog {
         }
     }
 
-    fn write(&self, parts: Vec<StreamAppend>) -> Result<Vec<AppendOutcome>, StoreError> {
+    /// Test hook: flips one bit of the stored attachment `id`, as a failing
+    /// disk would. Returns false if there is no such attachment or it is empty.
+    pub fn corrupt_attachment(&self, id: &AttachmentId) -> bool {
+        let mut state = self.state();
+        match state.attachments.get_mut(id) {
+            Some(bytes) if !bytes.is_empty() => {
+                bytes[0] ^= 0x10;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    fn write(
+        &self,
+        parts: Vec<StreamAppend>,
+        attachments: Vec<Attachment>,
+    ) -> Result<Vec<AppendOutcome>, StoreError> {
         let mut state = self.state();
         let verdict = check_transaction(
             &parts,
@@ -162,6 +180,11 @@ impl MemoryLog {
                 },
             );
         }
+        for attachment in attachments {
+            state
+                .attachments
+                .insert(attachment.id(), attachment.into_bytes());
+        }
         self.shared.head.send_replace(state.records.len() as u64);
         Ok(outcomes)
     }
@@ -177,8 +200,23 @@ pub(crate) fn unix_millis() -> u64 {
 }
 
 impl EventLog for MemoryLog {
-    fn append_atomic(&self, parts: Vec<StreamAppend>) -> TransactionTicket {
-        TransactionTicket::ready(self.write(parts))
+    fn append_with_attachments(
+        &self,
+        parts: Vec<StreamAppend>,
+        attachments: Vec<Attachment>,
+    ) -> TransactionTicket {
+        TransactionTicket::ready(self.write(parts, attachments))
+    }
+
+    fn attachment(&self, id: &AttachmentId) -> Result<Option<Vec<u8>>, StoreError> {
+        let Some(bytes) = self.state().attachments.get(id).cloned() else {
+            return Ok(None);
+        };
+        crate::log::check_attachment(id, bytes, "memory").map(Some)
+    }
+
+    fn attachment_ids(&self) -> Result<Vec<AttachmentId>, StoreError> {
+        Ok(self.state().attachments.keys().copied().collect())
     }
 
     fn read_all_page(

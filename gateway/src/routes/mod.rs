@@ -2,6 +2,7 @@
 //! parsers they share: ids from a path and typed query strings, both
 //! refused as `gateway/bad-request` in the gateway's JSON form.
 
+pub(crate) mod attachments;
 pub(crate) mod children;
 pub(crate) mod events;
 pub(crate) mod reads;

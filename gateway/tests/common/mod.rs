@@ -11,8 +11,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use subagent_gateway::{GatewayConfig, Limits, Token, TokenSource};
 use subagent_runtime::providers::{ProcessProvider, SpawnProvider};
-use subagent_runtime::scripted::Step;
-use subagent_runtime::{CapacityLimits, Script, ScriptedHost, SubagentRuntime};
+use subagent_runtime::{CapacityLimits, ScriptedHost, SubagentRuntime};
 use subagent_store::{EventLog, MemoryLog};
 use tokio_util::sync::CancellationToken;
 
@@ -32,18 +31,9 @@ pub(crate) struct Server {
     shutdown: CancellationToken,
 }
 
-/// Children reply `done` each turn; a child labelled `slow` works a minute.
+/// The agents of `subagents serve` ([`ScriptedHost::showcase`]).
 pub(crate) fn scripts() -> ScriptedHost {
-    ScriptedHost::new(Script::reply("done")).with(
-        "slow",
-        Script {
-            turns: vec![vec![
-                Step::Say("working on it".into()),
-                Step::SleepMs(60_000),
-                Step::Say("finished".into()),
-            ]],
-        },
-    )
+    ScriptedHost::showcase()
 }
 
 impl Server {

@@ -4,8 +4,8 @@
 use std::sync::Arc;
 
 use subagent_core::{
-    content::ContentBlock, Event, InterruptReceipt, InterruptRequest, MessageId, PromptReceipt,
-    PromptRequest, SessionId, StreamId, SubagentError,
+    content::ContentBlock, Attachment, Event, InterruptReceipt, InterruptRequest, MessageId,
+    PromptReceipt, PromptRequest, SessionId, StreamId, SubagentError,
 };
 use subagent_projections::machine::{cold_resumes, prompt_receipt};
 use subagent_projections::prompt_digest;
@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 use crate::activation::DriverHandle;
 use crate::drivers::LocalDriver;
 
+use super::attachments::admit_images;
 use super::{lock, LiveAgent, Materializing, SubagentRuntime};
 
 /// A message accepted into an inbox, as [`SubagentRuntime::inbox`] yields it.
@@ -105,6 +106,7 @@ impl SubagentRuntime {
                 content,
                 delivery: subagent_core::MessageDelivery::Queue,
             },
+            Vec::new(),
         )
         .await?;
         Ok(message_id)
@@ -123,8 +125,9 @@ impl SubagentRuntime {
     /// # Errors
     /// `gateway/bad-request` (malformed, or the request id reused for
     /// another body), `subagent/invalid-time-zone`,
-    /// `subagent/attachment-invalid` (image parts: the attachment store is
-    /// not built yet), `subagent/parent-unavailable` (the parent is not
+    /// `subagent/attachment-invalid` (an image part that is malformed, over
+    /// a cap, not the type it declares, or for a child whose route takes no
+    /// images; see `attachments`), `subagent/parent-unavailable` (the parent is not
     /// live), `subagent/unauthorized` (not the direct parent),
     /// `subagent/not-resumable`, `subagent/delivery-unavailable` (a cold
     /// resume at capacity, or structured capture closed the input),
@@ -137,15 +140,6 @@ impl SubagentRuntime {
     ) -> Result<PromptReceipt, SubagentError> {
         self.ensure_open()?;
         request.validate(is_time_zone)?;
-        if request
-            .content
-            .iter()
-            .any(|block| matches!(block, ContentBlock::Image(_)))
-        {
-            return Err(SubagentError::AttachmentInvalid(
-                "image parts need the attachment store, which this build does not have yet".into(),
-            ));
-        }
         if signal.is_cancelled() {
             return Err(SubagentError::Cancelled);
         }
@@ -156,8 +150,11 @@ impl SubagentRuntime {
             content,
             time_zone,
         } = request;
+        let admitted = admit_images(content, self.attachment_limits(), self.log().as_ref())?;
         let (parent, child) = (address.parent_session_id, address.child_session_id);
-        let digest = prompt_digest(delivery, time_zone.as_deref(), &content);
+        // Recorded content names images by id, so a retry that sends the
+        // same bytes inline again digests the same.
+        let digest = prompt_digest(delivery, time_zone.as_deref(), &admitted.content);
         let receipt = |this: &Self| {
             prompt_receipt(
                 &this.inner.engine.state(),
@@ -176,6 +173,9 @@ impl SubagentRuntime {
                 "{parent} has no live agent"
             )));
         }
+        if admitted.has_images() {
+            self.check_image_route(child)?;
+        }
         let message_id = MessageId::new();
         let command = Command::Prompt {
             parent,
@@ -183,10 +183,13 @@ impl SubagentRuntime {
             request_id: request_id.clone(),
             zone: time_zone,
             message_id,
-            content,
+            content: admitted.content,
             delivery,
         };
-        if !self.deliver(parent, child, command).await? {
+        if !self
+            .deliver(parent, child, command, admitted.attachments)
+            .await?
+        {
             // A concurrent retry of the same request was accepted first.
             return receipt(self)?.ok_or_else(|| {
                 SubagentError::internal("a prompt recorded nothing and has no receipt")
@@ -205,6 +208,7 @@ impl SubagentRuntime {
         sender: SessionId,
         target: SessionId,
         command: Command,
+        attachments: Vec<Attachment>,
     ) -> Result<bool, SubagentError> {
         let resumes = cold_resumes(&self.inner.engine.state(), sender, target);
         let permits = if resumes {
@@ -213,7 +217,7 @@ impl SubagentRuntime {
             None
         };
         let _materializing = Materializing::enter(&self.inner.gate)?;
-        let records = self.inner.engine.commit(command).await?;
+        let records = self.inner.engine.commit_with(command, attachments).await?;
         let resumed = records
             .iter()
             .any(|record| matches!(record.event, Event::ActivationRequested { .. }));

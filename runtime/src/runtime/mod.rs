@@ -10,9 +10,11 @@
 //! - `notices`: `subagent/start` and `subagent/end` notices;
 //! - `start`: starting a child, local or external;
 //! - `messaging`: sends, wakes, cold resumes, interrupts and the inbox;
+//! - `attachments`: a prompt's images into the blob store, and back out;
 //! - `teardown`: drains, waits, disposal;
 //! - `queries`: the catalog and descendant listings.
 
+mod attachments;
 mod messaging;
 mod notices;
 mod queries;
@@ -21,6 +23,7 @@ mod roots;
 mod start;
 mod teardown;
 
+pub(crate) use attachments::inline_attachments;
 pub use messaging::{InboxMessage, InterruptAuthority};
 pub use notices::Notice;
 pub use registry::ProviderRegistration;

@@ -8,15 +8,17 @@
 //! One file per concern: `append` (single-stream appends), `atomic`
 //! (multi-stream appends and the largest event), `reads` (reads,
 //! subscriptions, reopening, corruption), `indexes` (the indexes against
-//! the records).
+//! the records), `attachments` (the blob store).
 
 mod append;
 mod atomic;
+mod attachments;
 mod indexes;
 mod reads;
 
 pub use append::*;
 pub use atomic::*;
+pub use attachments::*;
 pub use indexes::*;
 pub use reads::*;
 
@@ -94,7 +96,8 @@ macro_rules! conformance_suite {
             atomic_appends_write_every_part_or_none,
             atomic_retries_are_idempotent_and_malformed_ones_refused,
             index_entries_point_back_at_every_record,
-            an_oversized_event_is_refused_and_changes_nothing
+            an_oversized_event_is_refused_and_changes_nothing,
+            attachments_are_stored_with_their_events_or_not_at_all
         );
     };
     (@tests $make:expr; $($name:ident),+) => {

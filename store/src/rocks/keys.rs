@@ -6,7 +6,7 @@
 //! | `streams`   | stream name, `0x00`, version u64 BE   | position u64 BE                          |
 //! | `event_ids` | event id, 16 bytes                    | position u64 BE, version u64 BE, stream  |
 //! | `meta`      | `head`, `format`, `checkpoint/<name>` | u64 BE, u64 BE, checkpoint bytes         |
-//! | `blobs`     | content hash                          | attachment bytes (reserved)              |
+//! | `blobs`     | SHA-256 of the value, 32 bytes        | attachment bytes                         |
 //!
 //! Big-endian integers make RocksDB's bytewise order the numeric order, so a
 //! forward iterator walks positions and versions in order.

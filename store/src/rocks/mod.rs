@@ -22,13 +22,15 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use rocksdb::{ColumnFamily, DB};
-use subagent_core::{EventId, RecordedEvent, StreamId};
+use subagent_core::{Attachment, AttachmentId, EventId, RecordedEvent, StreamId};
 use tokio::sync::watch;
 
 use crate::append_check::IdLocation;
 use crate::error::StoreError;
 use crate::indexes::{IndexEntries, LogIndex};
-use crate::log::{good_prefix, Durability, EventLog, StreamAppend, TransactionTicket};
+use crate::log::{
+    check_attachment, good_prefix, Durability, EventLog, StreamAppend, TransactionTicket,
+};
 use crate::record;
 use crate::subscription::{self, Subscription};
 use open::DirectoryState;
@@ -322,12 +324,20 @@ impl RocksLog {
 }
 
 impl EventLog for RocksLog {
-    fn append_atomic(&self, parts: Vec<StreamAppend>) -> TransactionTicket {
+    fn append_with_attachments(
+        &self,
+        parts: Vec<StreamAppend>,
+        attachments: Vec<Attachment>,
+    ) -> TransactionTicket {
         if let Err(err) = self.refuse_if_read_only() {
             return TransactionTicket::ready(Err(err));
         }
         let (reply, ticket) = TransactionTicket::channel();
-        let request = AppendRequest { parts, reply };
+        let request = AppendRequest {
+            parts,
+            attachments,
+            reply,
+        };
         let sent = match self.shared.requests.lock() {
             Ok(requests) => requests.as_ref().map(|sender| sender.send(request).is_ok()),
             Err(_) => None,
@@ -439,6 +449,33 @@ impl EventLog for RocksLog {
 
     fn durability(&self) -> Durability {
         self.shared.durability
+    }
+
+    fn attachment(&self, id: &AttachmentId) -> Result<Option<Vec<u8>>, StoreError> {
+        let db = &self.shared.db;
+        let path = &self.shared.path;
+        let Some(bytes) = db
+            .get_cf(family(db, keys::CF_BLOBS)?, id.digest())
+            .map_err(|err| map_rocks_error(err, 0, path))?
+        else {
+            return Ok(None);
+        };
+        check_attachment(id, bytes, &path.display().to_string()).map(Some)
+    }
+
+    fn attachment_ids(&self) -> Result<Vec<AttachmentId>, StoreError> {
+        let db = &self.shared.db;
+        let path = &self.shared.path;
+        let mut ids = Vec::new();
+        for entry in db.iterator_cf(family(db, keys::CF_BLOBS)?, rocksdb::IteratorMode::Start) {
+            let (key, _) = entry.map_err(|err| map_rocks_error(err, 0, path))?;
+            let digest = <[u8; 32]>::try_from(&key[..]).map_err(|_| StoreError::Damaged {
+                path: path.display().to_string(),
+                reason: format!("a blob key of {} bytes is not a SHA-256 digest", key.len()),
+            })?;
+            ids.push(AttachmentId::from_digest(digest));
+        }
+        Ok(ids)
     }
 
     fn read_checkpoint(&self, name: &str) -> Result<Option<Vec<u8>>, StoreError> {

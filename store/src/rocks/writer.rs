@@ -14,11 +14,11 @@ use std::sync::mpsc::{Receiver, TryRecvError};
 use std::sync::Arc;
 
 use rocksdb::{WriteBatch, WriteOptions, DB};
-use subagent_core::{EventId, StreamId};
+use subagent_core::{Attachment, EventId, StreamId};
 use tokio::sync::{oneshot, watch};
 use tracing::{debug, warn};
 
-use super::keys::{self, CF_EVENT_IDS, CF_LOG, CF_META, CF_STREAMS};
+use super::keys::{self, CF_BLOBS, CF_EVENT_IDS, CF_LOG, CF_META, CF_STREAMS};
 use super::{family, map_rocks_error, read_stream_version};
 use crate::append_check::{
     check_transaction, encode_records, next_position as position_after, place, IdLocation,
@@ -33,6 +33,8 @@ pub(crate) const MAX_GROUP_REQUESTS: usize = 1024;
 
 pub(crate) struct AppendRequest {
     pub(crate) parts: Vec<StreamAppend>,
+    /// Stored in the same batch as `parts`' events, when those are written.
+    pub(crate) attachments: Vec<Attachment>,
     pub(crate) reply: oneshot::Sender<Result<Vec<AppendOutcome>, StoreError>>,
 }
 
@@ -158,13 +160,19 @@ impl Writer {
         let mut overlay = GroupOverlay::default();
         let mut replies = Vec::with_capacity(group.len());
         let recorded_at = unix_millis();
-        for AppendRequest { parts, reply } in group {
+        for AppendRequest {
+            parts,
+            attachments,
+            reply,
+        } in group
+        {
             let result = self.stage(
                 &mut batch,
                 &mut overlay,
                 &mut next_position,
                 recorded_at,
                 parts,
+                attachments,
             );
             let needs_write = match &result {
                 Ok(outcomes) => outcomes
@@ -233,6 +241,7 @@ impl Writer {
         next_position: &mut u64,
         recorded_at: u64,
         parts: Vec<StreamAppend>,
+        attachments: Vec<Attachment>,
     ) -> Result<Vec<AppendOutcome>, StoreError> {
         let mut versions = HashMap::with_capacity(parts.len());
         for part in &parts {
@@ -247,10 +256,11 @@ impl Writer {
             TransactionVerdict::AlreadyAppended(outcomes) => return Ok(outcomes),
             TransactionVerdict::Write { currents } => currents,
         };
-        let (log, streams, ids) = (
+        let (log, streams, ids, blobs) = (
             family(&self.db, CF_LOG)?,
             family(&self.db, CF_STREAMS)?,
             family(&self.db, CF_EVENT_IDS)?,
+            family(&self.db, CF_BLOBS)?,
         );
         let (records, outcomes) = place(parts, &currents, *next_position, recorded_at)?;
         let encoded = encode_records(&records)?;
@@ -277,6 +287,9 @@ impl Writer {
             );
             overlay.ids.insert(record.event_id, location);
             overlay.versions.insert(record.stream, record.version);
+        }
+        for attachment in &attachments {
+            batch.put_cf(blobs, attachment.id().digest(), attachment.bytes());
         }
         *next_position = after;
         Ok(outcomes)

@@ -9,6 +9,7 @@ use subagent_projections::Command;
 use subagent_store::EventLogExt;
 
 use super::LocalDriver;
+use crate::runtime::inline_attachments;
 
 impl LocalDriver {
     /// The agent is at a step boundary: claim every pending message for the
@@ -29,7 +30,7 @@ impl LocalDriver {
     }
 
     /// The contents of the messages a claim (`MessagesClaimed` among
-    /// `records`) took, in its order.
+    /// `records`) took, in its order, image attachments inlined again.
     ///
     /// A claim takes every pending message, so the messages of one claim were
     /// all accepted after the previous claim: the scan starts at `scan_from`
@@ -52,7 +53,12 @@ impl LocalDriver {
             contents = self.accepted_between(ids, 1, claimed_at)?;
         }
         *scan_from = claimed_at + 1;
-        Ok(ids.iter().filter_map(|id| contents.remove(id)).collect())
+        let mut claimed: Vec<Vec<ContentBlock>> =
+            ids.iter().filter_map(|id| contents.remove(id)).collect();
+        for content in &mut claimed {
+            inline_attachments(content, self.runtime.log().as_ref())?;
+        }
+        Ok(claimed)
     }
 
     /// The contents of the `ids` accepted at stream versions `from..until`.
