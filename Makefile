@@ -50,7 +50,7 @@ unit: deps
 test: lint unit
 
 bench: deps
-	for part in append activations messages replay list startup memory; do \
+	for part in append activations messages replay list startup memory gateway; do \
 		$(CARGO) run -q --release -p subagent-bench -- $$part $(BENCH_ARGS) || exit 1; \
 	done
 

@@ -9,6 +9,7 @@
 mod activations;
 mod append;
 mod args;
+mod gateway;
 mod list;
 mod memory;
 mod messages;
@@ -18,6 +19,7 @@ mod workload;
 
 pub use activations::ActivationArgs;
 pub use append::AppendArgs;
+pub use gateway::GatewayArgs;
 pub use list::ListArgs;
 pub use memory::MemoryArgs;
 pub use messages::MessageArgs;
@@ -47,6 +49,9 @@ pub enum BenchPart {
     List(list::ListArgs),
     /// Startup: open from checkpoint + tail vs a full refold.
     Startup(replay::ReplayArgs),
+    /// The gateway: prompt round trips over HTTP vs in process, SSE fan-out
+    /// vs direct log subscriptions.
+    Gateway(gateway::GatewayArgs),
 }
 
 /// Runs one part, writing its table to `out`.
@@ -62,5 +67,6 @@ pub fn run(part: BenchPart, out: &mut dyn Write) -> BenchResult {
         BenchPart::Replay(args) => replay::replay(&args, out),
         BenchPart::List(args) => list::run(&args, out),
         BenchPart::Startup(args) => replay::startup(&args, out),
+        BenchPart::Gateway(args) => gateway::run(&args, out),
     }
 }

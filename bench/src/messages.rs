@@ -41,7 +41,7 @@ pub struct MessageArgs {
 }
 
 /// Echoes every turn's input and reports the turn's end to the harness.
-struct EchoHost(mpsc::UnboundedSender<SessionId>);
+pub(super) struct EchoHost(pub(super) mpsc::UnboundedSender<SessionId>);
 struct Echo {
     session: SessionId,
     done: mpsc::UnboundedSender<SessionId>,
