@@ -48,6 +48,7 @@ fn the_readme_curl_session_runs_and_shows_the_reply_and_the_interrupt() {
     );
     assert!(printed.contains(r#"{"messageId":"#), "{printed}");
     assert!(printed.contains(r#"{"interrupted":true}"#), "{printed}");
+    assert!(printed.contains("the same image is back"), "{printed}");
     let events = std::fs::read_to_string(dir.path().join("events.txt")).unwrap();
     // The prompt's message, then the reply of the turn it ran in the same
     // child's stream; the interrupt of the slow child and its aborted turn.
@@ -67,6 +68,15 @@ fn the_readme_curl_session_runs_and_shows_the_reply_and_the_interrupt() {
             .any(|frame| frame.contains("event: AssistantMessage")
                 && frame.contains(&format!("\"stream\":\"{stream}\""))),
         "{events}"
+    );
+    let picture = frames
+        .iter()
+        .find(|frame| frame.contains("\"requestId\":\"a-picture\""))
+        .expect("the image prompt's message is on the stream");
+    assert!(picture.contains("\"attachment\":\"sha256:"), "{picture}");
+    assert!(
+        !picture.contains("iVBORw0KGgo"),
+        "the event names the image, not its bytes: {picture}"
     );
     assert!(events.contains("event: InterruptRequested"), "{events}");
     assert!(events.contains("\"stopReason\":\"aborted\""), "{events}");

@@ -281,7 +281,7 @@ pub trait EventLog: Send + Sync + 'static {
     fn watch_head(&self) -> tokio::sync::watch::Receiver<u64>;
 
     /// Catch-up-then-live subscription from `from_position` (see
-    /// [`Subscription`]). Must be called inside a tokio runtime.
+    /// [`Subscription`]).
     fn subscribe(&self, from_position: u64) -> Subscription;
 
     /// The log's durability setting.

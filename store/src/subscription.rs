@@ -6,13 +6,14 @@
 //! from the log itself (the head watch only says *that* something changed),
 //! it can neither skip nor repeat an event, whatever the timing.
 
+use std::collections::VecDeque;
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::task::{ready, Context, Poll};
 
 use subagent_core::RecordedEvent;
-use tokio::sync::{mpsc, watch};
-use tokio_stream::wrappers::ReceiverStream;
+use tokio::sync::watch;
 use tokio_stream::Stream;
+use tokio_util::sync::ReusableBoxFuture;
 
 use crate::error::StoreError;
 use crate::log::{EventLog, READ_PAGE};
@@ -35,82 +36,121 @@ pub enum SubscriptionItem {
 }
 
 /// A stream of [`SubscriptionItem`]s. Ends after yielding an error, or when
-/// the log is closed. Dropping it stops the background reader.
-pub struct Subscription(ReceiverStream<Result<SubscriptionItem, StoreError>>);
+/// the log is closed.
+///
+/// It reads the log itself, a page at a time as it is polled: there is no
+/// background task, so a slow consumer only lags (the log never waits for
+/// it), and dropping the subscription drops its log handle at once (a
+/// runtime that closed and dropped its handles leaves the directory free to
+/// open again).
+pub struct Subscription {
+    log: Box<dyn EventLog>,
+    /// The next position to deliver.
+    next: u64,
+    /// The head the reads go up to.
+    target: u64,
+    /// Read and not yet delivered.
+    page: VecDeque<RecordedEvent>,
+    /// Delivered after `page` drains, then the subscription ends.
+    failure: Option<StoreError>,
+    caught_up: bool,
+    ended: bool,
+    /// The next change of the durable head (owning its receiver).
+    changes: ReusableBoxFuture<'static, HeadChange>,
+}
+
+type HeadChange = (Result<(), watch::error::RecvError>, watch::Receiver<u64>);
+
+async fn head_change(mut head: watch::Receiver<u64>) -> HeadChange {
+    let changed = head.changed().await;
+    (changed, head)
+}
+
+impl Subscription {
+    /// Reads the next page up to `target` into `page`, or notes the failure.
+    fn read_page(&mut self) {
+        match self.log.read_all_page(self.next, READ_PAGE) {
+            Ok(records) if records.is_empty() => {
+                self.failure = Some(StoreError::Corrupt {
+                    position: self.next,
+                    reason: "record missing below the head".into(),
+                });
+            }
+            Ok(records) => {
+                for record in records {
+                    let position = record.position;
+                    self.page.push_back(record);
+                    match position.checked_add(1) {
+                        Some(after) => self.next = after,
+                        None => {
+                            // Only a damaged log has a record at u64::MAX.
+                            self.failure = Some(StoreError::NumberingExhausted {
+                                what: "position",
+                                value: u64::MAX,
+                            });
+                            return;
+                        }
+                    }
+                }
+            }
+            Err(err) => self.failure = Some(err),
+        }
+    }
+}
 
 impl Stream for Subscription {
     type Item = Result<SubscriptionItem, StoreError>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        Pin::new(&mut self.0).poll_next(cx)
+        let this = &mut *self;
+        loop {
+            if let Some(record) = this.page.pop_front() {
+                return Poll::Ready(Some(Ok(SubscriptionItem::Event(record))));
+            }
+            if this.ended {
+                return Poll::Ready(None);
+            }
+            if let Some(failure) = this.failure.take() {
+                this.ended = true;
+                return Poll::Ready(Some(Err(failure)));
+            }
+            if this.next <= this.target {
+                this.read_page();
+                continue;
+            }
+            if !this.caught_up {
+                this.caught_up = true;
+                return Poll::Ready(Some(Ok(SubscriptionItem::CaughtUp {
+                    head: this.next - 1,
+                })));
+            }
+            let (changed, mut head) = ready!(this.changes.poll(cx));
+            if changed.is_err() {
+                // The log is gone.
+                this.ended = true;
+                return Poll::Ready(None);
+            }
+            this.target = *head.borrow_and_update();
+            this.changes.set(head_change(head));
+        }
     }
 }
 
-/// Starts a subscription over `log` from `from_position`, woken by `head`.
-/// Must be called inside a tokio runtime.
-pub fn spawn<L: EventLog + Clone>(
+/// A subscription over `log` from `from_position`, following `head`.
+pub fn follow<L: EventLog>(
     log: L,
     mut head: watch::Receiver<u64>,
     from_position: u64,
 ) -> Subscription {
-    let (sender, receiver) = mpsc::channel(READ_PAGE);
-    tokio::spawn(async move {
-        let mut next = from_position.max(1);
-        let mut caught_up = false;
-        loop {
-            let target = *head.borrow_and_update();
-            while next <= target {
-                let page = match log.read_all_page(next, READ_PAGE) {
-                    Ok(page) if page.is_empty() => Err(StoreError::Corrupt {
-                        position: next,
-                        reason: "record missing below the head".into(),
-                    }),
-                    other => other,
-                };
-                let page = match page {
-                    Ok(page) => page,
-                    Err(err) => {
-                        let _ = sender.send(Err(err)).await;
-                        return;
-                    }
-                };
-                for record in page {
-                    let Some(after) = record.position.checked_add(1) else {
-                        // Only a damaged log has a record at u64::MAX.
-                        let _ = sender.send(Ok(SubscriptionItem::Event(record))).await;
-                        let _ = sender
-                            .send(Err(StoreError::NumberingExhausted {
-                                what: "position",
-                                value: u64::MAX,
-                            }))
-                            .await;
-                        return;
-                    };
-                    next = after;
-                    if sender
-                        .send(Ok(SubscriptionItem::Event(record)))
-                        .await
-                        .is_err()
-                    {
-                        return;
-                    }
-                }
-            }
-            if !caught_up {
-                caught_up = true;
-                if sender
-                    .send(Ok(SubscriptionItem::CaughtUp { head: next - 1 }))
-                    .await
-                    .is_err()
-                {
-                    return;
-                }
-            }
-            tokio::select! {
-                changed = head.changed() => if changed.is_err() { return },
-                () = sender.closed() => return,
-            }
-        }
-    });
-    Subscription(ReceiverStream::new(receiver))
+    let target = *head.borrow_and_update();
+    Subscription {
+        log: Box::new(log),
+        next: from_position.max(1),
+        target,
+        page: VecDeque::new(),
+        failure: None,
+        caught_up: false,
+        ended: false,
+        changes: ReusableBoxFuture::new(head_change(head)),
+    }
 }

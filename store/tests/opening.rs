@@ -1,6 +1,6 @@
 //! What `RocksLog` refuses to open, and how (issue 12): one writer per
-//! directory by an OS lock, never a new log over the remains of one, a
-//! read-only handle that cannot write.
+//! directory by an OS lock (waiting out a lock held for a moment), never a
+//! new log over the remains of one, a read-only handle that cannot write.
 
 use subagent_core::{ErrorCode, Event, NewEvent, SessionId, StreamId};
 use subagent_store::{EventLog, ExpectedVersion, RocksLog, RocksOptions, StoreError};
@@ -37,6 +37,42 @@ fn a_second_writer_is_refused_by_the_lock_until_the_first_is_dropped() {
     drop(first);
     let again = RocksLog::open(&path, RocksOptions::default()).unwrap();
     assert_eq!(again.head(), 1);
+}
+
+/// A lock held for a moment, as a child forked by another thread holds it
+/// between its fork and its `exec`, delays an open instead of failing it;
+/// a lock that stays held is `Locked` once the wait is over.
+#[test]
+fn an_open_waits_out_a_lock_held_for_a_moment_but_not_one_that_stays() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("log");
+    drop(RocksLog::open(&path, RocksOptions::default()).unwrap());
+    let holder = std::fs::OpenOptions::new()
+        .write(true)
+        .open(path.join(subagent_store::rocks::LOCK_FILE))
+        .unwrap();
+    holder.try_lock().unwrap();
+    let released = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        drop(holder);
+    });
+    let began = std::time::Instant::now();
+    let log = RocksLog::open(&path, RocksOptions::default()).unwrap();
+    assert!(began.elapsed() >= std::time::Duration::from_millis(90));
+    released.join().unwrap();
+    drop(log);
+
+    let holder = std::fs::OpenOptions::new()
+        .write(true)
+        .open(path.join(subagent_store::rocks::LOCK_FILE))
+        .unwrap();
+    holder.try_lock().unwrap();
+    let began = std::time::Instant::now();
+    let err = RocksLog::open(&path, RocksOptions::default())
+        .err()
+        .unwrap();
+    assert_eq!(err.code(), ErrorCode::StoreLocked);
+    assert!(began.elapsed() >= std::time::Duration::from_millis(500));
 }
 
 #[test]

@@ -262,7 +262,7 @@ impl SubagentRuntime {
             resumed: true,
             epoch,
         };
-        *lock(&handle.task) = Some(tokio::spawn(driver.run()));
+        *lock(&handle.task) = Some(self.inner.tasks.spawn(driver.run()));
     }
 
     /// Interrupts `target`'s current execution. The cancel is issued before
@@ -365,26 +365,28 @@ impl SubagentRuntime {
         let log = Arc::clone(self.log());
         let shutdown = self.inner.shutdown.clone();
         let (sender, receiver) = mpsc::channel(256);
-        tokio::spawn(shutdown.run_until_cancelled_owned(async move {
-            use tokio_stream::StreamExt;
-            for record in log.read_stream(stream, 1) {
-                let Ok(record) = record else { return };
-                if record.position > head {
-                    break;
+        self.inner
+            .tasks
+            .spawn(shutdown.run_until_cancelled_owned(async move {
+                use tokio_stream::StreamExt;
+                for record in log.read_stream(stream, 1) {
+                    let Ok(record) = record else { return };
+                    if record.position > head {
+                        break;
+                    }
+                    if !forward_message(&sender, record.event).await {
+                        return;
+                    }
                 }
-                if !forward_message(&sender, record.event).await {
-                    return;
+                while let Some(Ok(item)) = subscription.next().await {
+                    let subagent_store::SubscriptionItem::Event(record) = item else {
+                        continue;
+                    };
+                    if record.stream == stream && !forward_message(&sender, record.event).await {
+                        return;
+                    }
                 }
-            }
-            while let Some(Ok(item)) = subscription.next().await {
-                let subagent_store::SubscriptionItem::Event(record) = item else {
-                    continue;
-                };
-                if record.stream == stream && !forward_message(&sender, record.event).await {
-                    return;
-                }
-            }
-        }));
+            }));
         Ok(receiver)
     }
 }

@@ -37,6 +37,7 @@ use subagent_projections::Command;
 use subagent_store::EventLog;
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::activation::DriverHandle;
 use crate::agent::AgentHost;
@@ -117,6 +118,11 @@ pub(crate) struct Inner {
     /// Cancelled once `close` is done: inbox readers and scoped notice
     /// forwarders end, and with them their hold on the log.
     shutdown: CancellationToken,
+    /// Every task the runtime spawns that holds it or its log (drivers,
+    /// inbox readers, notice forwarders): `close` waits for all of them, so
+    /// once it returns nothing of the runtime keeps the log open and the
+    /// directory can be opened again at once.
+    pub(crate) tasks: TaskTracker,
     pub(crate) host: Arc<dyn AgentHost>,
     pub(crate) providers: Mutex<Vec<Arc<dyn SubagentProvider>>>,
     /// The roots this runtime holds open (`open_root`, `reopen_root`). Not a
@@ -174,6 +180,7 @@ impl SubagentRuntime {
                 gate: tokio::sync::watch::channel(Gate::default()).0,
                 closing: tokio::sync::Mutex::new(()),
                 shutdown: CancellationToken::new(),
+                tasks: TaskTracker::new(),
                 host,
                 providers: Mutex::new(Vec::new()),
                 roots: Mutex::new(HashSet::new()),
@@ -199,7 +206,9 @@ impl SubagentRuntime {
     /// the engine is sealed so nothing more can be recorded, and a
     /// projections checkpoint is saved, so the next open has nothing to
     /// recover and no tail to fold. Inbox readers and scoped notice streams
-    /// end.
+    /// end, and `close` returns only once every task the runtime spawned
+    /// has finished: a log handle the host then drops is the last one, so
+    /// the directory can be opened again at once.
     ///
     /// Idempotent: closing a closed runtime waits for the first close to
     /// finish and returns `Ok`.
@@ -265,6 +274,8 @@ impl SubagentRuntime {
             failures.push(err);
         }
         self.inner.shutdown.cancel();
+        self.inner.tasks.close();
+        self.inner.tasks.wait().await;
         aggregate(failures)
     }
 

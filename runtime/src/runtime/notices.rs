@@ -52,7 +52,7 @@ impl SubagentRuntime {
         let mut all = self.notices()?;
         let shutdown = self.inner.shutdown.clone();
         let (sender, receiver) = mpsc::channel(256);
-        tokio::spawn(async move {
+        self.inner.tasks.spawn(async move {
             loop {
                 let received = tokio::select! {
                     received = all.recv() => received,

@@ -206,7 +206,7 @@ impl SubagentRuntime {
             resumed: false,
             epoch: 1,
         };
-        let task = tokio::spawn(driver.run());
+        let task = self.inner.tasks.spawn(driver.run());
         *lock(&handle.task) = Some(task);
         Ok(Some(message_id))
     }
@@ -280,7 +280,7 @@ impl SubagentRuntime {
             provider: spec.provider,
             signal,
         };
-        let task = tokio::spawn(driver.run());
+        let task = self.inner.tasks.spawn(driver.run());
         *lock(&handle.task) = Some(task);
         Ok(None)
     }

@@ -444,7 +444,7 @@ impl EventLog for RocksLog {
     }
 
     fn subscribe(&self, from_position: u64) -> Subscription {
-        subscription::spawn(self.clone(), self.shared.head.subscribe(), from_position)
+        subscription::follow(self.clone(), self.shared.head.subscribe(), from_position)
     }
 
     fn durability(&self) -> Durability {

@@ -9,7 +9,8 @@
 //!   is [`StoreError::NotALog`].
 //! - **One writer per directory.** A read-write open takes an exclusive
 //!   `flock` on [`LOCK_FILE`] before RocksDB opens; another holder gives
-//!   [`StoreError::Locked`]. The lock is the operating system's answer, not a
+//!   [`StoreError::Locked`] once it has held for `LOCK_WAIT` (a forked
+//!   child shares the lock until its `exec`). The lock is the operating system's answer, not a
 //!   match on an error's text (a corrupt block's "block checksum mismatch"
 //!   once read as a lock error).
 //! - **The write-ahead log is recovered in absolute-consistency mode.** Any
@@ -125,8 +126,20 @@ pub(super) fn classify(path: &Path) -> Result<DirectoryState, StoreError> {
     Ok(DirectoryState::Empty)
 }
 
+/// How long an open waits for a held lock before answering `Locked`.
+///
+/// `flock` belongs to an open file description, and a child process forked
+/// by any thread of this process shares every open description until its
+/// `exec` closes the close-on-exec ones. A log dropped while another thread
+/// spawns a process (the `process` provider does) therefore stays locked for
+/// the child's fork-to-exec window, a few milliseconds on a loaded machine.
+/// Waiting this long turns that window into a short delay; a real holder
+/// still gets `Locked`, only half a second later.
+const LOCK_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// Creates `path` if needed and takes the exclusive lock of a read-write
-/// handle; the lock lasts as long as the returned file is open.
+/// handle; the lock lasts as long as the returned file is open. A held lock
+/// is retried for up to [`LOCK_WAIT`].
 ///
 /// # Errors
 /// [`StoreError::Locked`] when another handle (in this or another process)
@@ -141,15 +154,25 @@ pub(super) fn lock(path: &Path) -> Result<File, StoreError> {
         .write(true)
         .open(&lock_path)
         .map_err(|err| StoreError::Io(format!("opening {}: {err}", lock_path.display())))?;
-    match file.try_lock() {
-        Ok(()) => Ok(file),
-        Err(std::fs::TryLockError::WouldBlock) => Err(StoreError::Locked {
-            path: path.display().to_string(),
-        }),
-        Err(std::fs::TryLockError::Error(err)) => Err(StoreError::Io(format!(
-            "locking {}: {err}",
-            lock_path.display()
-        ))),
+    let began = std::time::Instant::now();
+    loop {
+        match file.try_lock() {
+            Ok(()) => return Ok(file),
+            Err(std::fs::TryLockError::WouldBlock) if began.elapsed() < LOCK_WAIT => {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            Err(std::fs::TryLockError::WouldBlock) => {
+                return Err(StoreError::Locked {
+                    path: path.display().to_string(),
+                })
+            }
+            Err(std::fs::TryLockError::Error(err)) => {
+                return Err(StoreError::Io(format!(
+                    "locking {}: {err}",
+                    lock_path.display()
+                )))
+            }
+        }
     }
 }
 
