@@ -25,13 +25,15 @@ SOAK_CORRUPTION_FLIPS ?= 200
 .PHONY: deps demo test lint unit bench fuzz soak api-fuzz
 
 # System packages: libclang for the RocksDB bindings, a C++ compiler for
-# librocksdb, curl and jq for the README's gateway session (a test runs it).
+# librocksdb, curl and jq for the README's gateway session (a test runs it),
+# chromium and chromium-driver for the console's browser tests.
 deps:
 	@command -v $(CARGO) >/dev/null || { echo "cargo is required (rustup)"; exit 1; }
 	@if ! dpkg -s libclang-dev >/dev/null 2>&1 || ! command -v c++ >/dev/null \
-		|| ! command -v curl >/dev/null || ! command -v jq >/dev/null; then \
-		echo "installing libclang-dev, a C++ compiler, and curl and jq (the README's gateway session)"; \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libclang-dev g++ curl jq >/dev/null; \
+		|| ! command -v curl >/dev/null || ! command -v jq >/dev/null \
+		|| ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then \
+		echo "installing libclang-dev, a C++ compiler, curl and jq (the README's gateway session), chromium and chromium-driver (the console's browser tests)"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libclang-dev g++ curl jq chromium chromium-driver >/dev/null; \
 	fi
 
 demo: deps

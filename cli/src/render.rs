@@ -11,7 +11,7 @@
 use std::io::{self, Write};
 
 use subagent_core::{CatalogMode, SessionId, SubagentDescendantListEntry, SubagentListEntry};
-use subagent_projections::{Activity, Projections, RunPhase};
+use subagent_projections::{Projections, SessionStatus};
 
 /// Guide columns drawn at most per tree line. A session deeper than this
 /// keeps the first `DRAWN_LEVELS` columns and shows its depth instead of the
@@ -27,33 +27,13 @@ fn mode_word(entry: &SubagentListEntry) -> &'static str {
     }
 }
 
-/// Status words of one child: activity or run phase, and the last stop reason.
-fn status(state: &Projections, child: SessionId) -> String {
-    if let Some(run) = state.runs.get(&child) {
-        let phase = match run.phase {
-            RunPhase::Requested => "requested",
-            RunPhase::Started => "running",
-            RunPhase::Settled => "settled",
-            RunPhase::Disposed => "disposed",
-            RunPhase::StartFailed => "start-failed",
-        };
-        return match &run.result {
-            Some(result) => format!("{phase} · {}", result.stop_reason),
-            None => phase.to_owned(),
-        };
-    }
-    let activity = match state.activity(child) {
-        Activity::Running => "running",
-        Activity::Idle => "idle",
-        Activity::Inactive => "inactive",
-    };
-    match state
-        .activations
-        .get(&child)
-        .and_then(|a| a.last_result.as_ref())
-    {
-        Some((_, result)) => format!("{activity} · {}", result.stop_reason),
-        None => activity.to_owned(),
+/// Status words of one session: its state, and its last stop reason
+/// ([`SessionStatus`], the view the console shows too).
+fn status(state: &Projections, session: SessionId) -> String {
+    let status = SessionStatus::of(state, session);
+    match &status.stop_reason {
+        Some(stop_reason) => format!("{} · {stop_reason}", status.state.as_str()),
+        None => status.state.as_str().to_owned(),
     }
 }
 

@@ -41,6 +41,20 @@ pub(crate) struct ServeArgs {
     /// (`http://<listen>`); repeatable.
     #[arg(long = "allow-origin", value_name = "ORIGIN")]
     allow_origins: Vec<String>,
+    /// A deployment persona variable, `NAME=VALUE`; repeatable. Personas
+    /// are rendered when a child's agent is built, so a child whose
+    /// persona names a variable resumes only where it is set (the demo's
+    /// `research` needs `--persona-var project=subagents`).
+    #[arg(long = "persona-var", value_name = "NAME=VALUE", value_parser = persona_var)]
+    persona_vars: Vec<(String, String)>,
+}
+
+/// Parses `NAME=VALUE` (the name not empty).
+fn persona_var(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((name, value)) if !name.is_empty() => Ok((name.to_owned(), value.to_owned())),
+        _ => Err(format!("{text:?} is not NAME=VALUE")),
+    }
 }
 
 /// Runs the server until a shutdown signal.
@@ -60,6 +74,7 @@ pub(crate) fn run(args: &ServeArgs, out: &mut dyn Write) -> CliResult {
         let (runtime, recovery) =
             SubagentRuntime::open(shared, Arc::new(ScriptedHost::showcase())).await?;
         crate::shipped::register_providers(&runtime).await?;
+        runtime.set_persona_variables(args.persona_vars.iter().cloned().collect())?;
         let listener = tokio::net::TcpListener::bind(args.listen).await?;
         let address = listener.local_addr()?;
         let mut allowed_origins = vec![

@@ -26,6 +26,25 @@ fn a_demo_hold_beyond_an_hour_is_refused() {
 }
 
 #[test]
+fn a_persona_variable_without_a_name_or_value_is_refused_before_serving() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    for bad in ["project", "=subagents"] {
+        let output = subagents(&[
+            "serve",
+            "--data",
+            data.to_str().unwrap(),
+            "--persona-var",
+            bad,
+        ]);
+        let (_, stderr) = text(&output);
+        assert_eq!(output.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains("is not NAME=VALUE"), "{stderr}");
+        assert!(!data.exists(), "nothing was opened");
+    }
+}
+
+#[test]
 fn positions_sessions_streams_and_files_are_checked_against_the_log() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");

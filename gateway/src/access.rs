@@ -2,7 +2,11 @@
 //! nothing is revealed to a caller without the token: a request carrying an
 //! `Origin` header off the allow-list is refused (`gateway/forbidden-origin`),
 //! then a request without `Authorization: Bearer <token>` is refused
-//! (`gateway/unauthenticated`). The comparison is [`Token::matches`]
+//! (`gateway/unauthenticated`). The console's static page and assets
+//! (`GET /`, `GET /console/...`, see [`crate::routes::console`]) are the one
+//! exception to the token: a browser navigating to the page cannot send it,
+//! and they hold no data (the page asks for the token and sends it with
+//! every API call). The Origin rule still applies to them. The comparison is [`Token::matches`]
 //! (constant-time); a presented token is never logged.
 //!
 //! There is no CORS layer on purpose: a cross-origin browser call gets no
@@ -37,8 +41,9 @@ impl Access {
         }
     }
 
-    /// The refusal for a request with these headers, if any.
-    fn check(&self, headers: &axum::http::HeaderMap) -> Result<(), GatewayError> {
+    /// The refusal for a request with these headers, if any; a `public`
+    /// request (a console asset) needs no token.
+    fn check(&self, headers: &axum::http::HeaderMap, public: bool) -> Result<(), GatewayError> {
         if let Some(origin) = headers.get(header::ORIGIN) {
             let allowed = origin.to_str().is_ok_and(|origin| {
                 self.allowed_origins
@@ -52,6 +57,9 @@ impl Access {
                     .collect();
                 return Err(GatewayError::ForbiddenOrigin(shown));
             }
+        }
+        if public {
+            return Ok(());
         }
         let presented = headers
             .get(header::AUTHORIZATION)
@@ -77,7 +85,9 @@ pub(crate) async fn guard(
     request: Request,
     next: Next,
 ) -> Response {
-    match access.check(request.headers()) {
+    let public = request.method() == axum::http::Method::GET
+        && crate::routes::console::is_asset(request.uri().path());
+    match access.check(request.headers(), public) {
         Ok(()) => next.run(request).await,
         Err(refusal) => refusal.into_response(),
     }

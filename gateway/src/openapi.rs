@@ -10,6 +10,7 @@ use serde_json::{json, Value};
 pub const ROUTES: &[(&str, &str)] = &[
     ("post", "/v1/prompt"),
     ("post", "/v1/interruptByParent"),
+    ("get", "/v1/roots"),
     ("post", "/v1/roots"),
     ("delete", "/v1/roots/{root}"),
     ("post", "/v1/roots/{root}/reopen"),
@@ -19,9 +20,15 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/v1/sessions/{session}/descendants"),
     ("get", "/v1/sessions/{session}/transcript"),
     ("get", "/v1/state"),
+    ("get", "/v1/sessions/{session}/tree"),
+    ("get", "/v1/diff"),
+    ("get", "/v1/verify"),
     ("get", "/v1/attachments/{id}"),
     ("get", "/v1/events"),
     ("get", "/v1/openapi.json"),
+    ("get", "/"),
+    ("get", "/console/app.js"),
+    ("get", "/console/style.css"),
 ];
 
 fn schema(name: &str) -> Value {
@@ -81,6 +88,19 @@ fn operation(
     operation
 }
 
+/// A console asset: public, one content type.
+fn console_asset(id: &str, summary: &str, content_type: &str) -> Value {
+    json!({
+        "operationId": id,
+        "summary": summary,
+        "security": [],
+        "responses": {
+            "200": {"description": "The asset.", "content": {content_type: {"schema": {"type": "string"}}}},
+            "default": answer("A refusal.", Some("Error")),
+        },
+    })
+}
+
 fn paths() -> Value {
     json!({
         "/v1/prompt": {"post": operation(
@@ -91,9 +111,15 @@ fn paths() -> Value {
             "interruptByParent",
             "The spec's interruptByParent, authorised against the live activation alone.",
             vec![], Some("InterruptRequest"), ("200", answer("Whether live work was interrupted.", Some("InterruptReceipt"))))},
-        "/v1/roots": {"post": operation(
-            "openRoot", "Open a root session.",
-            vec![], Some("OpenRoot"), ("201", answer("The root.", Some("RootOpened"))))},
+        "/v1/roots": {
+            "get": operation(
+                "listRoots", "Every host root of the log, in creation order, and whether this server holds it.",
+                vec![], None,
+                ("200", json!({"description": "The roots.", "content": {"application/json": {"schema": {"type": "array", "items": schema("RootEntry")}}}}))),
+            "post": operation(
+                "openRoot", "Open a root session.",
+                vec![], Some("OpenRoot"), ("201", answer("The root.", Some("RootOpened")))),
+        },
         "/v1/roots/{root}": {"delete": operation(
             "closeRoot", "Close a root this server holds.",
             vec![id_parameter("root")], None, ("204", answer("Closed.", None)))},
@@ -128,6 +154,23 @@ fn paths() -> Value {
             vec![query_parameter("at", "The log position (the head when absent).")],
             None,
             ("200", json!({"description": "The projections.", "content": {"application/json": {"schema": {"type": "object"}}}})))},
+        "/v1/sessions/{session}/tree": {"get": operation(
+            "tree", "A root's tree with each session's state: live, or as it stood at a log position (replay: nothing reruns).",
+            vec![id_parameter("session"), query_parameter("at", "The log position (live when absent).")],
+            None, ("200", answer("The tree.", Some("TreeAnswer"))))},
+        "/v1/diff": {"get": operation(
+            "diff", "The domain changes between two log positions.",
+            vec![
+                {let mut from = query_parameter("from", "The earlier position."); from["required"] = json!(true); from},
+                query_parameter("to", "The later position (the head when absent)."),
+            ],
+            None, ("200", answer("The changes.", Some("DiffAnswer"))))},
+        "/v1/verify": {"get": operation(
+            "verify", "Verify the log: admissible history, indexes, attachments, checkpoint.",
+            vec![], None, ("200", answer("The report.", Some("VerifyAnswer"))))},
+        "/": {"get": console_asset("console", "The console page (no token needed).", "text/html")},
+        "/console/app.js": {"get": console_asset("consoleScript", "The console's script (no token needed).", "text/javascript")},
+        "/console/style.css": {"get": console_asset("consoleStyle", "The console's style sheet (no token needed).", "text/css")},
         "/v1/attachments/{id}": {"get": {
             "operationId": "attachment",
             "summary": "The bytes of an image a prompt carried, by content address; served with the type sniffed from them.",
@@ -248,6 +291,53 @@ fn schemas() -> Value {
         "ChildStarted": {
             "type": "object", "required": ["childId"],
             "properties": {"childId": id, "messageId": id},
+        },
+        "RootEntry": {
+            "type": "object", "required": ["sessionId", "label", "createdAt", "held"],
+            "properties": {
+                "sessionId": id, "label": {"type": "string"},
+                "createdAt": {"type": "integer", "minimum": 1}, "held": {"type": "boolean"},
+            },
+        },
+        "TreeAnswer": {
+            "type": "object", "required": ["position", "head", "nodes"],
+            "properties": {
+                "position": {"type": "integer", "minimum": 0},
+                "head": {"type": "integer", "minimum": 0},
+                "nodes": {"type": "array", "items": {
+                    "type": "object",
+                    "required": ["id", "parentId", "depth", "label", "provider", "mode", "external", "state", "stopReason", "live"],
+                    "properties": {
+                        "id": id, "parentId": {"type": ["string", "null"]},
+                        "depth": {"type": "integer", "minimum": 0}, "label": {"type": "string"},
+                        "provider": {"type": ["string", "null"]},
+                        "mode": {"enum": ["continuable", "one-shot", "unknown"]},
+                        "external": {"type": "boolean"},
+                        "state": {"enum": ["running", "idle", "inactive", "requested", "settled", "disposed", "start-failed"]},
+                        "stopReason": {"type": ["string", "null"]},
+                        "live": {"type": "boolean"},
+                        "diagnostic": {"type": "string"},
+                    },
+                }},
+            },
+        },
+        "DiffAnswer": {
+            "type": "object", "required": ["from", "to", "changes"],
+            "properties": {
+                "from": {"type": "integer", "minimum": 0}, "to": {"type": "integer", "minimum": 0},
+                "changes": {"type": "array", "items": {
+                    "type": "object", "required": ["change", "text"],
+                    "properties": {"change": {"type": "string"}, "text": {"type": "string"}},
+                }},
+            },
+        },
+        "VerifyAnswer": {
+            "type": "object", "required": ["ok", "head", "events", "problems"],
+            "properties": {
+                "ok": {"type": "boolean"}, "head": {"type": "integer", "minimum": 0},
+                "events": {"type": "integer", "minimum": 0},
+                "problems": {"type": "array", "items": {"type": "string"}},
+            },
         },
         "TranscriptPage": {
             "type": "object", "required": ["records"],

@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::access::{self, Access};
 use crate::limits::{self, BodyCap, Limits};
-use crate::routes::{attachments, children, events, reads, remote, roots};
+use crate::routes::{attachments, children, console, events, history, reads, remote, roots};
 use crate::token::Token;
 
 /// What a gateway needs besides its runtime.
@@ -72,7 +72,7 @@ pub fn router(
             post(remote::prompt).layer(Extension(BodyCap(config.limits.prompt_body_bytes))),
         )
         .route("/v1/interruptByParent", post(remote::interrupt_by_parent))
-        .route("/v1/roots", post(roots::open))
+        .route("/v1/roots", post(roots::open).get(roots::list))
         .route("/v1/roots/{root}", delete(roots::close))
         .route("/v1/roots/{root}/reopen", post(roots::reopen))
         .route("/v1/roots/{root}/children", post(children::start))
@@ -87,6 +87,12 @@ pub fn router(
         )
         .route("/v1/sessions/{session}/transcript", get(reads::transcript))
         .route("/v1/state", get(reads::state_at))
+        .route("/v1/sessions/{session}/tree", get(history::tree))
+        .route("/v1/diff", get(history::diff))
+        .route("/v1/verify", get(history::verify))
+        .route("/", get(console::page))
+        .route("/console/app.js", get(console::script))
+        .route("/console/style.css", get(console::style))
         .route("/v1/attachments/{id}", get(attachments::get))
         .route("/v1/openapi.json", get(reads::openapi))
         .layer(axum::middleware::from_fn_with_state(

@@ -1,7 +1,8 @@
 //! The spec's two remote methods over real HTTP on 127.0.0.1: `prompt`
 //! (delivery, idempotent retries, and each error code the spec lists) and
-//! `interruptByParent` (a running target, no-ops, the wrong parent), and a
-//! storage failure answered as `gateway/internal`.
+//! `interruptByParent` (a running target, no-ops, the wrong parent), a
+//! storage failure answered as `gateway/internal`, and a client gone before
+//! acceptance leaving nothing behind.
 
 mod common;
 
@@ -376,4 +377,37 @@ async fn a_retry_from_another_address_gets_no_receipt() {
         .await;
     assert_eq!(status, 403, "{refused}");
     assert_eq!(refused["code"], "subagent/unauthorized");
+}
+
+/// `gateway/cancelled` cannot reach a client that went away, so what is
+/// tested is what it promises: a prompt whose client disconnects before
+/// the message is accepted (here, halfway through its body) records
+/// nothing, and the server goes on serving.
+#[tokio::test]
+async fn a_client_gone_before_acceptance_leaves_nothing_behind() {
+    use tokio::io::AsyncWriteExt;
+    let server = Server::start().await;
+    let (root, child) = settled_child(&server).await;
+    let head = server.head();
+    let body = prompt(&child, &root, "gone", "never finished").to_string();
+    let address = server.base.trim_start_matches("http://").to_owned();
+    let mut stream = tokio::net::TcpStream::connect(&address).await.unwrap();
+    let request = format!(
+        "POST /v1/prompt HTTP/1.1\r\nhost: {address}\r\nauthorization: Bearer {}\r\n\
+         content-type: application/json\r\ncontent-length: {}\r\n\r\n{}",
+        common::TOKEN,
+        body.len(),
+        &body[..body.len() / 2]
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    stream.flush().await.unwrap();
+    drop(stream);
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert_eq!(server.head(), head, "nothing was recorded");
+    // The same request, whole, is accepted: the first left no receipt.
+    let (status, receipt) = server
+        .post("/v1/prompt", &serde_json::from_str(&body).unwrap())
+        .await;
+    assert_eq!(status, 200, "{receipt}");
+    assert!(server.head() > head);
 }

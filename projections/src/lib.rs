@@ -5,7 +5,7 @@
 //! the provider registry, all in [`Projections`], plus their versioned
 //! [`checkpoint`] encoding, the delegation state machine ([`decide`])
 //! that reads them, and the [`admissible`] check of a recorded history
-//! against the state machine's rules. No IO: the replay crate and the runtime feed events in,
+//! against the state machine's rules, and the [`view`]s people read. No IO: the replay crate and the runtime feed events in,
 //! append decisions and store checkpoints.
 
 pub mod activation;
@@ -22,6 +22,7 @@ pub mod sessions;
 pub mod state;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
+pub mod view;
 
 pub use activation::{
     ActivationPhase, ActivationState, Activity, LiveActivation, RunPhase, RunState,
@@ -31,3 +32,4 @@ pub use inbox::{prompt_digest, Inbox, PromptRecord};
 pub use machine::{decide, settlement_notice_id, Command, Decision, StartChild, TurnOutput};
 pub use sessions::SessionRecord;
 pub use state::{Projections, ProviderRecord};
+pub use view::{SessionState, SessionStatus, TreeNode, TreeView};

@@ -38,6 +38,6 @@ pub use capacity::CapacityLimits;
 pub use provider::{SubagentProvider, SubagentRun};
 pub use runtime::{
     InboxMessage, InterruptAuthority, LiveAgent, Notice, ProviderRegistration, RecoveryReport,
-    SubagentRuntime,
+    RootEntry, SubagentRuntime,
 };
 pub use scripted::{Script, ScriptedHost};

@@ -19,6 +19,11 @@ impl Serve {
     /// Starts `serve --data DATA --listen 127.0.0.1:0` (no token in the
     /// environment) and reads up to its token line.
     pub(crate) fn start(data: &Path) -> Serve {
+        Serve::start_with(data, &[])
+    }
+
+    /// As [`start`](Self::start), with `extra` arguments.
+    pub(crate) fn start_with(data: &Path, extra: &[&str]) -> Serve {
         let mut child = Command::new(env!("CARGO_BIN_EXE_subagents"))
             .args([
                 "serve",
@@ -27,6 +32,7 @@ impl Serve {
                 "--listen",
                 "127.0.0.1:0",
             ])
+            .args(extra)
             .env_remove("SUBAGENTS_GATEWAY_TOKEN")
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())

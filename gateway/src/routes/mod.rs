@@ -4,7 +4,9 @@
 
 pub(crate) mod attachments;
 pub(crate) mod children;
+pub(crate) mod console;
 pub(crate) mod events;
+pub(crate) mod history;
 pub(crate) mod reads;
 pub(crate) mod remote;
 pub(crate) mod roots;

@@ -1,4 +1,5 @@
-//! Roots over HTTP: `POST /v1/roots` opens one, `POST
+//! Roots over HTTP: `GET /v1/roots` lists every host root of the log and
+//! whether this server holds it, `POST /v1/roots` opens one, `POST
 //! /v1/roots/{root}/reopen` takes an existing one back after a restart,
 //! `DELETE /v1/roots/{root}` closes one. The gateway holds the handles of
 //! the roots it opened; starts and disposals go through them.
@@ -30,6 +31,13 @@ pub(crate) struct OpenRoot {
 #[serde(rename_all = "camelCase")]
 pub(crate) struct RootOpened {
     session_id: SessionId,
+}
+
+/// Every host root of the log, in creation order.
+pub(crate) async fn list(
+    State(gateway): State<Arc<Gateway>>,
+) -> Result<Json<Vec<subagent_runtime::RootEntry>>, GatewayError> {
+    Ok(Json(gateway.runtime.roots().await?))
 }
 
 /// Opens a root: 201 `{sessionId}`.

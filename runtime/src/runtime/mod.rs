@@ -12,7 +12,7 @@
 //! - `messaging`: sends, wakes, cold resumes, interrupts and the inbox;
 //! - `attachments`: a prompt's images into the blob store, and back out;
 //! - `teardown`: drains, waits, disposal;
-//! - `queries`: the catalog and descendant listings.
+//! - `queries`: the catalog and descendant listings, the roots, the tree view.
 
 mod attachments;
 mod messaging;
@@ -26,6 +26,7 @@ mod teardown;
 pub(crate) use attachments::inline_attachments;
 pub use messaging::{InboxMessage, InterruptAuthority};
 pub use notices::Notice;
+pub use queries::RootEntry;
 pub use registry::ProviderRegistration;
 pub use roots::LiveAgent;
 
