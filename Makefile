@@ -52,7 +52,7 @@ unit: deps
 test: lint unit
 
 bench: deps
-	for part in append activations messages replay list startup memory gateway; do \
+	for part in append activations messages replay list startup memory gateway console; do \
 		$(CARGO) run -q --release -p subagent-bench -- $$part $(BENCH_ARGS) || exit 1; \
 	done
 

@@ -20,6 +20,13 @@ pub(super) const CHILDREN: RangeInclusive<u64> = 1..=1_000_000;
 pub(super) const ROUND_TRIPS: RangeInclusive<u64> = 1..=1_000_000;
 /// `bench replay|startup --events`.
 pub(super) const EVENTS: RangeInclusive<u64> = 1_000..=100_000_000;
+/// `bench console --sessions`: the large tree.
+pub(super) const TREE_SESSIONS: RangeInclusive<u64> = 10..=100_000;
+/// `bench console --starts`: live starts (the page keeps its newest 1,000
+/// timings).
+pub(super) const LIVE_STARTS: RangeInclusive<u64> = 1..=100;
+/// `bench console --interval-ms`.
+pub(super) const INTERVAL_MS: RangeInclusive<u64> = 10..=10_000;
 
 /// A count in `range`, as `usize`.
 pub(super) fn count(range: RangeInclusive<u64>) -> impl TypedValueParser<Value = usize> {

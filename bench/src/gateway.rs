@@ -19,17 +19,15 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use serde_json::json;
-use subagent_core::{ContentBlock, Delivery, SessionId, SubagentActivationSpec, SubagentError};
-use subagent_gateway::{GatewayConfig, Limits, Token, TokenSource};
-use subagent_runtime::providers::SpawnProvider;
-use subagent_runtime::{LiveAgent, SubagentRuntime};
-use subagent_store::{Durability, EventLog, RocksLog, RocksOptions, SubscriptionItem};
+use subagent_core::{ContentBlock, SubagentError};
+use subagent_store::{Durability, EventLog, SubscriptionItem};
 use tokio::sync::mpsc;
 use tokio_stream::StreamExt;
 use tokio_util::sync::CancellationToken;
 
 use super::args;
-use super::messages::EchoHost;
+use super::served::{Served, TOKEN};
+use super::sse::Frames;
 use super::stats::{percentile_ms, Summary};
 use crate::BenchResult;
 
@@ -45,81 +43,6 @@ pub struct GatewayArgs {
     /// Events in the log the subscribers catch up on, 1,000 to 100,000,000.
     #[arg(long, default_value_t = 20_000, value_parser = args::count_u64(args::EVENTS))]
     events: u64,
-}
-
-/// The bench's bearer token.
-const TOKEN: &str = "bench-token-0123456789abcdef0123456789abcdef";
-
-/// A runtime with the echo host and `spawn` over a fresh RocksDB log, and
-/// the gateway serving it on a free loopback port.
-struct Served {
-    runtime: SubagentRuntime,
-    log: Arc<dyn EventLog>,
-    base: String,
-    http: reqwest::Client,
-    shutdown: CancellationToken,
-    _dir: tempfile::TempDir,
-}
-
-impl Served {
-    async fn start(durability: Durability) -> Result<Served, Box<dyn std::error::Error>> {
-        let dir = tempfile::tempdir()?;
-        let log: Arc<dyn EventLog> =
-            Arc::new(RocksLog::open(dir.path(), RocksOptions { durability })?);
-        // Nobody waits for turn ends here: the channel's receiver is dropped.
-        let (turns, _) = mpsc::unbounded_channel();
-        let (runtime, _) =
-            SubagentRuntime::open(Arc::clone(&log), Arc::new(EchoHost(turns))).await?;
-        runtime.register_provider(Arc::new(SpawnProvider)).await?;
-        let shutdown = CancellationToken::new();
-        let router = subagent_gateway::router(
-            runtime.clone(),
-            GatewayConfig {
-                token: Token::new(TOKEN, TokenSource::Given)?,
-                allowed_origins: Vec::new(),
-                limits: Limits::default(),
-            },
-            shutdown.clone(),
-        );
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let base = format!("http://{}", listener.local_addr()?);
-        let (served, ending) = (runtime.clone(), shutdown.clone());
-        tokio::spawn(async move {
-            let _ = subagent_gateway::serve(listener, router, served, ending.clone(), async move {
-                ending.cancelled().await;
-            })
-            .await;
-        });
-        Ok(Served {
-            runtime,
-            log,
-            base,
-            http: reqwest::Client::new(),
-            shutdown,
-            _dir: dir,
-        })
-    }
-
-    /// A root and a continuable child whose first turn has ended.
-    async fn pair(&self) -> Result<(LiveAgent, SessionId), Box<dyn std::error::Error>> {
-        let root = self.runtime.open_root("bench").await?;
-        let spec =
-            SubagentActivationSpec::with_text_prompt("spawn", "echo", "ready", Delivery::Caller);
-        let child = self
-            .runtime
-            .start_activation(&root, spec, CancellationToken::new())
-            .await?;
-        child.result().await?;
-        Ok((root, child.child_id()))
-    }
-
-    /// Stops serving and closes the runtime (a second `close` waits for
-    /// the one `serve` makes).
-    async fn stop(self) -> Result<(), Box<dyn std::error::Error>> {
-        self.shutdown.cancel();
-        self.runtime.close().await?;
-        Ok(())
-    }
 }
 
 /// How a prompt travels.
@@ -243,39 +166,17 @@ async fn sse_subscriber(
     caught_up: mpsc::UnboundedSender<()>,
     stop: CancellationToken,
 ) -> Result<(), SubagentError> {
-    let response = http
-        .get(format!("{base}/v1/events?after=0"))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .map_err(SubagentError::internal_from)?;
-    let mut chunks = response.bytes_stream();
-    let mut pending: Vec<u8> = Vec::new();
+    let mut frames = Frames::open(&http, &base, "after=0", TOKEN).await?;
     loop {
-        let chunk = tokio::select! {
-            chunk = chunks.next() => chunk,
+        let frame = tokio::select! {
+            frame = frames.next() => frame?,
             () = stop.cancelled() => return Ok(()),
         };
-        let Some(chunk) = chunk else { return Ok(()) };
-        pending.extend_from_slice(&chunk.map_err(SubagentError::internal_from)?);
-        // Frames end with a blank line; only the `id:` and `event:` lines matter.
-        while let Some(end) = pending.windows(2).position(|pair| pair == b"\n\n") {
-            let frame: Vec<u8> = pending.drain(..end + 2).collect();
-            for line in frame.split(|byte| *byte == b'\n') {
-                if let Some(id) = line
-                    .strip_prefix(b"id: ")
-                    .or_else(|| line.strip_prefix(b"id:"))
-                {
-                    if let Some(position) = std::str::from_utf8(id)
-                        .ok()
-                        .and_then(|text| text.trim().parse().ok())
-                    {
-                        seen.send_replace(position);
-                    }
-                } else if line == b"event: caught-up" || line == b"event:caught-up" {
-                    let _ = caught_up.send(());
-                }
-            }
+        let Some(frame) = frame else { return Ok(()) };
+        if let Some(position) = frame.id {
+            seen.send_replace(position);
+        } else if frame.event == "caught-up" {
+            let _ = caught_up.send(());
         }
     }
 }

@@ -9,16 +9,20 @@
 mod activations;
 mod append;
 mod args;
+mod console;
 mod gateway;
 mod list;
 mod memory;
 mod messages;
 mod replay;
+mod served;
+mod sse;
 mod stats;
 mod workload;
 
 pub use activations::ActivationArgs;
 pub use append::AppendArgs;
+pub use console::ConsoleArgs;
 pub use gateway::GatewayArgs;
 pub use list::ListArgs;
 pub use memory::MemoryArgs;
@@ -52,6 +56,9 @@ pub enum BenchPart {
     /// The gateway: prompt round trips over HTTP vs in process, SSE fan-out
     /// vs direct log subscriptions.
     Gateway(gateway::GatewayArgs),
+    /// The console in headless Chromium: first render of a large tree vs
+    /// fetching it in Rust, append-to-page latency vs the SSE stream.
+    Console(console::ConsoleArgs),
 }
 
 /// Runs one part, writing its table to `out`.
@@ -68,5 +75,6 @@ pub fn run(part: BenchPart, out: &mut dyn Write) -> BenchResult {
         BenchPart::List(args) => list::run(&args, out),
         BenchPart::Startup(args) => replay::startup(&args, out),
         BenchPart::Gateway(args) => gateway::run(&args, out),
+        BenchPart::Console(args) => console::run(&args, out),
     }
 }

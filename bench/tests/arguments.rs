@@ -65,6 +65,22 @@ fn bench_numbers_outside_their_range_are_refused_before_measuring() {
             vec!["startup", "--events", "0"],
             "0 is not in 1000..=100000000",
         ),
+        (vec!["console", "--runs", "0"], "0 is not in 1..=1000"),
+        (
+            vec!["console", "--sessions", "9"],
+            "9 is not in 10..=100000",
+        ),
+        (
+            vec!["console", "--sessions", "100001"],
+            "100001 is not in 10..=100000",
+        ),
+        (vec!["console", "--starts", "0"], "0 is not in 1..=100"),
+        (vec!["console", "--starts", "101"], "101 is not in 1..=100"),
+        (
+            vec!["console", "--interval-ms", "9"],
+            "9 is not in 10..=10000",
+        ),
+        (vec!["gateway", "--prompts", "0"], "0 is not in 1..=1000000"),
     ];
     for (part_args, message) in cases {
         let args = part_args;

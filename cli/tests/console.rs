@@ -10,9 +10,21 @@
 
 mod common;
 
-use common::browser::Browser;
+use std::path::PathBuf;
+
 use common::serve::Serve;
 use serde_json::json;
+use subagent_browser::Browser;
+
+/// Any failure of a step.
+type Step = Result<(), Box<dyn std::error::Error>>;
+
+/// Where `suite`'s screenshots go: `<target>/tmp/console-screenshots/<suite>/`.
+fn shots(suite: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join("console-screenshots")
+        .join(suite)
+}
 
 /// A real 2x2 RGB PNG (75 bytes), as base64.
 const PNG_BASE64: &str = "iVBORw0KGgoAAAANSUhEUgAAAAIAAAACCAIAAAD91JpzAAAAEklEQVR4nGP4z8DAAMIM/4EAAB/uBfsL2WiLAAAAAElFTkSuQmCC";
@@ -26,7 +38,7 @@ fn row(label: &str) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_person_watches_prompts_interrupts_and_scrubs_back_in_the_console() {
+async fn a_person_watches_prompts_interrupts_and_scrubs_back_in_the_console() -> Step {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     common::demo(&data);
@@ -36,25 +48,21 @@ async fn a_person_watches_prompts_interrupts_and_scrubs_back_in_the_console() {
         .unwrap()
         .trim()
         .to_owned();
-    let browser = Browser::start("person", 1280, 900).await;
+    let browser = Browser::start(&shots("person"), 1280, 900).await?;
 
     // Open the page and give it the token.
-    browser
-        .client
-        .goto(&format!("{}/", serve.base))
-        .await
-        .unwrap();
-    browser.fill("#token", &token).await;
-    browser.click("#connect").await;
+    browser.goto(&format!("{}/", serve.base)).await?;
+    browser.fill("#token", &token).await?;
+    browser.click("#connect").await?;
     browser
         .until("document.body.dataset.ready === 'true'", "the first tree")
-        .await;
-    browser.screenshot("01-connected").await;
+        .await?;
+    browser.screenshot("01-connected").await?;
 
     // The demo's tree: the root and its five children, with their states.
     browser
         .until(&format!("{ROWS} === 6"), "the demo's six sessions")
-        .await;
+        .await?;
     for label in [
         "demo root",
         "research",
@@ -71,35 +79,35 @@ async fn a_person_watches_prompts_interrupts_and_scrubs_back_in_the_console() {
                 ),
                 label,
             )
-            .await;
+            .await?;
     }
     let digger_stop = browser
         .eval(&format!(
             "document.querySelector('{}').dataset.stopReason",
             row("digger")
         ))
-        .await;
+        .await?;
     assert_eq!(digger_stop, json!("aborted"));
-    browser.screenshot("02-demo-tree").await;
+    browser.screenshot("02-demo-tree").await?;
 
     // research's refused tool call is marked in its transcript.
-    browser.click(&row("research")).await;
+    browser.click(&row("research")).await?;
     browser
         .until(
             "document.querySelector('#transcript .entry.refused .badge-refused') !== null",
             "the refused tool call, marked",
         )
-        .await;
-    browser.screenshot("03-refused-tool-call").await;
+        .await?;
+    browser.screenshot("03-refused-tool-call").await?;
 
     // Hold the root, so it is a live parent, then prompt research with an image.
-    browser.click("#hold-root").await;
+    browser.click("#hold-root").await?;
     browser
         .until(
             "document.querySelector('#root-status').textContent.includes('held by this server')",
             "the root held",
         )
-        .await;
+        .await?;
     let picture = dir.path().join("picture.png");
     {
         use base64::Engine as _;
@@ -110,30 +118,27 @@ async fn a_person_watches_prompts_interrupts_and_scrubs_back_in_the_console() {
     }
     let replies_before = browser
         .eval("document.querySelectorAll('#transcript .entry[data-type=AssistantMessage]').length")
-        .await;
+        .await?;
     browser
         .fill("#prompt-text", "what is in this picture?")
-        .await;
+        .await?;
     browser
-        .find("#image-input")
-        .await
-        .send_keys(picture.to_str().unwrap())
-        .await
-        .unwrap();
+        .press("#image-input", picture.to_str().unwrap())
+        .await?;
     browser
         .until(
             "document.querySelectorAll('#image-previews img.preview').length === 1",
             "the image's preview",
         )
-        .await;
-    browser.screenshot("04-composing-with-an-image").await;
-    browser.click("#send").await;
+        .await?;
+    browser.screenshot("04-composing-with-an-image").await?;
+    browser.click("#send").await?;
     browser
         .until(
             "document.querySelector('#composer-status').textContent.includes('Accepted')",
             "the prompt accepted",
         )
-        .await;
+        .await?;
     browser
         .until(
             &format!(
@@ -141,31 +146,31 @@ async fn a_person_watches_prompts_interrupts_and_scrubs_back_in_the_console() {
             ),
             "the reply, live",
         )
-        .await;
+        .await?;
     browser
         .until(
             "Array.from(document.querySelectorAll('#transcript .entry[data-type=MessageAccepted] img')).some(img => img.complete && img.naturalWidth === 2)",
             "the sent image shown in the transcript, loaded from the attachment store",
         )
-        .await;
-    browser.screenshot("05-image-prompt-and-reply").await;
+        .await?;
+    browser.screenshot("05-image-prompt-and-reply").await?;
 
     // A bad time zone is refused with a readable message.
-    browser.fill("#prompt-text", "and now?").await;
-    browser.fill("#time-zone", "Mars/Olympus_Mons").await;
-    browser.click("#send").await;
+    browser.fill("#prompt-text", "and now?").await?;
+    browser.fill("#time-zone", "Mars/Olympus_Mons").await?;
+    browser.click("#send").await?;
     browser
         .until(
             "document.querySelector('#composer-error').textContent.toLowerCase().includes('time zone')",
             "the bad time zone's message",
         )
-        .await;
-    browser.screenshot("06-bad-time-zone").await;
+        .await?;
+    browser.screenshot("06-bad-time-zone").await?;
 
     // A running child, started over HTTP, interrupted from the page.
     let root = browser
         .eval("document.querySelector('#tree .node').dataset.id")
-        .await;
+        .await?;
     let root = root.as_str().unwrap();
     let started = reqwest::Client::new()
         .post(format!("{}/v1/roots/{root}/children", serve.base))
@@ -186,15 +191,15 @@ async fn a_person_watches_prompts_interrupts_and_scrubs_back_in_the_console() {
             ),
             "the slow child running, live",
         )
-        .await;
-    browser.click(&row("slow")).await;
+        .await?;
+    browser.click(&row("slow")).await?;
     browser
         .until(
             "!document.querySelector('#interrupt').disabled",
             "interrupt enabled",
         )
-        .await;
-    browser.click("#interrupt").await;
+        .await?;
+    browser.click("#interrupt").await?;
     browser
         .until(
             &format!(
@@ -203,39 +208,35 @@ async fn a_person_watches_prompts_interrupts_and_scrubs_back_in_the_console() {
             ),
             "the slow child settled aborted",
         )
-        .await;
-    browser.screenshot("07-interrupted").await;
+        .await?;
+    browser.screenshot("07-interrupted").await?;
 
     // Back in time: an early position shows fewer sessions.
-    let live_rows = browser.eval(ROWS).await.as_u64().unwrap();
+    let live_rows = browser.eval(ROWS).await?.as_u64().unwrap();
     assert_eq!(live_rows, 7);
-    browser.fill("#position-number", "12").await;
+    browser.fill("#position-number", "12").await?;
     browser
-        .client
-        .execute(
-            "document.querySelector('#position-number').dispatchEvent(new Event('change'))",
-            Vec::new(),
-        )
-        .await
-        .unwrap();
+        .run("document.querySelector('#position-number').dispatchEvent(new Event('change'))")
+        .await?;
     browser
         .until("document.body.dataset.position === '12'", "position 12")
-        .await;
+        .await?;
     browser
         .until(
             &format!("{ROWS} > 0 && {ROWS} < 7"),
             "the earlier, smaller tree",
         )
-        .await;
-    browser.screenshot("08-back-in-time").await;
+        .await?;
+    browser.screenshot("08-back-in-time").await?;
 
     // The log verifies.
-    browser.click("#verify-run").await;
+    browser.click("#verify-run").await?;
     browser
         .until(
             "document.querySelector('#verify-status').classList.contains('ok')",
             "verify OK",
         )
-        .await;
-    browser.screenshot("09-verified").await;
+        .await?;
+    browser.screenshot("09-verified").await?;
+    Ok(())
 }

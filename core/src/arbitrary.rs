@@ -10,7 +10,7 @@ use uuid::Uuid;
 
 use crate::content::{ContentBlock, ImageBlock, TextBlock, ToolResultBlock, ToolUseBlock};
 use crate::contracts::*;
-use crate::event::{AbandonReason, Event, NewEvent, Usage};
+use crate::event::{AbandonReason, AgentReport, Cost, Event, NewEvent, PlanEntry, Usage};
 use crate::ids::{EventId, MessageId, SessionId, SubagentRunId};
 use crate::result::{Diagnostic, SubagentResult, SubagentStopReason};
 
@@ -193,6 +193,21 @@ fn abandon_reason() -> impl Strategy<Value = AbandonReason> {
         Just(AbandonReason::HostRestart),
         Just(AbandonReason::Drained),
         diagnostic().prop_map(|diagnostic| AbandonReason::PreparationFailed { diagnostic }),
+    ]
+}
+
+fn agent_report() -> impl Strategy<Value = AgentReport> {
+    let entry = (text(), text(), text()).prop_map(|(content, priority, status)| PlanEntry {
+        content,
+        priority,
+        status,
+    });
+    let cost = (-1e12f64..1e12, text()).prop_map(|(amount, currency)| Cost { amount, currency });
+    prop_oneof![
+        text().prop_map(|session_id| AgentReport::AgentSession { session_id }),
+        vec(entry, 0..4).prop_map(|entries| AgentReport::Plan { entries }),
+        (any::<u64>(), any::<u64>(), option::of(cost))
+            .prop_map(|(used, size, cost)| AgentReport::ContextUsage { used, size, cost }),
     ]
 }
 
@@ -384,6 +399,8 @@ fn inbox_event() -> impl Strategy<Value = Event> {
                     refused,
                 }
             }),
+        (any::<u64>(), agent_report())
+            .prop_map(|(turn, report)| Event::AgentReported { turn, report }),
         (any::<u64>(), stop_reason())
             .prop_map(|(turn, stop_reason)| Event::TurnEnded { turn, stop_reason }),
         (session_id(), authority())

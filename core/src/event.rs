@@ -102,6 +102,59 @@ pub struct Usage {
     pub output_tokens: u64,
 }
 
+/// What an agent reports of itself outside its messages, as agents over
+/// the Agent Client Protocol do: the session it runs the child in, its
+/// plan, or how much of its context window it has used.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum AgentReport {
+    /// The agent's own id of the session it runs this child in (an ACP
+    /// session id), so that a later activation can load it again.
+    #[serde(rename_all = "camelCase")]
+    AgentSession {
+        /// The agent's session id.
+        session_id: String,
+    },
+    /// The agent's current plan, replacing any earlier one.
+    Plan {
+        /// Its entries, in the agent's order.
+        entries: Vec<PlanEntry>,
+    },
+    /// Tokens of the context window in use, of its size, and the session's
+    /// cost so far when the agent knows it.
+    ContextUsage {
+        /// Tokens in use.
+        used: u64,
+        /// The window's size in tokens.
+        size: u64,
+        /// The cumulative cost.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cost: Option<Cost>,
+    },
+}
+
+/// One entry of an agent's plan.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PlanEntry {
+    /// What the step is.
+    pub content: String,
+    /// `high`, `medium` or `low`, as the agent said.
+    pub priority: String,
+    /// `pending`, `in_progress` or `completed`, as the agent said.
+    pub status: String,
+}
+
+/// A cost an agent reports.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Cost {
+    /// The amount.
+    pub amount: f64,
+    /// Its currency, e.g. `USD`.
+    pub currency: String,
+}
+
 /// Why an activation ended without settling through its agent.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "kebab-case")]
@@ -385,6 +438,13 @@ pub enum Event {
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         refused: bool,
     },
+    /// The agent reported its progress (a plan, its context use).
+    AgentReported {
+        /// The turn.
+        turn: u64,
+        /// What it reported.
+        report: AgentReport,
+    },
     /// A turn ended.
     #[serde(rename_all = "camelCase")]
     TurnEnded {
@@ -480,6 +540,7 @@ event_kinds! {
     AssistantMessage,
     ToolCalled,
     ToolReturned,
+    AgentReported,
     TurnEnded,
     InterruptRequested,
 }

@@ -28,8 +28,8 @@ pub use content::ContentBlock;
 pub use contracts::*;
 pub use error::{Causes, ErrorCode, Fault, OutOfOrder, SubagentError};
 pub use event::{
-    AbandonReason, Event, EventKind, NewEvent, RecordedEvent, StreamId, StreamKind, Usage,
-    CURRENT_SCHEMA_VERSION,
+    AbandonReason, AgentReport, Cost, Event, EventKind, NewEvent, PlanEntry, RecordedEvent,
+    StreamId, StreamKind, Usage, CURRENT_SCHEMA_VERSION,
 };
 pub use ids::{EventId, MessageId, SessionId, SubagentRunId};
 pub use record::{MAX_CONTENT_BYTES, MAX_EVENT_BYTES};

@@ -129,11 +129,27 @@ const timers = {
   scrollFrame: null,
 };
 
+// What `subagents-bench console` and the browser tests read, every time on
+// the epoch clock (ms, performance.timeOrigin + performance.now()), so it
+// compares with the server's clock on the same machine.
 const bench = {
-  lastApplied: { position: 0, at: performance.now() },
-  latencies: [],
+  // The newest log position the rendered live tree covers, and when.
+  lastApplied: { position: 0, at: epochNow() },
+  // One entry per live event the tree has shown, the newest LATENCY_CAP:
+  // its log position, when its frame arrived and when a tree covering it
+  // was rendered into the DOM.
+  applied: [],
+  // The current root's first tree: its size, when loading began, when the
+  // answer was parsed, when the rows were in the DOM and when the frame
+  // holding them was painted (null until then).
+  firstRender: null,
 };
 window.subagentsConsole = bench;
+
+/** Milliseconds since the epoch, with sub-millisecond resolution. */
+function epochNow() {
+  return performance.timeOrigin + performance.now();
+}
 
 // ---- small helpers -----------------------------------------------------
 
@@ -382,6 +398,7 @@ function teardown() {
   document.body.dataset.ready = 'false';
   document.body.dataset.position = 'live';
   delete document.body.dataset.head;
+  delete document.body.dataset.sessions;
   dom.disconnect.hidden = true;
   dom.rootPicker.hidden = true;
   dom.app.hidden = true;
@@ -490,6 +507,7 @@ function switchRoot(rootId) {
 
 async function loadRootTree(gen, attempt) {
   setText(dom.treeStatus, 'Loading the tree\u2026');
+  const startedAt = epochNow();
   const res = await fetchTree(null);
   if (gen !== state.rootGen) return;
   if (!res.ok) {
@@ -500,8 +518,10 @@ async function loadRootTree(gen, attempt) {
     return;
   }
   setText(dom.treeStatus, '');
+  const fetchedAt = epochNow();
   applyTreeAnswer(res.data, []);
   if (!state.selectedId && tree.nodes.length) selectNode(tree.nodes[0].id, { focus: false });
+  recordFirstRender(state.rootId, startedAt, fetchedAt);
   markReady();
   const after = num(res.data.position) ?? num(res.data.head) ?? 0;
   startEvents(state.rootId, after, gen);
@@ -644,7 +664,7 @@ function dispatchFrame(frame) {
 }
 
 function onLogEvent(position, record) {
-  const receivedAt = performance.now();
+  const receivedAt = epochNow();
   noteHead(position);
   if (state.follow) {
     refresh.pending.push({ position, receivedAt });
@@ -842,19 +862,33 @@ function applyTreeAnswer(answer, covered) {
   if (head !== null) noteHead(head);
   setTreeNodes(nodes);
   renderTree();
-  const at = performance.now();
+  document.body.dataset.sessions = String(tree.nodes.length);
+  const at = epochNow();
   if (state.follow) recordApplied(answer, covered, at);
   updateSelectionPanels();
   applyTranscriptFilter();
+}
+
+/**
+ * Notes the first tree of `rootId`: now its rows are in the DOM; a
+ * timeout queued from the next animation frame runs once that frame is
+ * painted.
+ */
+function recordFirstRender(rootId, startedAt, fetchedAt) {
+  const entry = {
+    rootId, sessions: tree.nodes.length, startedAt, fetchedAt, renderedAt: epochNow(), paintedAt: null,
+  };
+  bench.firstRender = entry;
+  requestAnimationFrame(() => setTimeout(() => { entry.paintedAt = epochNow(); }, 0));
 }
 
 function recordApplied(answer, covered, at) {
   let position = num(answer.position) ?? num(answer.head) ?? 0;
   for (const item of covered) {
     position = Math.max(position, item.position);
-    bench.latencies.push(at - item.receivedAt);
+    bench.applied.push({ position: item.position, receivedAt: item.receivedAt, appliedAt: at });
   }
-  if (bench.latencies.length > LATENCY_CAP) bench.latencies.splice(0, bench.latencies.length - LATENCY_CAP);
+  if (bench.applied.length > LATENCY_CAP) bench.applied.splice(0, bench.applied.length - LATENCY_CAP);
   bench.lastApplied = { position, at };
   document.body.dataset.head = String(Math.max(position, num(answer.head) ?? 0));
 }
@@ -1370,6 +1404,29 @@ function renderToolReturned(body, data, entry) {
   renderBlocks(body, data.output, 0);
 }
 
+/** A plan as a list of its steps, or the context use as a line. */
+function renderAgentReported(body, data) {
+  const report = obj(data.report);
+  body.append(metaLine(`turn ${str(data.turn)}`));
+  if (report.kind === 'agent-session') {
+    body.append(el('p', 'report-line', `agent session ${str(report.sessionId)}`));
+  } else if (report.kind === 'plan') {
+    const list = el('ol', 'plan');
+    for (const raw of Array.isArray(report.entries) ? report.entries : []) {
+      const item = obj(raw);
+      const step = el('li', safeClass('plan-', item.status), str(item.content));
+      step.append(' ', badge('badge-plan', `${str(item.status)}, ${str(item.priority)}`));
+      list.append(step);
+    }
+    body.append(el('p', 'report-line', 'plan'), list);
+  } else if (report.kind === 'context-usage') {
+    const cost = isObject(report.cost) ? ` \u00b7 ${str(report.cost.amount)} ${str(report.cost.currency)}` : '';
+    body.append(el('p', 'report-line', `context ${str(report.used)} of ${str(report.size)} tokens${cost}`));
+  } else {
+    body.append(el('pre', 'json', compactJson(report)));
+  }
+}
+
 function renderResult(body, data, entry) {
   const result = obj(data.result);
   const parts = [];
@@ -1439,6 +1496,7 @@ const RENDERERS = {
   AssistantMessage: renderAssistantMessage,
   ToolCalled: renderToolCalled,
   ToolReturned: renderToolReturned,
+  AgentReported: renderAgentReported,
   TurnEnded: renderTurnEnded,
   ActivationSettled: renderResult,
   RunSettled: renderResult,

@@ -138,6 +138,12 @@ pub fn status_of(code: ErrorCode) -> StatusCode {
             StatusCode::SERVICE_UNAVAILABLE
         }
         C::GatewayTimeout => StatusCode::GATEWAY_TIMEOUT,
+        // A child agent over ACP failed: the upstream of this request.
+        C::AcpSpawn
+        | C::AcpInitializeTimeout
+        | C::AcpProtocol
+        | C::AcpExited
+        | C::AcpCancelUnanswered => StatusCode::BAD_GATEWAY,
         // The client went away before acceptance; nobody reads the answer.
         C::Cancelled => StatusCode::from_u16(499).unwrap_or(StatusCode::BAD_REQUEST),
         C::Internal

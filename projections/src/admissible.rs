@@ -381,7 +381,10 @@ fn rule(
             }
             Ok(Expectation::None)
         }
-        Event::AssistantMessage { .. } | Event::ToolCalled { .. } | Event::ToolReturned { .. } => {
+        Event::AssistantMessage { .. }
+        | Event::ToolCalled { .. }
+        | Event::ToolReturned { .. }
+        | Event::AgentReported { .. } => {
             transcript_turn(state, session, event)?;
             Ok(Expectation::None)
         }

@@ -178,7 +178,8 @@ impl Projections {
             Event::HistorySeeded { .. }
             | Event::AssistantMessage { .. }
             | Event::ToolCalled { .. }
-            | Event::ToolReturned { .. } => {}
+            | Event::ToolReturned { .. }
+            | Event::AgentReported { .. } => {}
             Event::ActivationRequested {
                 epoch,
                 delivery,

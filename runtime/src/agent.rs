@@ -6,12 +6,13 @@
 
 use serde_json::Value;
 use subagent_core::{
-    ContentBlock, Diagnostic, SessionId, SubagentDescriptor, SubagentError, SubagentStopReason,
+    AgentReport, ContentBlock, Diagnostic, SessionId, SubagentDescriptor, SubagentError,
+    SubagentStopReason,
 };
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-pub use crate::tools::{ToolCall, ToolDefinition, ToolOutput, ToolPort};
+pub use crate::tools::{Announced, ToolCall, ToolDefinition, ToolOutput, ToolPort};
 use crate::BoxFuture;
 
 /// Everything a live agent is built from: the session's durable history.
@@ -37,13 +38,28 @@ pub struct AgentSpec {
     pub tools: Vec<ToolDefinition>,
 }
 
-/// One transcript entry an agent produces during a turn. Tool calls and
-/// results are not entries: they go through the turn's [`ToolPort`], which
-/// records both.
+/// One transcript entry an agent produces during a turn. Tool calls the
+/// host executes are not entries: they go through the turn's
+/// [`ToolPort::call`], which records the call and its result.
 #[derive(Clone, Debug, PartialEq)]
 pub enum TranscriptItem {
     /// An assistant message.
     Assistant(Vec<ContentBlock>),
+    /// The agent's report of its own progress: its plan, its context use.
+    Report(AgentReport),
+    /// The result of a call the agent ran itself, once
+    /// [`ToolPort::announce`] permitted it (recorded as its `ToolReturned`).
+    /// A result for a call that was refused, or never announced, is
+    /// recorded only if the call was announced in this turn; the driver
+    /// drops it otherwise (see the driver's `record`).
+    ToolResult {
+        /// The announced call's id.
+        call_id: String,
+        /// What it returned.
+        output: Vec<ContentBlock>,
+        /// Whether it failed.
+        is_error: bool,
+    },
 }
 
 /// The input of one turn.

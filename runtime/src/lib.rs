@@ -32,7 +32,8 @@ pub use engine::OpenStats;
 
 pub use activation::SubagentActivation;
 pub use agent::{
-    Agent, AgentHost, AgentSpec, InputRoute, ToolCall, ToolDefinition, ToolOutput, ToolPort,
+    Agent, AgentHost, AgentSpec, Announced, InputRoute, ToolCall, ToolDefinition, ToolOutput,
+    ToolPort, TranscriptItem, TurnEnd, TurnInput,
 };
 pub use capacity::CapacityLimits;
 pub use provider::{SubagentProvider, SubagentRun};

@@ -32,6 +32,8 @@ pub struct ResolvedStartRequest {
     pub run_id: SessionId,
     /// The delegating parent.
     pub parent: SessionId,
+    /// The label the run is cataloged under in the parent.
+    pub label: String,
     /// The task.
     pub request: SubagentStartRequest,
     /// The durable descriptor.

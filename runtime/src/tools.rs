@@ -76,11 +76,33 @@ impl ToolOutput {
     }
 }
 
-pub(crate) type ToolRequest = (ToolCall, oneshot::Sender<ToolOutput>);
+/// What the runtime answered an announced call ([`ToolPort::announce`]).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Announced {
+    /// Recorded; the agent may run it (and reports its result as a
+    /// [`TranscriptItem::ToolResult`](crate::agent::TranscriptItem::ToolResult)).
+    Permitted,
+    /// Recorded and refused (restricted for this session, or not a tool
+    /// the host lists); the refusal is the call's recorded result.
+    Refused(ToolOutput),
+}
+
+/// One request of a turn's [`ToolPort`] to its driver.
+pub(crate) enum ToolRequest {
+    /// Record, check, execute through the host, record the result.
+    Execute(ToolCall, oneshot::Sender<ToolOutput>),
+    /// Record and check only: the agent runs the tool itself.
+    Announce(ToolCall, oneshot::Sender<Announced>),
+}
 
 /// Where an agent calls tools during a turn. Every call is recorded before
 /// its result is returned; a restricted tool is refused, not executed.
 pub struct ToolPort(pub(crate) mpsc::Sender<ToolRequest>);
+
+/// The answer when the turn is gone.
+fn turn_ended() -> ToolOutput {
+    ToolOutput::error("the turn has ended")
+}
 
 impl ToolPort {
     /// A port that refuses every call (agents run outside a driver).
@@ -89,15 +111,39 @@ impl ToolPort {
         ToolPort(mpsc::channel(1).0)
     }
 
-    /// Calls a tool and waits for its recorded result.
+    /// Calls a host tool and waits for its recorded result.
     pub async fn call(&self, call: ToolCall) -> ToolOutput {
         let (reply, answer) = oneshot::channel();
-        if self.0.send((call, reply)).await.is_err() {
-            return ToolOutput::error("the turn has ended");
+        if self
+            .0
+            .send(ToolRequest::Execute(call, reply))
+            .await
+            .is_err()
+        {
+            return turn_ended();
+        }
+        answer.await.unwrap_or_else(|_| turn_ended())
+    }
+
+    /// Announces a call the agent runs itself (an agent that executes its
+    /// own tools, as agents over ACP do): the call is recorded and checked
+    /// against the session's tool scope exactly like [`call`](Self::call),
+    /// but never executed by the host. A refused call's refusal is
+    /// recorded as its result; a permitted one's result is the agent's to
+    /// report. Outside a turn every call is refused.
+    pub async fn announce(&self, call: ToolCall) -> Announced {
+        let (reply, answer) = oneshot::channel();
+        if self
+            .0
+            .send(ToolRequest::Announce(call, reply))
+            .await
+            .is_err()
+        {
+            return Announced::Refused(turn_ended());
         }
         answer
             .await
-            .unwrap_or_else(|_| ToolOutput::error("the turn has ended"))
+            .unwrap_or_else(|_| Announced::Refused(turn_ended()))
     }
 }
 

@@ -4,7 +4,6 @@
 
 #![allow(dead_code)] // Each test binary uses its own subset.
 
-pub(crate) mod browser;
 pub(crate) mod serve;
 
 use std::path::Path;

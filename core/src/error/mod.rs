@@ -301,6 +301,16 @@ declare_errors! {
     GatewayPayloadTooLarge = "gateway/payload-too-large",
     /// `GatewayError::Timeout`: the request ran past the gateway's limit.
     GatewayTimeout = "gateway/timeout",
+    /// `AcpError::Spawn`: the agent's program could not be started.
+    AcpSpawn = "acp/spawn",
+    /// `AcpError::InitializeTimeout`: the agent never answered `initialize`.
+    AcpInitializeTimeout = "acp/initialize-timeout",
+    /// `AcpError::Protocol`: the agent answered a request with an error.
+    AcpProtocol = "acp/protocol",
+    /// `AcpError::Exited`: the agent's process exited or closed its stdout.
+    AcpExited = "acp/exited",
+    /// `AcpError::CancelUnanswered`: a cancelled turn was not answered in time.
+    AcpCancelUnanswered = "acp/cancel-unanswered",
 }
 
 impl Serialize for ErrorCode {

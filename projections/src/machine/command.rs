@@ -63,7 +63,7 @@ pub enum Command {
         session: SessionId,
     },
     /// A transcript entry of the running turn (`AssistantMessage`,
-    /// `ToolCalled` or `ToolReturned`).
+    /// `ToolCalled`, `ToolReturned` or `AgentReported`).
     RecordTranscript {
         /// The session whose running (or next) turn this is.
         session: SessionId,

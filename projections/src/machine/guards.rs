@@ -286,7 +286,8 @@ pub(crate) fn transcript_turn(
     let entry_turn = match entry {
         Event::AssistantMessage { turn, .. }
         | Event::ToolCalled { turn, .. }
-        | Event::ToolReturned { turn, .. } => *turn,
+        | Event::ToolReturned { turn, .. }
+        | Event::AgentReported { turn, .. } => *turn,
         other => {
             return Err(SubagentError::BadRequest(format!(
                 "{} is not a transcript entry",

@@ -231,6 +231,7 @@ impl SubagentRuntime {
         let request = ResolvedStartRequest {
             run_id: child,
             parent: handle.parent,
+            label: spec.label,
             request: spec.request,
             descriptor,
             signal: signal.clone(),

@@ -7,8 +7,11 @@ use subagent_projections::{Command, TurnOutput};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::agent::{Agent, ToolCall, ToolOutput, ToolPort, TranscriptItem, TurnEnd, TurnInput};
+use crate::agent::{
+    Agent, Announced, ToolCall, ToolOutput, ToolPort, TranscriptItem, TurnEnd, TurnInput,
+};
 use crate::runtime::lock;
+use crate::tools::ToolRequest;
 
 use crate::drivers::{announce_settled, end_info};
 
@@ -26,6 +29,14 @@ pub(super) struct TurnRan {
     pub(super) end: TurnEnd,
     pub(super) assistant: Vec<Vec<ContentBlock>>,
     pub(super) interrupted_at: Option<u64>,
+}
+
+/// The calls a turn's agent announced ([`ToolPort::announce`]): every
+/// answer by call id, and the permitted calls whose result is still open.
+#[derive(Default)]
+pub(super) struct Announcements {
+    answers: std::collections::HashMap<String, Announced>,
+    open: std::collections::HashSet<String>,
 }
 
 /// The driver's state across turns.
@@ -84,23 +95,31 @@ impl LocalDriver {
             tools: ToolPort(tools),
         };
         let mut assistant: Vec<Vec<ContentBlock>> = Vec::new();
+        let mut announced = Announcements::default();
         let mut turn_future = agent.run_turn(input);
         let end = loop {
             tokio::select! {
                 end = &mut turn_future => break end,
-                Some(item) = items.recv() => self.record(turn, item, &mut assistant).await?,
+                Some(item) = items.recv() => self.record(turn, item, &mut assistant, &mut announced).await?,
                 Some(reply) = steer_requests.recv() => {
                     // Transcript entries the agent sent before asking come first.
                     while let Ok(item) = items.try_recv() {
-                        self.record(turn, item, &mut assistant).await?;
+                        self.record(turn, item, &mut assistant, &mut announced).await?;
                     }
                     let _ = reply.send(self.steer(&mut turns.scan_from).await?);
                 }
-                Some((call, reply)) = tool_requests.recv() => {
+                Some(request) = tool_requests.recv() => {
                     while let Ok(item) = items.try_recv() {
-                        self.record(turn, item, &mut assistant).await?;
+                        self.record(turn, item, &mut assistant, &mut announced).await?;
                     }
-                    let _ = reply.send(self.call_tool(turn, call, &cancel).await?);
+                    match request {
+                        ToolRequest::Execute(call, reply) => {
+                            let _ = reply.send(self.call_tool(turn, call, &cancel).await?);
+                        }
+                        ToolRequest::Announce(call, reply) => {
+                            let _ = reply.send(self.announce_tool(turn, call, &mut announced).await?);
+                        }
+                    }
                 }
             }
         };
@@ -110,7 +129,8 @@ impl LocalDriver {
             .take()
             .filter(|_| !self.handle.stop.is_cancelled());
         while let Some(item) = items.recv().await {
-            self.record(turn, item, &mut assistant).await?;
+            self.record(turn, item, &mut assistant, &mut announced)
+                .await?;
         }
         Ok(TurnRan {
             end,
@@ -158,20 +178,113 @@ impl LocalDriver {
         Ok(())
     }
 
+    /// Records one transcript item. A tool result is recorded once, for a
+    /// call announced and permitted in this turn; any other (a refused
+    /// call's, a second one, an unknown id's) is dropped with a warning,
+    /// since the call's recorded result already stands or it never ran.
     pub(super) async fn record(
         &self,
         turn: u64,
         item: TranscriptItem,
         assistant: &mut Vec<Vec<ContentBlock>>,
+        announced: &mut Announcements,
     ) -> Result<(), SubagentError> {
-        let TranscriptItem::Assistant(content) = item;
-        assistant.push(content.clone());
-        self.transcribe(Event::AssistantMessage {
-            turn,
-            content,
-            usage: None,
-        })
-        .await
+        let entry = match item {
+            TranscriptItem::Assistant(content) => {
+                assistant.push(content.clone());
+                Event::AssistantMessage {
+                    turn,
+                    content,
+                    usage: None,
+                }
+            }
+            TranscriptItem::Report(report) => Event::AgentReported { turn, report },
+            TranscriptItem::ToolResult {
+                call_id,
+                output,
+                is_error,
+            } => {
+                if !announced.open.remove(&call_id) {
+                    tracing::warn!(child = %self.handle.child, call_id, "dropping a tool result for a call not permitted and open in this turn");
+                    return Ok(());
+                }
+                Event::ToolReturned {
+                    turn,
+                    call_id,
+                    output,
+                    is_error,
+                    refused: false,
+                }
+            }
+        };
+        self.transcribe(entry).await
+    }
+
+    /// Serves one announced call: `decide` records it and answers a call
+    /// the lineage refuses (or an unknown tool) at once, as for
+    /// [`call_tool`](Self::call_tool); a permitted one stays open for the
+    /// agent's result. A second announcement of an id already recorded in
+    /// this turn records nothing and repeats the first answer.
+    pub(super) async fn announce_tool(
+        &self,
+        turn: u64,
+        call: ToolCall,
+        announced: &mut Announcements,
+    ) -> Result<Announced, SubagentError> {
+        if let Some(answer) = announced.answers.get(&call.call_id) {
+            return Ok(answer.clone());
+        }
+        let call_id = call.call_id.clone();
+        let answer = match self.decide_call(turn, &call).await? {
+            Some(refusal) => Announced::Refused(refusal),
+            None => {
+                announced.open.insert(call_id.clone());
+                Announced::Permitted
+            }
+        };
+        announced.answers.insert(call_id, answer.clone());
+        Ok(answer)
+    }
+
+    /// Records `call` through `decide`; the refusal it recorded, if any.
+    async fn decide_call(
+        &self,
+        turn: u64,
+        call: &ToolCall,
+    ) -> Result<Option<ToolOutput>, SubagentError> {
+        let known = self
+            .runtime
+            .inner
+            .deployment
+            .tools
+            .iter()
+            .any(|tool| tool.name == call.name);
+        let recorded = self
+            .runtime
+            .inner
+            .engine
+            .commit(Command::CallTool {
+                session: self.handle.child,
+                turn,
+                call_id: call.call_id.clone(),
+                name: call.name.clone(),
+                input: call.input.clone(),
+                known,
+            })
+            .await?;
+        Ok(recorded.into_iter().find_map(|record| match record.event {
+            Event::ToolReturned {
+                output,
+                is_error,
+                refused,
+                ..
+            } => Some(ToolOutput {
+                output,
+                is_error,
+                refused,
+            }),
+            _ => None,
+        }))
     }
 
     pub(super) async fn transcribe(&self, entry: Event) -> Result<(), SubagentError> {
@@ -197,40 +310,7 @@ impl LocalDriver {
         cancel: &CancellationToken,
     ) -> Result<ToolOutput, SubagentError> {
         let child = self.handle.child;
-        let known = self
-            .runtime
-            .inner
-            .deployment
-            .tools
-            .iter()
-            .any(|tool| tool.name == call.name);
-        let recorded = self
-            .runtime
-            .inner
-            .engine
-            .commit(Command::CallTool {
-                session: child,
-                turn,
-                call_id: call.call_id.clone(),
-                name: call.name.clone(),
-                input: call.input.clone(),
-                known,
-            })
-            .await?;
-        let answered = recorded.into_iter().find_map(|record| match record.event {
-            Event::ToolReturned {
-                output,
-                is_error,
-                refused,
-                ..
-            } => Some(ToolOutput {
-                output,
-                is_error,
-                refused,
-            }),
-            _ => None,
-        });
-        if let Some(answer) = answered {
+        if let Some(answer) = self.decide_call(turn, &call).await? {
             return Ok(answer);
         }
         let call_id = call.call_id.clone();

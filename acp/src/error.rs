@@ -1,0 +1,101 @@
+//! [`AcpError`]: what can go wrong talking to an agent over ACP, each with
+//! a stable code (`acp/…`). Texts name the program, the request and the
+//! agent's redacted stderr tail, never a prompt or a file's contents.
+
+use std::time::Duration;
+
+use subagent_core::{ErrorCode, SubagentError};
+
+/// A failure of an agent process or of the protocol with it.
+#[derive(Debug, thiserror::Error)]
+pub enum AcpError {
+    /// The program could not be started.
+    #[error("starting the ACP agent {program} failed: {kind}")]
+    Spawn {
+        /// The program.
+        program: String,
+        /// The OS error's kind.
+        kind: std::io::ErrorKind,
+    },
+    /// `initialize` was not answered in time; the process was killed.
+    #[error(
+        "the ACP agent {program} did not answer initialize within {after:?}; it was killed{}",
+        tail(stderr)
+    )]
+    InitializeTimeout {
+        /// The program.
+        program: String,
+        /// The limit.
+        after: Duration,
+        /// Its redacted stderr tail.
+        stderr: String,
+    },
+    /// The agent answered a request with a JSON-RPC error.
+    #[error(
+        "the ACP agent answered {request} with error {code}: {message}{}",
+        tail(stderr)
+    )]
+    Protocol {
+        /// The request (`session/prompt`, …).
+        request: &'static str,
+        /// The JSON-RPC error code.
+        code: i32,
+        /// Its message.
+        message: String,
+        /// The agent's redacted stderr tail.
+        stderr: String,
+    },
+    /// The process exited, or closed its stdout, during `request`.
+    #[error("the ACP agent exited with {status} during {request}{}", tail(stderr))]
+    Exited {
+        /// The request that was in flight.
+        request: &'static str,
+        /// `status 3`, `signal 9`, …
+        status: String,
+        /// Its redacted stderr tail.
+        stderr: String,
+    },
+    /// A cancelled turn was not answered `cancelled` within the grace
+    /// period; the process group was killed.
+    #[error(
+        "the ACP agent did not answer session/cancel within {after:?}; it was killed{}",
+        tail(stderr)
+    )]
+    CancelUnanswered {
+        /// The grace period.
+        after: Duration,
+        /// Its redacted stderr tail.
+        stderr: String,
+    },
+}
+
+/// `; stderr: …` when there is a tail.
+fn tail(stderr: &str) -> String {
+    if stderr.is_empty() {
+        String::new()
+    } else {
+        format!("; stderr: {stderr}")
+    }
+}
+
+impl AcpError {
+    /// The stable code.
+    #[must_use]
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            AcpError::Spawn { .. } => ErrorCode::AcpSpawn,
+            AcpError::InitializeTimeout { .. } => ErrorCode::AcpInitializeTimeout,
+            AcpError::Protocol { .. } => ErrorCode::AcpProtocol,
+            AcpError::Exited { .. } => ErrorCode::AcpExited,
+            AcpError::CancelUnanswered { .. } => ErrorCode::AcpCancelUnanswered,
+        }
+    }
+}
+
+impl From<AcpError> for SubagentError {
+    /// An agent that cannot run is an infrastructure fault of the child
+    /// (`gateway/internal`, the `AcpError` kept as its cause).
+    fn from(err: AcpError) -> SubagentError {
+        SubagentError::internal_from(err)
+    }
+}

@@ -1,0 +1,586 @@
+//! The `acp` provider end to end over real stdio with the test agent:
+//! the transcript mapping (chunks, tool calls, plans, usage), every stop
+//! reason, the tool filter on permission and file requests, interrupt and
+//! its grace period, a hung `initialize`, cold resume with and without
+//! `session/load`, one-shot runs, and that no agent process outlives its
+//! activation.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{said, script, spec, types, until_events, World};
+use serde_json::json;
+use subagent_acp::AcpTimeouts;
+use subagent_core::{AgentReport, ContentBlock, Event, SubagentStopReason, ToolRestriction};
+use subagent_runtime::InterruptAuthority;
+use tokio_util::sync::CancellationToken;
+
+#[tokio::test]
+async fn a_turn_streams_chunks_a_plan_and_usage_into_the_transcript() {
+    let world = World::start(script(json!([[
+        {"chunks": ["Hel", "lo, ", "world"]},
+        {"plan": [{"content": "look around", "priority": "high", "status": "in_progress"}]},
+        {"usage": {"used": 120, "size": 1000}},
+        {"say": "done"}
+    ]])))
+    .await;
+    let child = world
+        .runtime
+        .start_activation(&world.root, spec("worker", "go"), CancellationToken::new())
+        .await
+        .unwrap();
+    let result = child.result().await.unwrap();
+    assert_eq!(result.stop_reason, SubagentStopReason::Completed);
+    assert_eq!(result.output, vec![ContentBlock::text("done")]);
+    let events = world.events(child.child_id());
+    assert_eq!(
+        said(&events),
+        ["Hello, world", "done"],
+        "three chunks are one message"
+    );
+    let reports: Vec<&AgentReport> = events
+        .iter()
+        .filter_map(|event| match event {
+            Event::AgentReported { report, .. } => Some(report),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        matches!(reports[0], AgentReport::AgentSession { session_id } if session_id.starts_with("test-"))
+    );
+    assert!(
+        matches!(reports[1], AgentReport::Plan { entries } if entries[0].content == "look around" && entries[0].status == "in_progress")
+    );
+    assert_eq!(
+        reports[2],
+        &AgentReport::ContextUsage {
+            used: 120,
+            size: 1000,
+            cost: None
+        }
+    );
+    child.dispose().await.unwrap();
+    world.until_no_agent_process().await;
+}
+
+#[tokio::test]
+async fn every_stop_reason_maps_over_real_stdio() {
+    let world = World::start(json!({"byLabel": {
+        "ends": {"turns": [[{"say": "fine"}]]},
+        "refuses": {"turns": [[{"refuse": "I will not"}]]},
+        "runs-out": {"turns": [[{"maxTokens": "partial"}]]},
+        "too-many": {"turns": [[{"maxTurnRequests": "stopping"}]]},
+        "breaks": {"turns": [[{"protocolError": "model endpoint down"}]]},
+    }}))
+    .await;
+    for (label, stop, text) in [
+        ("ends", SubagentStopReason::Completed, Some("fine")),
+        ("refuses", SubagentStopReason::Refusal, Some("I will not")),
+        ("runs-out", SubagentStopReason::MaxTokens, Some("partial")),
+        ("too-many", SubagentStopReason::MaxTokens, Some("stopping")),
+        ("breaks", SubagentStopReason::Error, None),
+    ] {
+        let child = world
+            .runtime
+            .start_activation(&world.root, spec(label, "go"), CancellationToken::new())
+            .await
+            .unwrap();
+        let result = child.result().await.unwrap();
+        assert_eq!(result.stop_reason, stop, "{label}");
+        if let Some(text) = text {
+            assert_eq!(result.output, vec![ContentBlock::text(text)], "{label}");
+        } else {
+            let diagnostic = result
+                .diagnostic
+                .expect("a protocol error has a diagnostic")
+                .to_string();
+            assert!(
+                diagnostic.contains("session/prompt") && diagnostic.contains("model endpoint down"),
+                "{diagnostic}"
+            );
+        }
+        child.dispose().await.unwrap();
+    }
+    world.until_no_agent_process().await;
+}
+
+#[tokio::test]
+async fn a_crash_settles_error_with_the_redacted_stderr_tail() {
+    let world = World::start(script(json!([[
+        {"say": "about to fail"},
+        {"crash": "fatal: lost the socket; key sk-abcdefghijklmnop"}
+    ]])))
+    .await;
+    let child = world
+        .runtime
+        .start_activation(&world.root, spec("crasher", "go"), CancellationToken::new())
+        .await
+        .unwrap();
+    let result = child.result().await.unwrap();
+    assert_eq!(result.stop_reason, SubagentStopReason::Error);
+    let diagnostic = result.diagnostic.unwrap().to_string();
+    assert!(diagnostic.contains("exited with status 3"), "{diagnostic}");
+    assert!(
+        diagnostic.contains("fatal: lost the socket"),
+        "{diagnostic}"
+    );
+    assert!(
+        !diagnostic.contains("sk-abcdefghijklmnop"),
+        "the key was not redacted: {diagnostic}"
+    );
+    assert_eq!(said(&world.events(child.child_id())), ["about to fail"]);
+    world.until_no_agent_process().await;
+    // The next turn starts a new process.
+    world
+        .runtime
+        .send_message(
+            &world.root,
+            child.child_id(),
+            vec![ContentBlock::text("again")],
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    until_events(&world, child.child_id(), "a second turn", |events| {
+        events
+            .iter()
+            .filter(|e| matches!(e, Event::TurnEnded { .. }))
+            .count()
+            == 2
+    })
+    .await;
+    child.dispose().await.unwrap();
+    world.until_no_agent_process().await;
+}
+
+#[tokio::test]
+async fn tool_calls_are_recorded_and_a_restricted_one_is_refused() {
+    let world = World::start(script(json!([[
+        {"tool": {"name": "execute", "input": {"cmd": "ls"}, "output": "a.txt"}},
+        {"tool": {"name": "read", "input": {"path": "a.txt"}, "output": "contents"}},
+        {"say": "finished"}
+    ]])))
+    .await;
+    let mut restricted = spec("careful", "go");
+    restricted.request.options.tool_filter =
+        Some(ToolRestriction::Deny(vec!["acp/execute".into()]));
+    let child = world
+        .runtime
+        .start_activation(&world.root, restricted, CancellationToken::new())
+        .await
+        .unwrap();
+    assert_eq!(
+        child.result().await.unwrap().stop_reason,
+        SubagentStopReason::Completed
+    );
+    let events = world.events(child.child_id());
+    let calls: Vec<(&str, &str)> = events
+        .iter()
+        .filter_map(|event| match event {
+            Event::ToolCalled { call_id, name, .. } => Some((call_id.as_str(), name.as_str())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        calls.len(),
+        2,
+        "each call recorded once: {:?}",
+        types(&events)
+    );
+    assert_eq!(calls[0].1, "acp/execute");
+    assert_eq!(calls[1].1, "acp/read");
+    let returns: Vec<(&str, bool, String)> = events
+        .iter()
+        .filter_map(|event| match event {
+            Event::ToolReturned {
+                call_id,
+                refused,
+                output,
+                ..
+            } => Some((
+                call_id.as_str(),
+                *refused,
+                subagent_core::content::plain_text(output),
+            )),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(returns.len(), 2, "one result per call: {returns:?}");
+    assert_eq!(
+        (returns[0].0, returns[0].1),
+        (calls[0].0, true),
+        "execute refused"
+    );
+    assert!(returns[0].2.contains("not available"), "{returns:?}");
+    assert_eq!(
+        returns[1],
+        (calls[1].0, false, "contents".to_owned()),
+        "read permitted and run"
+    );
+    child.dispose().await.unwrap();
+}
+
+#[tokio::test]
+async fn file_requests_go_through_the_tool_port_and_stay_in_the_workspace() {
+    let world = World::start(script(json!([[
+        {"readFile": {"path": "notes.txt"}},
+        {"readFile": {"path": "../script.json"}},
+        {"writeFile": {"path": "out.txt", "content": "written by the agent"}}
+    ]])))
+    .await;
+    std::fs::write(world.work().join("notes.txt"), "remember the milk").unwrap();
+    let child = world
+        .runtime
+        .start_activation(&world.root, spec("reader", "go"), CancellationToken::new())
+        .await
+        .unwrap();
+    child.result().await.unwrap();
+    let events = world.events(child.child_id());
+    let texts = said(&events);
+    assert!(
+        texts.iter().any(|t| t.contains("remember the milk")),
+        "{texts:?}"
+    );
+    assert!(
+        texts
+            .iter()
+            .any(|t| t.contains("could not read ../script.json") && t.contains("outside")),
+        "{texts:?}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(world.work().join("out.txt")).unwrap(),
+        "written by the agent"
+    );
+    let names: Vec<&str> = events
+        .iter()
+        .filter_map(|event| match event {
+            Event::ToolCalled { name, .. } => Some(name.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "fs/read_text_file",
+            "fs/read_text_file",
+            "fs/write_text_file"
+        ]
+    );
+    child.dispose().await.unwrap();
+
+    // Restricted: the capability is not even offered.
+    let mut denied = spec("denied", "go");
+    denied.request.options.tool_filter = Some(ToolRestriction::Deny(vec![
+        "fs/read_text_file".into(),
+        "fs/write_text_file".into(),
+    ]));
+    let child = world
+        .runtime
+        .start_activation(&world.root, denied, CancellationToken::new())
+        .await
+        .unwrap();
+    child.result().await.unwrap();
+    let texts = said(&world.events(child.child_id()));
+    assert!(
+        texts.iter().all(|t| !t.contains("remember the milk")),
+        "{texts:?}"
+    );
+    assert!(
+        texts.iter().any(|t| t.contains("no fs access")),
+        "{texts:?}"
+    );
+    child.dispose().await.unwrap();
+}
+
+#[tokio::test]
+async fn an_interrupt_cancels_the_turn_and_settles_aborted() {
+    let world = World::start(script(json!([
+        [{"say": "working"}, {"usage": {"used": 1, "size": 10}}, {"sleepMs": 60000}, {"say": "never"}],
+        [{"say": "back"}]
+    ]))).await;
+    let child = world
+        .runtime
+        .start_activation(&world.root, spec("sleeper", "go"), CancellationToken::new())
+        .await
+        .unwrap();
+    until_events(&world, child.child_id(), "the turn under way", |events| {
+        said(events) == ["working"]
+    })
+    .await;
+    world
+        .runtime
+        .interrupt(
+            child.child_id(),
+            InterruptAuthority::User {
+                parent_session_id: world.root.session(),
+            },
+        )
+        .await
+        .unwrap();
+    let result = child.result().await.unwrap();
+    assert_eq!(result.stop_reason, SubagentStopReason::Aborted);
+    // The agent answered `cancelled`: its process lives on for the next turn.
+    assert_eq!(world.agent_processes(), 1);
+    world
+        .runtime
+        .send_message(
+            &world.root,
+            child.child_id(),
+            vec![ContentBlock::text("again")],
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    until_events(&world, child.child_id(), "the next turn", |events| {
+        said(events).last().map(String::as_str) == Some("back")
+    })
+    .await;
+    child.dispose().await.unwrap();
+    world.until_no_agent_process().await;
+}
+
+#[tokio::test]
+async fn a_hung_turn_is_killed_after_the_grace_period() {
+    let world = World::start(script(
+        json!([[{"say": "stuck"}, {"usage": {"used": 1, "size": 10}}, "hang"]]),
+    ))
+    .await;
+    let child = world
+        .runtime
+        .start_activation(&world.root, spec("hung", "go"), CancellationToken::new())
+        .await
+        .unwrap();
+    until_events(&world, child.child_id(), "the turn under way", |events| {
+        said(events) == ["stuck"]
+    })
+    .await;
+    world
+        .runtime
+        .interrupt(
+            child.child_id(),
+            InterruptAuthority::User {
+                parent_session_id: world.root.session(),
+            },
+        )
+        .await
+        .unwrap();
+    let result = child.result().await.unwrap();
+    assert_eq!(result.stop_reason, SubagentStopReason::Error);
+    let diagnostic = result.diagnostic.unwrap().to_string();
+    assert!(
+        diagnostic.contains("did not answer session/cancel"),
+        "{diagnostic}"
+    );
+    world.until_no_agent_process().await;
+    child.dispose().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_hung_initialize_times_out_with_a_clear_error() {
+    let world = World::with(
+        json!({"hangOnInitialize": true}),
+        common::Setup {
+            timeouts: AcpTimeouts {
+                initialize: Duration::from_millis(300),
+                cancel_grace: Duration::from_millis(300),
+            },
+            log: None,
+        },
+    )
+    .await;
+    let child = world
+        .runtime
+        .start_activation(&world.root, spec("mute", "go"), CancellationToken::new())
+        .await
+        .unwrap();
+    let result = child.result().await.unwrap();
+    assert_eq!(result.stop_reason, SubagentStopReason::Error);
+    let diagnostic = result.diagnostic.unwrap().to_string();
+    assert!(
+        diagnostic.contains("did not answer initialize within 300ms"),
+        "{diagnostic}"
+    );
+    world.until_no_agent_process().await;
+}
+
+/// The agent sessions `events` report.
+fn agent_sessions(events: &[Event]) -> Vec<String> {
+    events
+        .iter()
+        .filter_map(|event| match event {
+            Event::AgentReported {
+                report: AgentReport::AgentSession { session_id },
+                ..
+            } => Some(session_id.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_cold_resume_loads_the_agent_session_when_the_agent_offers_it() {
+    let world = World::start(json!({"loadSession": true, "default": {"turns": [[{"say": "first"}], [{"describe": "second turn saw"}]]}})).await;
+    let child = world
+        .runtime
+        .start_activation(
+            &world.root,
+            spec("keeper", "hello"),
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    child.result().await.unwrap();
+    let id = child.child_id();
+    drop(child);
+    let world = world.restart().await;
+    world.until_no_agent_process().await;
+    world
+        .runtime
+        .send_message(
+            &world.root,
+            id,
+            vec![ContentBlock::text("are you back?")],
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    until_events(&world, id, "the resumed turn", |events| {
+        said(events).len() == 2
+    })
+    .await;
+    let events = world.events(id);
+    assert_eq!(
+        agent_sessions(&events).len(),
+        1,
+        "the same agent session, loaded"
+    );
+    // The agent counted on from its stored session: its second turn played.
+    let second = &said(&events)[1];
+    assert!(
+        second.starts_with("second turn saw") && second.contains("are you back?"),
+        "{second}"
+    );
+    assert!(
+        !second.contains("continues an earlier one"),
+        "a loaded session needs no seed: {second}"
+    );
+}
+
+#[tokio::test]
+async fn without_load_a_cold_resume_seeds_a_new_session_with_the_transcript() {
+    // A new agent session starts its turns over: every turn describes.
+    let world = World::start(script(json!([[{"describe": "saw"}]]))).await;
+    let child = world
+        .runtime
+        .start_activation(
+            &world.root,
+            spec("seeded", "the question"),
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    child.result().await.unwrap();
+    let id = child.child_id();
+    drop(child);
+    let world = world.restart().await;
+    world
+        .runtime
+        .send_message(
+            &world.root,
+            id,
+            vec![ContentBlock::text("follow up")],
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    until_events(&world, id, "the resumed turn", |events| {
+        said(events).len() == 2
+    })
+    .await;
+    let events = world.events(id);
+    let sessions = agent_sessions(&events);
+    assert_eq!(sessions.len(), 2, "a new agent session");
+    assert_ne!(sessions[0], sessions[1]);
+    let second = &said(&events)[1];
+    assert!(second.contains("continues an earlier one"), "{second}");
+    assert!(
+        second.contains("user: the question") && second.contains("assistant: saw"),
+        "{second}"
+    );
+    assert!(second.contains("follow up"), "{second}");
+}
+
+#[tokio::test]
+async fn a_one_shot_run_returns_its_last_message_and_stop_reason() {
+    let world = World::start(json!({"byLabel": {
+        "once": {"turns": [[{"say": "thinking"}, {"say": "the answer"}]]},
+        "no": {"turns": [[{"refuse": "not this"}]]},
+    }}))
+    .await;
+    let run = world
+        .runtime
+        .start_activation(
+            &world.root,
+            common::once("once", "go"),
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    let result = run.result().await.unwrap();
+    assert_eq!(result.stop_reason, SubagentStopReason::Completed);
+    assert_eq!(result.output, vec![ContentBlock::text("the answer")]);
+    run.dispose().await.unwrap();
+    let run = world
+        .runtime
+        .start_activation(
+            &world.root,
+            common::once("no", "go"),
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        run.result().await.unwrap().stop_reason,
+        SubagentStopReason::Refusal
+    );
+    run.dispose().await.unwrap();
+    world.until_no_agent_process().await;
+}
+
+#[tokio::test]
+async fn no_agent_process_outlives_dispose_or_shutdown() {
+    let world = World::start(script(
+        json!([[{"say": "up"}, {"usage": {"used": 1, "size": 10}}, {"sleepMs": 60000}]]),
+    ))
+    .await;
+    let first = world
+        .runtime
+        .start_activation(&world.root, spec("a", "go"), CancellationToken::new())
+        .await
+        .unwrap();
+    let second = world
+        .runtime
+        .start_activation(&world.root, spec("b", "go"), CancellationToken::new())
+        .await
+        .unwrap();
+    for child in [&first, &second] {
+        until_events(&world, child.child_id(), "the turn under way", |events| {
+            said(events) == ["up"]
+        })
+        .await;
+    }
+    assert_eq!(world.agent_processes(), 2);
+    first.dispose().await.unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while world.agent_processes() != 1 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "dispose left {} processes",
+            world.agent_processes()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    world.runtime.close().await.unwrap();
+    world.until_no_agent_process().await;
+}
