@@ -36,8 +36,19 @@ deps:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libclang-dev g++ curl jq chromium chromium-driver >/dev/null; \
 	fi
 
+# The binaries `make demo` runs (cargo's host-tuple target directory, see
+# .cargo/config.toml).
+HOST_TUPLE = $(shell rustc -vV | sed -n 's/^host: //p')
+BIN_DIR = $(CARGO_TARGET_DIR)/$(HOST_TUPLE)/debug
+# The demo's spawned children run on the deterministic ACP test agent over
+# real stdio (`subagents demo --acp "CMD ARGS"`; any ACP agent works).
+DEMO_ACP ?= $(BIN_DIR)/subagents-acp-test-agent --script $(CURDIR)/cli/src/demo/acp-script.json
+
+# Built for the whole workspace, so the build shares librocksdb with
+# `make test` (a `-p` build resolves features differently and builds it again).
 demo: deps
-	$(CARGO) run -q -p subagent-cli --bin subagents -- demo --data $(DATA)
+	$(CARGO) build -q --workspace --bins
+	$(BIN_DIR)/subagents demo --data $(DATA) --acp "$(DEMO_ACP)"
 
 lint: deps
 	$(CARGO) fmt --all --check
@@ -52,8 +63,9 @@ unit: deps
 test: lint unit
 
 bench: deps
+	$(CARGO) build -q --release --workspace --bins
 	for part in append activations messages replay list startup memory gateway console; do \
-		$(CARGO) run -q --release -p subagent-bench -- $$part $(BENCH_ARGS) || exit 1; \
+		$(CARGO_TARGET_DIR)/$(HOST_TUPLE)/release/subagents-bench $$part $(BENCH_ARGS) || exit 1; \
 	done
 
 # Each cargo-fuzz target for FUZZ_SECONDS, growing the committed corpora

@@ -298,6 +298,13 @@ async fn measure_tree(
     eprintln!("… first renders of the {sessions}-session tree");
     let mut after = epoch_ms();
     browser.goto(&format!("{}/", served.base)).await?;
+    // The page's module has run once it marks itself not ready.
+    browser
+        .until(
+            "document.body.dataset.ready === 'false'",
+            "the page's script",
+        )
+        .await?;
     browser.fill("#token", TOKEN).await?;
     browser.click("#connect").await?;
     for run in 0..args.runs {
@@ -385,7 +392,6 @@ async fn measure_tree(
     figures.frame.sort();
     figures.sse.sort();
     drop(browser);
-    drop(root);
     served.stop().await?;
     Ok(figures)
 }

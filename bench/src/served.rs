@@ -53,17 +53,18 @@ impl Served {
             SubagentRuntime::open(Arc::clone(&log), Arc::new(EchoHost(turns))).await?;
         runtime.register_provider(Arc::new(SpawnProvider)).await?;
         let shutdown = CancellationToken::new();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let base = format!("http://{}", listener.local_addr()?);
         let router = subagent_gateway::router(
             runtime.clone(),
             GatewayConfig {
                 token: Token::new(TOKEN, TokenSource::Given)?,
-                allowed_origins: Vec::new(),
+                // The console page it serves calls it from its own origin.
+                allowed_origins: vec![base.clone()],
                 limits: Limits::default(),
             },
             shutdown.clone(),
         );
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let base = format!("http://{}", listener.local_addr()?);
         let (served, ending) = (runtime.clone(), shutdown.clone());
         tokio::spawn(async move {
             let _ = subagent_gateway::serve(listener, router, served, ending.clone(), async move {

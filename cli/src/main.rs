@@ -52,6 +52,11 @@ enum Command {
         /// (for crash drills; at most 3,600,000).
         #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(..=3_600_000))]
         hold_ms: u64,
+        /// Run the spawned children (research, fact-check, digger) on an
+        /// ACP agent: "PROGRAM ARGS…" split at white space, run in the
+        /// current directory.
+        #[arg(long, value_name = "COMMAND", value_parser = acp_command)]
+        acp: Option<subagent_acp::AcpCommand>,
     },
     /// Serve the runtime over HTTP: the spec's remote methods, roots,
     /// children, reads and a live event stream (see the README).
@@ -68,7 +73,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let mut out = output::Stdout::stdout();
     let result = match cli.command {
-        Command::Demo { data, hold_ms } => demo::run(&data, hold_ms, &mut out),
+        Command::Demo { data, hold_ms, acp } => demo::run(&data, hold_ms, acp, &mut out),
         Command::Serve(args) => serve_cmd::run(&args, &mut out),
         Command::Log(args) => log_cmd::run(&args, &mut out),
         Command::Inspect(command) => inspect::run(command, &mut out),
@@ -81,6 +86,11 @@ fn main() -> ExitCode {
         (Fate::Delivered, Ok(())) => ExitCode::SUCCESS,
         (Fate::Delivered, Err(err)) => fail(&*err),
     }
+}
+
+/// Parses `--acp`: a program and its arguments.
+fn acp_command(line: &str) -> Result<subagent_acp::AcpCommand, subagent_acp::EmptyCommand> {
+    subagent_acp::AcpCommand::parse(line)
 }
 
 /// Prints `error: <err>` on stderr (best effort: stderr may be closed too).

@@ -46,6 +46,84 @@ fn demo_records_a_delegation_that_replays_and_verifies() {
     assert_eq!(state["roots"].as_array().map(Vec::len), Some(2));
 }
 
+/// The demo's ACP test agent command: the workspace's test agent binary
+/// (built beside `subagents`) with the script `make demo` uses.
+fn demo_acp_command() -> String {
+    let agent =
+        Path::new(env!("CARGO_BIN_EXE_subagents")).with_file_name("subagents-acp-test-agent");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/demo/acp-script.json");
+    format!("{} --script {}", agent.display(), script.display())
+}
+
+#[test]
+fn the_demo_runs_its_spawned_children_on_an_acp_agent_over_real_stdio() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let data = data.to_str().unwrap();
+    let output = subagents(&["demo", "--data", data, "--acp", &demo_acp_command()]);
+    let (stdout, stderr) = text(&output);
+    assert!(output.status.success(), "{stderr}");
+    assert!(
+        stdout.contains("research    completed  The log is the source of truth"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("research's refused tool calls (recorded): [\"call-1-3\"]"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("interrupted: 2 queued notes preserved"),
+        "{stdout}"
+    );
+    assert!(!stderr.contains("warning"), "{stderr}");
+    let root = root_of(&stdout);
+    let (tree, _) = text(&subagents(&["tree", data, "--root", &root]));
+    for line in [
+        "├── research  [continuable · acp · inactive · completed]",
+        "│   └── fact-check  [continuable · acp · inactive · completed]",
+        "├── review  [continuable · fork · inactive · completed]",
+        "└── digger  [continuable · acp · inactive · aborted]",
+    ] {
+        assert!(tree.contains(line), "{line} missing from\n{tree}");
+    }
+    // The agent's plan, context use and session are in the log, and it verifies.
+    let (log, _) = text(&subagents(&["log", data, "--json"]));
+    for kind in [
+        "\"agent-session\"",
+        "\"plan\"",
+        "\"context-usage\"",
+        "\"acp/execute\"",
+    ] {
+        assert!(log.contains(kind), "{kind} missing from the log");
+    }
+    let output = subagents(&["verify", data]);
+    assert!(output.status.success(), "{:?}", text(&output));
+    // No agent process outlives the demo.
+    let left = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|entry| {
+            std::fs::read(entry.path().join("cmdline"))
+                .is_ok_and(|line| String::from_utf8_lossy(&line).contains("acp-script.json"))
+        })
+        .count();
+    assert_eq!(left, 0, "ACP agent processes outlived the demo");
+}
+
+#[test]
+fn an_empty_acp_command_is_refused_before_anything_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let output = subagents(&["demo", "--data", data.to_str().unwrap(), "--acp", "  "]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        text(&output).1.contains("the agent command is empty"),
+        "{:?}",
+        text(&output)
+    );
+    assert!(!data.exists(), "nothing was written");
+}
+
 #[test]
 fn bad_input_fails_with_a_clear_message_and_non_zero_exit() {
     let dir = tempfile::tempdir().unwrap();

@@ -79,7 +79,8 @@ fn big_tree(dir: &std::path::Path) -> SessionId {
 async fn a_ten_thousand_session_tree_stays_usable() -> Step {
     let dir = tempfile::tempdir()?;
     let data = dir.path().join("data");
-    let root = big_tree(&data);
+    // The log is written with blocking appends, off the async workers.
+    let root = tokio::task::block_in_place(|| big_tree(&data));
     let serve = Serve::start(&data);
     let token = std::fs::read_to_string(data.join("gateway.token"))?
         .trim()

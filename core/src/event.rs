@@ -29,7 +29,12 @@ use crate::result::{Diagnostic, SubagentResult, SubagentStopReason};
 
 /// The schema version this build writes. Older versions decode through
 /// upcasters; newer ones are refused rather than misread.
-pub const CURRENT_SCHEMA_VERSION: u32 = 1;
+///
+/// - 1: the first release.
+/// - 2: adds `AgentReported` (an agent's session, plan and context use).
+///   Version 1 events are version 2 events unchanged; a build that reads
+///   only version 1 refuses a version 2 record rather than misread it.
+pub const CURRENT_SCHEMA_VERSION: u32 = 2;
 
 /// A stream of the log: `runtime` for host-level facts, `session-<uuid>` for
 /// everything about one session.

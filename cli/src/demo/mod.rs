@@ -18,13 +18,14 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use subagent_acp::{AcpCommand, AcpHost, AcpProvider};
 use subagent_core::{
     content::plain_text, ContentBlock, Delivery, Event, StreamId, SubagentActivationSpec,
     ToolRestriction,
 };
 use subagent_projections::Projections;
 use subagent_runtime::scripted::Step;
-use subagent_runtime::{Script, ScriptedHost, SubagentActivation, SubagentRuntime};
+use subagent_runtime::{AgentHost, Script, ScriptedHost, SubagentActivation, SubagentRuntime};
 use subagent_store::{EventLog, EventLogExt, RocksLog, RocksOptions};
 use tokio_util::sync::CancellationToken;
 
@@ -180,11 +181,18 @@ fn with_reported_cause(
 
 /// Runs the demo, writing its report to `out`. `hold_ms` keeps the research
 /// child working that much longer, so a crash drill can kill the process
-/// while work is live.
+/// while work is live. With `acp`, the spawned children (research,
+/// fact-check, digger) run on that ACP agent through the `acp` provider,
+/// and research's tool filter denies `acp/execute` as well as `shell`.
 ///
 /// # Errors
 /// Storage failures, runtime rejections and failures, write failures.
-pub(crate) fn run(data: &Path, hold_ms: u64, out: &mut dyn Write) -> CliResult {
+pub(crate) fn run(
+    data: &Path,
+    hold_ms: u64,
+    acp: Option<AcpCommand>,
+    out: &mut dyn Write,
+) -> CliResult {
     let failures = FailureWatch::default();
     // Only the first subscriber of the process is installed; the demo runs once.
     let _ = tracing::subscriber::set_global_default(FailureRecorder::new(failures.clone()));
@@ -193,7 +201,15 @@ pub(crate) fn run(data: &Path, hold_ms: u64, out: &mut dyn Write) -> CliResult {
     let shared: Arc<dyn EventLog> = Arc::new(log.clone());
     let start = log.head() + 1;
     let demo = async {
-        let (runtime, recovery) = SubagentRuntime::open(shared, Arc::new(scripts(hold_ms))).await?;
+        let scripted: Arc<dyn AgentHost> = Arc::new(scripts(hold_ms));
+        let (host, local): (Arc<dyn AgentHost>, &str) = match &acp {
+            Some(command) => (
+                Arc::new(AcpHost::new(scripted).route("acp", command.clone())),
+                "acp",
+            ),
+            None => (scripted, "spawn"),
+        };
+        let (runtime, recovery) = SubagentRuntime::open(shared, host).await?;
         if recovery.events > 0 {
             writeln!(
                 out,
@@ -202,13 +218,26 @@ pub(crate) fn run(data: &Path, hold_ms: u64, out: &mut dyn Write) -> CliResult {
             )?;
         }
         crate::shipped::register_providers(&runtime).await?;
+        if let Some(command) = &acp {
+            runtime
+                .register_provider(Arc::new(AcpProvider::continuable("acp")))
+                .await?;
+            writeln!(
+                out,
+                "research, fact-check and digger run on the ACP agent {} (provider acp)",
+                command.program
+            )?;
+        }
         let root = runtime.open_root("demo root").await?;
         writeln!(out, "[1/7] root session {}", root.session())?;
         let signal = CancellationToken::new();
         runtime.set_persona_variables([("project".to_owned(), "subagents".to_owned())].into())?;
-        let mut research_spec = spec("spawn", "research", "Summarize DESIGN.md", Delivery::Parent);
-        research_spec.request.options.tool_filter =
-            Some(ToolRestriction::Deny(vec!["shell".into()]));
+        let mut research_spec = spec(local, "research", "Summarize DESIGN.md", Delivery::Parent);
+        let mut denied = vec!["shell".to_owned()];
+        if acp.is_some() {
+            denied.push("acp/execute".to_owned());
+        }
+        research_spec.request.options.tool_filter = Some(ToolRestriction::Deny(denied));
         research_spec.request.options.persona = Some("You research {{project}}.".into());
         let research = runtime
             .start_activation(&root, research_spec, signal.clone())
@@ -230,7 +259,7 @@ pub(crate) fn run(data: &Path, hold_ms: u64, out: &mut dyn Write) -> CliResult {
             .start_activation(
                 &research.agent(),
                 spec(
-                    "spawn",
+                    local,
                     "fact-check",
                     "Check the numbering claim",
                     Delivery::Parent,
@@ -323,12 +352,7 @@ pub(crate) fn run(data: &Path, hold_ms: u64, out: &mut dyn Write) -> CliResult {
         let digger = runtime
             .start_activation(
                 &root,
-                spec(
-                    "spawn",
-                    "digger",
-                    "Dig through the archive",
-                    Delivery::Caller,
-                ),
+                spec(local, "digger", "Dig through the archive", Delivery::Caller),
                 quiet(),
             )
             .await?;

@@ -205,7 +205,7 @@ impl LocalDriver {
                 is_error,
             } => {
                 if !announced.open.remove(&call_id) {
-                    tracing::warn!(child = %self.handle.child, call_id, "dropping a tool result for a call not permitted and open in this turn");
+                    tracing::debug!(child = %self.handle.child, call_id, "dropping a tool result for a call not permitted and open in this turn");
                     return Ok(());
                 }
                 Event::ToolReturned {
