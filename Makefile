@@ -64,7 +64,7 @@ test: lint unit
 
 bench: deps
 	$(CARGO) build -q --release --workspace --bins
-	for part in append activations messages replay list startup memory gateway console; do \
+	for part in append activations messages replay list startup memory gateway console acp; do \
 		$(CARGO_TARGET_DIR)/$(HOST_TUPLE)/release/subagents-bench $$part $(BENCH_ARGS) || exit 1; \
 	done
 

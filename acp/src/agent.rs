@@ -29,7 +29,7 @@ use crate::command::AcpCommand;
 use crate::connection::{Connection, Offer};
 use crate::error::AcpError;
 use crate::mapping::{self, TurnStep, READ_TEXT_FILE, WRITE_TEXT_FILE};
-use crate::turn::{drive, failed, Live, TurnSink};
+use crate::turn::{aborted, drive, failed, Live, TurnSink};
 
 /// A live agent over ACP.
 pub struct AcpAgent {
@@ -143,15 +143,25 @@ impl AcpAgent {
                 preamble.push(persona.clone());
             }
         }
-        let session = match self.resume.clone() {
+        let loaded = match self.resume.clone() {
             Some(id) if connection.loads_sessions() => {
                 let session = s::SessionId::new(id);
-                connection
+                match connection
                     .load_session(session.clone(), &cwd, self.meta())
-                    .await?;
-                session
+                    .await
+                {
+                    Ok(()) => Some(session),
+                    // The agent no longer has it (its store was wiped, the
+                    // host moved): a new session, seeded, is the way on.
+                    Err(AcpError::Protocol { .. }) => None,
+                    Err(err) => return Err(err),
+                }
             }
-            _ => {
+            _ => None,
+        };
+        let session = match loaded {
+            Some(session) => session,
+            None => {
                 let persona = self.persona.as_deref().filter(|_| system_prompt);
                 let session = connection.new_session(&cwd, self.meta(), persona).await?;
                 if !self.transcript.is_empty() {
@@ -301,9 +311,18 @@ impl Agent for AcpAgent {
     fn run_turn(&mut self, input: TurnInput) -> subagent_runtime::BoxFuture<'_, TurnEnd> {
         Box::pin(async move {
             if self.live.is_none() {
-                if let Err(err) = self.connect(&input.transcript).await {
+                // An interrupt or dispose during setup ends it: the
+                // half-open connection is dropped, which kills the group.
+                let connected = tokio::select! {
+                    connected = self.connect(&input.transcript) => connected,
+                    () = input.cancel.cancelled() => return aborted("cancelled while the ACP agent was starting"),
+                };
+                if let Err(err) = connected {
                     return failed(&err.to_string());
                 }
+            }
+            if input.cancel.is_cancelled() {
+                return aborted("cancelled before the prompt was sent");
             }
             let asked: Vec<String> = input.messages.iter().map(|m| plain_text(m)).collect();
             let (end, said) = self.run(input).await;

@@ -10,6 +10,9 @@ pub struct AcpTimeouts {
     /// How long `initialize` may take before the process is killed and the
     /// start fails (`acp/initialize-timeout`).
     pub initialize: Duration,
+    /// How long `session/new` or `session/load` may take before the process
+    /// is killed and the turn fails (`acp/session-timeout`).
+    pub session: Duration,
     /// How long a cancelled turn may take to answer `cancelled` after
     /// `session/cancel` before the process group is killed and the turn
     /// settles `error`.
@@ -20,6 +23,7 @@ impl Default for AcpTimeouts {
     fn default() -> Self {
         AcpTimeouts {
             initialize: Duration::from_secs(30),
+            session: Duration::from_secs(30),
             cancel_grace: Duration::from_secs(5),
         }
     }
@@ -83,15 +87,26 @@ impl AcpCommand {
     }
 
     /// Runs the agent in `dir` (made absolute against the current
-    /// directory).
+    /// directory, `.` and `..` resolved).
     #[must_use]
     pub fn cwd(mut self, dir: impl Into<PathBuf>) -> AcpCommand {
         let dir = dir.into();
-        self.cwd = if dir.is_absolute() {
+        let absolute = if dir.is_absolute() {
             dir
         } else {
             std::env::current_dir().map_or(dir.clone(), |here| here.join(&dir))
         };
+        let mut normal = PathBuf::new();
+        for component in absolute.components() {
+            match component {
+                std::path::Component::ParentDir => {
+                    normal.pop();
+                }
+                std::path::Component::CurDir => {}
+                other => normal.push(other),
+            }
+        }
+        self.cwd = normal;
         self
     }
 
@@ -120,5 +135,7 @@ mod tests {
         let command = AcpCommand::new("agent", &[]).cwd("work");
         assert!(command.cwd.is_absolute());
         assert!(command.cwd.ends_with("work"));
+        let climbed = AcpCommand::new("agent", &[]).cwd("/a/b/../c/./d");
+        assert_eq!(climbed.cwd, PathBuf::from("/a/c/d"));
     }
 }

@@ -63,6 +63,7 @@ pub(crate) struct Connection {
     pub(crate) capabilities: s::AgentCapabilities,
     stop: Option<oneshot::Sender<()>>,
     program: String,
+    session_limit: std::time::Duration,
 }
 
 /// A JSON-RPC error's code and message.
@@ -177,6 +178,7 @@ impl Connection {
             capabilities: s::AgentCapabilities::new(),
             stop: Some(stop),
             program: command.program.clone(),
+            session_limit: command.timeouts.session,
         };
         let capabilities = s::ClientCapabilities::new().fs(s::FileSystemCapabilities::new()
             .read_text_file(offer.read_text_file)
@@ -240,6 +242,26 @@ impl Connection {
         }
     }
 
+    /// `answer` within the session limit; past it the process is killed
+    /// and the request is [`AcpError::SessionTimeout`].
+    async fn limited<T>(
+        &mut self,
+        request: &'static str,
+        answer: impl std::future::Future<Output = T>,
+    ) -> Result<T, AcpError> {
+        match tokio::time::timeout(self.session_limit, answer).await {
+            Ok(answered) => Ok(answered),
+            Err(_) => {
+                self.process.kill().await;
+                Err(AcpError::SessionTimeout {
+                    request,
+                    after: self.session_limit,
+                    stderr: self.process.stderr_tail(),
+                })
+            }
+        }
+    }
+
     /// Whether the agent supports `session/load`.
     pub(crate) fn loads_sessions(&self) -> bool {
         self.capabilities.load_session
@@ -275,7 +297,10 @@ impl Connection {
                 s::TextContent::new(text.to_owned()),
             )]));
         }
-        match self.cx.send_request(request).block_task().await {
+        match self
+            .limited("session/new", self.cx.send_request(request).block_task())
+            .await?
+        {
             Ok(created) => Ok(created.session_id),
             Err(err) => Err(self.failure("session/new", &err).await),
         }
@@ -293,7 +318,9 @@ impl Connection {
         meta: Map<String, Value>,
     ) -> Result<(), AcpError> {
         let request = s::LoadSessionRequest::new(session, cwd.to_owned()).meta(meta);
-        let answer = self.cx.send_request(request).block_task().await;
+        let answer = self
+            .limited("session/load", self.cx.send_request(request).block_task())
+            .await?;
         while let Ok(item) = self.inbound.try_recv() {
             refuse(item);
         }

@@ -30,6 +30,20 @@ pub enum AcpError {
         /// Its redacted stderr tail.
         stderr: String,
     },
+    /// `session/new` or `session/load` was not answered in time; the
+    /// process was killed.
+    #[error(
+        "the ACP agent did not answer {request} within {after:?}; it was killed{}",
+        tail(stderr)
+    )]
+    SessionTimeout {
+        /// The request.
+        request: &'static str,
+        /// The limit.
+        after: Duration,
+        /// Its redacted stderr tail.
+        stderr: String,
+    },
     /// The agent answered a request with a JSON-RPC error.
     #[error(
         "the ACP agent answered {request} with error {code}: {message}{}",
@@ -84,7 +98,9 @@ impl AcpError {
     pub fn code(&self) -> ErrorCode {
         match self {
             AcpError::Spawn { .. } => ErrorCode::AcpSpawn,
-            AcpError::InitializeTimeout { .. } => ErrorCode::AcpInitializeTimeout,
+            AcpError::InitializeTimeout { .. } | AcpError::SessionTimeout { .. } => {
+                ErrorCode::AcpInitializeTimeout
+            }
             AcpError::Protocol { .. } => ErrorCode::AcpProtocol,
             AcpError::Exited { .. } => ErrorCode::AcpExited,
             AcpError::CancelUnanswered { .. } => ErrorCode::AcpCancelUnanswered,

@@ -95,6 +95,11 @@ pub fn acp_tools() -> Vec<ToolDefinition> {
     tools
 }
 
+/// Whether `name` is one of [`acp_tools`].
+fn is_acp_tool(name: &str) -> bool {
+    name.starts_with(AGENT_TOOL_PREFIX) || name == READ_TEXT_FILE || name == WRITE_TEXT_FILE
+}
+
 /// `path` made absolute against `root` and normalized without touching
 /// the disk; `None` when it climbs out of `root`.
 fn confined(root: &Path, path: &str) -> Option<PathBuf> {
@@ -114,33 +119,80 @@ fn confined(root: &Path, path: &str) -> Option<PathBuf> {
     normal.starts_with(root).then_some(normal)
 }
 
-/// Reads (`line`, `limit` in lines, 1-based) or writes one file of
-/// `root`. Symbolic links are resolved and must stay inside `root` too.
+/// Why a path may not be touched.
+fn outside() -> ToolOutput {
+    ToolOutput::error("the file resolves outside the agent's working directory")
+}
+
+/// Opens `path` of `root` for a file call: its directory, resolved through
+/// any links, must lie inside `root` resolved, and the file itself is
+/// opened without following a link (`O_NOFOLLOW`) and must be a regular
+/// file. A directory component swapped for a link between the check and
+/// the open is the one race left (there is no `openat2` beneath-only
+/// resolution in std).
+fn open_inside(root: &Path, path: &Path, write: bool) -> Result<std::fs::File, ToolOutput> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let resolved_root = std::fs::canonicalize(root).map_err(|_| outside())?;
+    let parent = path.parent().ok_or_else(outside)?;
+    let resolved_parent = std::fs::canonicalize(parent)
+        .map_err(|err| ToolOutput::error(format!("the file's directory: {}", err.kind())))?;
+    if !resolved_parent.starts_with(&resolved_root) {
+        return Err(outside());
+    }
+    let mut options = std::fs::OpenOptions::new();
+    // No following a last-component link; a FIFO must not block the open.
+    options.custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK);
+    if write {
+        options.write(true).create(true).truncate(true);
+    } else {
+        options.read(true);
+    }
+    let file = options.open(path).map_err(|err| match err.raw_os_error() {
+        Some(libc::ELOOP) => outside(),
+        _ => ToolOutput::error(format!(
+            "{} the file: {}",
+            if write { "writing" } else { "reading" },
+            err.kind()
+        )),
+    })?;
+    let meta = file
+        .metadata()
+        .map_err(|err| ToolOutput::error(format!("the file: {}", err.kind())))?;
+    if !meta.is_file() {
+        return Err(ToolOutput::error("not a regular file"));
+    }
+    Ok(file)
+}
+
+/// Reads (`line`, `limit` in lines, 1-based; at most [`MAX_READ_BYTES`])
+/// or writes one file of `root`, confined as [`open_inside`] says.
 fn file_call(root: &Path, call: &ToolCall) -> ToolOutput {
+    use std::io::{Read, Write};
     let Some(path) = call.input.get("path").and_then(Value::as_str) else {
         return ToolOutput::error("the call names no path");
     };
     let Some(path) = confined(root, path) else {
         return ToolOutput::error(format!("{path} is outside the agent's working directory"));
     };
-    let resolved_root = std::fs::canonicalize(root).unwrap_or_else(|_| root.to_owned());
-    let inside = |target: &Path| {
-        std::fs::canonicalize(target).map_or(true, |real| real.starts_with(&resolved_root))
+    let done = |text: String| ToolOutput {
+        output: vec![ContentBlock::text(text)],
+        is_error: false,
+        refused: false,
     };
     if call.name == READ_TEXT_FILE {
-        if !inside(&path) {
-            return ToolOutput::error("the file resolves outside the agent's working directory");
+        let file = match open_inside(root, &path, false) {
+            Ok(file) => file,
+            Err(refusal) => return refusal,
+        };
+        let mut bytes = Vec::new();
+        if let Err(err) = file.take(MAX_READ_BYTES + 1).read_to_end(&mut bytes) {
+            return ToolOutput::error(format!("reading the file: {}", err.kind()));
         }
-        match std::fs::metadata(&path) {
-            Ok(meta) if meta.len() > MAX_READ_BYTES => {
-                return ToolOutput::error(format!("the file is over {MAX_READ_BYTES} bytes"))
-            }
-            Ok(_) => {}
-            Err(err) => return ToolOutput::error(format!("reading the file: {}", err.kind())),
+        if bytes.len() as u64 > MAX_READ_BYTES {
+            return ToolOutput::error(format!("the file is over {MAX_READ_BYTES} bytes"));
         }
-        let text = match std::fs::read_to_string(&path) {
-            Ok(text) => text,
-            Err(err) => return ToolOutput::error(format!("reading the file: {}", err.kind())),
+        let Ok(text) = String::from_utf8(bytes) else {
+            return ToolOutput::error("the file is not UTF-8 text");
         };
         let line = call
             .input
@@ -154,24 +206,17 @@ fn file_call(root: &Path, call: &ToolCall) -> ToolOutput {
             .and_then(|n| usize::try_from(n).ok())
             .unwrap_or(usize::MAX);
         let selected: Vec<&str> = text.split_inclusive('\n').skip(skip).take(take).collect();
-        return ToolOutput {
-            output: vec![ContentBlock::text(selected.concat())],
-            is_error: false,
-            refused: false,
-        };
+        return done(selected.concat());
     }
     let Some(content) = call.input.get("content").and_then(Value::as_str) else {
         return ToolOutput::error("the call has no content");
     };
-    if path.parent().is_some_and(|parent| !inside(parent)) || !inside(&path) {
-        return ToolOutput::error("the file resolves outside the agent's working directory");
-    }
-    match std::fs::write(&path, content) {
-        Ok(()) => ToolOutput {
-            output: vec![ContentBlock::text(format!("wrote {} bytes", content.len()))],
-            is_error: false,
-            refused: false,
-        },
+    let mut file = match open_inside(root, &path, true) {
+        Ok(file) => file,
+        Err(refusal) => return refusal,
+    };
+    match file.write_all(content.as_bytes()) {
+        Ok(()) => done(format!("wrote {} bytes", content.len())),
         Err(err) => ToolOutput::error(format!("writing the file: {}", err.kind())),
     }
 }
@@ -179,6 +224,10 @@ fn file_call(root: &Path, call: &ToolCall) -> ToolOutput {
 impl AgentHost for AcpHost {
     fn create(&self, spec: AgentSpec) -> BoxFuture<'static, Result<Box<dyn Agent>, SubagentError>> {
         let Some(command) = self.command_of(&spec).cloned() else {
+            // The ACP tools are for ACP agents: the host's own agents do not
+            // see them (they could only fail).
+            let mut spec = spec;
+            spec.tools.retain(|tool| !is_acp_tool(&tool.name));
             return self.inner.create(spec);
         };
         if let Ok(mut workspaces) = self.workspaces.lock() {
@@ -290,5 +339,35 @@ mod tests {
         );
         std::os::unix::fs::symlink("/etc", dir.path().join("escape")).unwrap();
         assert!(read(json!({"path": "escape/hostname"})).is_error);
+        // A dangling link to outside is not written through.
+        let outside_dir = tempfile::tempdir().unwrap();
+        let target = outside_dir.path().join("planted");
+        std::os::unix::fs::symlink(&target, dir.path().join("dangling")).unwrap();
+        let through = file_call(
+            dir.path(),
+            &ToolCall {
+                call_id: "3".into(),
+                name: WRITE_TEXT_FILE.into(),
+                input: json!({"path": "dangling", "content": "gotcha"}),
+            },
+        );
+        assert!(through.is_error, "{through:?}");
+        assert!(
+            !target.exists(),
+            "the write escaped through a dangling link"
+        );
+        // A link to a file inside is not followed either.
+        std::os::unix::fs::symlink(dir.path().join("f.txt"), dir.path().join("alias")).unwrap();
+        assert!(read(json!({"path": "alias"})).is_error);
+        // A FIFO neither blocks nor reads.
+        let fifo = dir.path().join("pipe");
+        let c_path = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: mkfifo(3) on a NUL-terminated path we own.
+        assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0);
+        assert!(read(json!({"path": "pipe"})).is_error);
+        // Over the cap is refused.
+        let big = vec![b'a'; usize::try_from(MAX_READ_BYTES).unwrap() + 1];
+        std::fs::write(dir.path().join("big.txt"), big).unwrap();
+        assert!(read(json!({"path": "big.txt"})).is_error);
     }
 }

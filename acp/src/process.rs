@@ -70,7 +70,9 @@ impl AgentProcess {
                     }
                     if let Ok(mut tail) = tail.lock() {
                         tail.extend_from_slice(&chunk[..read]);
-                        let excess = tail.len().saturating_sub(STDERR_TAIL_BYTES);
+                        // Twice the tail is kept, so a secret cut at the
+                        // tail's edge is still whole when it is redacted.
+                        let excess = tail.len().saturating_sub(2 * STDERR_TAIL_BYTES);
                         tail.drain(..excess);
                     }
                 }
@@ -102,11 +104,23 @@ impl AgentProcess {
             .lock()
             .map(|tail| tail.clone())
             .unwrap_or_default();
-        let mut text = String::from_utf8_lossy(&bytes).trim().to_owned();
+        let mut text = String::from_utf8_lossy(&bytes).into_owned();
         for secret in &self.secrets {
             text = text.replace(secret.as_str(), subagent_core::redact::REDACTED);
         }
-        text
+        let text = text.trim();
+        if text.len() <= STDERR_TAIL_BYTES {
+            return text.to_owned();
+        }
+        // The newest bytes, from the first whole line among them.
+        let mut cut = text.len() - STDERR_TAIL_BYTES;
+        while !text.is_char_boundary(cut) {
+            cut += 1;
+        }
+        let tail = &text[cut..];
+        tail.split_once('\n')
+            .map_or(tail, |(_, rest)| rest)
+            .to_owned()
     }
 
     /// Waits for the process to exit.
@@ -126,8 +140,10 @@ impl AgentProcess {
         if let Some(group) = self.group.take() {
             // SAFETY: kill(2) with a negative pid signals that process
             // group; it touches no memory of ours. The group is the one
-            // `spawn` created for this child (its pid), taken once, so it
-            // is not signalled again after the child was reaped.
+            // `spawn` created for this child (its pid), signalled at most
+            // once; after the child is reaped it still reaches what the
+            // agent left running, and a group id is not reused while any
+            // member lives.
             unsafe {
                 libc::kill(-group, libc::SIGKILL);
             }

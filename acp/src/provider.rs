@@ -118,7 +118,10 @@ impl SubagentProvider for AcpProvider {
                 "subagents".into(),
                 serde_json::json!({"label": request.label, "runId": request.run_id}),
             );
-            let session = connection.new_session(&command.cwd, meta, None).await?;
+            let session = tokio::select! {
+                session = connection.new_session(&command.cwd, meta, None) => session?,
+                () = request.signal.cancelled() => return Err(SubagentError::Cancelled),
+            };
             let prompt = request.request.prompt.iter().map(mapping::to_acp).collect();
             Ok(Box::new(AcpRun {
                 live: Some(Live {

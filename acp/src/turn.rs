@@ -67,6 +67,15 @@ pub(crate) fn failed(diagnostic: &str) -> TurnEnd {
     }
 }
 
+/// A turn that ended `aborted` before the agent ran it.
+pub(crate) fn aborted(diagnostic: &str) -> TurnEnd {
+    TurnEnd {
+        stop_reason: SubagentStopReason::Aborted,
+        diagnostic: Some(Diagnostic::new(diagnostic)),
+        structured: None,
+    }
+}
+
 /// Sleeps until `deadline` (forever without one).
 async fn sleep_until(deadline: Option<tokio::time::Instant>) {
     match deadline {
@@ -189,6 +198,11 @@ pub(crate) async fn drive(
     output_schema: Option<&Value>,
     sink: &mut impl TurnSink,
 ) -> Driven {
+    // What arrived since the last turn answered belongs to no turn: late
+    // updates are dropped, late requests refused.
+    while let Ok(item) = live.connection.inbound.try_recv() {
+        refuse(item);
+    }
     let answer = live.connection.prompt(live.session.clone(), prompt);
     tokio::pin!(answer);
     let mut steps = Steps {

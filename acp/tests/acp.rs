@@ -107,10 +107,16 @@ async fn every_stop_reason_maps_over_real_stdio() {
 
 #[tokio::test]
 async fn a_crash_settles_error_with_the_redacted_stderr_tail() {
-    let world = World::start(script(json!([[
-        {"say": "about to fail"},
-        {"crash": "fatal: lost the socket; key sk-abcdefghijklmnop"}
-    ]])))
+    let world = World::with(
+        script(json!([[
+            {"say": "about to fail"},
+            {"crash": "fatal: lost the socket; key sk-abcdefghijklmnop; region plainvalue42"}
+        ]])),
+        common::Setup {
+            env: vec![("AGENT_REGION", "plainvalue42")],
+            ..common::Setup::default()
+        },
+    )
     .await;
     let child = world
         .runtime
@@ -128,6 +134,10 @@ async fn a_crash_settles_error_with_the_redacted_stderr_tail() {
     assert!(
         !diagnostic.contains("sk-abcdefghijklmnop"),
         "the key was not redacted: {diagnostic}"
+    );
+    assert!(
+        !diagnostic.contains("plainvalue42") && diagnostic.contains("region [redacted]"),
+        "the command's environment value was not redacted: {diagnostic}"
     );
     assert_eq!(said(&world.events(child.child_id())), ["about to fail"]);
     world.until_no_agent_process().await;
@@ -383,9 +393,10 @@ async fn a_hung_initialize_times_out_with_a_clear_error() {
         common::Setup {
             timeouts: AcpTimeouts {
                 initialize: Duration::from_millis(300),
+                session: Duration::from_secs(10),
                 cancel_grace: Duration::from_millis(300),
             },
-            log: None,
+            ..common::Setup::default()
         },
     )
     .await;
@@ -583,4 +594,182 @@ async fn no_agent_process_outlives_dispose_or_shutdown() {
     }
     world.runtime.close().await.unwrap();
     world.until_no_agent_process().await;
+}
+
+/// The provider conformance suite on `acp` (continuable) and `acp-once`
+/// (one-shot), counting the test agent's processes.
+struct AcpHarness {
+    world: World,
+    one_shot: bool,
+}
+
+impl subagent_runtime::conformance::ProviderHarness for AcpHarness {
+    fn provider(&self) -> std::sync::Arc<dyn subagent_runtime::SubagentProvider> {
+        if self.one_shot {
+            std::sync::Arc::new(subagent_acp::AcpProvider::one_shot(
+                "acp-once",
+                self.world.command.clone(),
+            ))
+        } else {
+            std::sync::Arc::new(subagent_acp::AcpProvider::continuable("acp"))
+        }
+    }
+    fn host(&self) -> std::sync::Arc<dyn subagent_runtime::AgentHost> {
+        std::sync::Arc::new(
+            subagent_acp::AcpHost::new(std::sync::Arc::new(subagent_runtime::ScriptedHost::new(
+                subagent_runtime::Script::reply("host"),
+            )))
+            .route("acp", self.world.command.clone()),
+        )
+    }
+    fn quick_prompt(&self) -> &str {
+        "answer"
+    }
+    fn slow_prompt(&self) -> &str {
+        "take your time"
+    }
+    fn processes(&self) -> usize {
+        self.world.agent_processes()
+    }
+    fn processes_per_slow_child(&self) -> usize {
+        1
+    }
+}
+
+fn conformance_script() -> serde_json::Value {
+    json!({"byLabel": {
+        "quick": {"turns": [[{"say": "done"}]]},
+        "slow": {"turns": [[{"say": "working"}, {"sleepMs": 60000}]]},
+    }})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acp_passes_the_provider_conformance_suite() {
+    let harness = AcpHarness {
+        world: World::start(conformance_script()).await,
+        one_shot: false,
+    };
+    subagent_runtime::conformance::run_all(&harness).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acp_one_shot_passes_the_provider_conformance_suite() {
+    let harness = AcpHarness {
+        world: World::start(conformance_script()).await,
+        one_shot: true,
+    };
+    subagent_runtime::conformance::run_all(&harness).await;
+}
+
+#[tokio::test]
+async fn a_persona_and_an_output_schema_reach_the_agent_and_the_capture_is_validated() {
+    let world = World::start(json!({"byLabel": {
+        "typed": {"turns": [[{"describe": "given"}, {"structured": {"answer": 42}}]]},
+        "untyped": {"turns": [[{"say": "no json here"}]]},
+    }}))
+    .await;
+    let mut typed = spec("typed", "what is the answer?");
+    typed.request.options.persona = Some("You are the oracle of {{place}}.".into());
+    typed.request.options.output_schema = Some(json!({
+        "type": "object", "required": ["answer"], "properties": {"answer": {"type": "integer"}}
+    }));
+    world
+        .runtime
+        .set_persona_variables([("place".to_owned(), "Delphi".to_owned())].into())
+        .unwrap();
+    let child = world
+        .runtime
+        .start_activation(&world.root, typed, CancellationToken::new())
+        .await
+        .unwrap();
+    let result = child.result().await.unwrap();
+    assert_eq!(
+        result.stop_reason,
+        SubagentStopReason::Completed,
+        "{result:?}"
+    );
+    assert_eq!(result.structured, Some(json!({"answer": 42})));
+    let given = &said(&world.events(child.child_id()))[0];
+    assert!(
+        given.contains("You are the oracle of Delphi."),
+        "the persona, rendered: {given}"
+    );
+    assert!(
+        given.contains("JSON Schema") && given.contains("required"),
+        "the schema's instruction: {given}"
+    );
+    assert!(given.contains("what is the answer?"), "{given}");
+    child.dispose().await.unwrap();
+
+    // A completed answer that is not the JSON the schema asks for settles error.
+    let mut untyped = spec("untyped", "answer in JSON");
+    untyped.request.options.output_schema = Some(json!({"type": "object"}));
+    let child = world
+        .runtime
+        .start_activation(&world.root, untyped, CancellationToken::new())
+        .await
+        .unwrap();
+    let result = child.result().await.unwrap();
+    assert_eq!(result.stop_reason, SubagentStopReason::Error, "{result:?}");
+    child.dispose().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_steered_message_waits_for_the_next_turn() {
+    let world = World::start(script(json!([
+        [{"say": "working"}, {"usage": {"used": 1, "size": 10}}, {"sleepMs": 800}, {"say": "first done"}],
+        [{"describe": "second saw"}]
+    ])))
+    .await;
+    let child = world
+        .runtime
+        .start_activation(&world.root, spec("steered", "go"), CancellationToken::new())
+        .await
+        .unwrap();
+    until_events(
+        &world,
+        child.child_id(),
+        "the first turn under way",
+        |events| said(events) == ["working"],
+    )
+    .await;
+    let request: subagent_core::PromptRequest = serde_json::from_value(json!({
+        "address": {"childSessionId": child.child_id(), "parentSessionId": world.root.session(), "mode": "continuable"},
+        "delivery": "steer",
+        "requestId": "steer-1",
+        "content": [{"type": "text", "text": "change course"}],
+    }))
+    .unwrap();
+    world
+        .runtime
+        .prompt(request, CancellationToken::new())
+        .await
+        .unwrap();
+    until_events(&world, child.child_id(), "the second turn", |events| {
+        said(events).len() == 3
+    })
+    .await;
+    let events = world.events(child.child_id());
+    let texts = said(&events);
+    assert_eq!(
+        texts[1], "first done",
+        "the running turn never saw the steer"
+    );
+    assert!(
+        texts[2].starts_with("second saw") && texts[2].contains("change course"),
+        "{texts:?}"
+    );
+    let claimed_in: Vec<u64> = events
+        .iter()
+        .filter_map(|event| match event {
+            Event::MessagesClaimed { turn, .. } => Some(*turn),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        claimed_in,
+        [1, 2],
+        "the steered message is claimed by turn 2, not mid-turn 1"
+    );
+    child.dispose().await.unwrap();
 }

@@ -6,6 +6,7 @@
 //! [`args`]); the tables are written to the command's handled stdout, one
 //! flushed row at a time.
 
+mod acp;
 mod activations;
 mod append;
 mod args;
@@ -20,6 +21,7 @@ mod sse;
 mod stats;
 mod workload;
 
+pub use acp::AcpArgs;
 pub use activations::ActivationArgs;
 pub use append::AppendArgs;
 pub use console::ConsoleArgs;
@@ -59,6 +61,9 @@ pub enum BenchPart {
     /// The console in headless Chromium: first render of a large tree vs
     /// fetching it in Rust, append-to-page latency vs the SSE stream.
     Console(console::ConsoleArgs),
+    /// Turns over the Agent Client Protocol (the test agent over real
+    /// stdio) vs the same turns in process.
+    Acp(acp::AcpArgs),
 }
 
 /// Runs one part, writing its table to `out`.
@@ -76,5 +81,6 @@ pub fn run(part: BenchPart, out: &mut dyn Write) -> BenchResult {
         BenchPart::Startup(args) => replay::startup(&args, out),
         BenchPart::Gateway(args) => gateway::run(&args, out),
         BenchPart::Console(args) => console::run(&args, out),
+        BenchPart::Acp(args) => acp::run(&args, out),
     }
 }

@@ -81,6 +81,8 @@ fn bench_numbers_outside_their_range_are_refused_before_measuring() {
             "9 is not in 10..=10000",
         ),
         (vec!["gateway", "--prompts", "0"], "0 is not in 1..=1000000"),
+        (vec!["acp", "--runs", "0"], "0 is not in 1..=1000"),
+        (vec!["acp", "--turns", "0"], "0 is not in 1..=1000000"),
     ];
     for (part_args, message) in cases {
         let args = part_args;

@@ -49,9 +49,10 @@ pub enum TranscriptItem {
     Report(AgentReport),
     /// The result of a call the agent ran itself, once
     /// [`ToolPort::announce`] permitted it (recorded as its `ToolReturned`).
-    /// A result for a call that was refused, or never announced, is
-    /// recorded only if the call was announced in this turn; the driver
-    /// drops it otherwise (see the driver's `record`).
+    /// It is recorded once, for a call announced, permitted and still open
+    /// in this turn; any other is dropped (a refusal already stands, or the
+    /// call never ran through the port). A permitted call still open when
+    /// the turn ends is closed with an error result.
     ToolResult {
         /// The announced call's id.
         call_id: String,

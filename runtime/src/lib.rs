@@ -13,6 +13,8 @@
 mod activation;
 pub mod agent;
 mod capacity;
+#[cfg(feature = "conformance")]
+pub mod conformance;
 mod drivers;
 mod engine;
 pub mod provider;

@@ -4,7 +4,8 @@
 //! a refusal is its recorded result; a permitted call's result is recorded
 //! once; a result for a refused, unknown or already closed call is
 //! dropped; a second announcement of an id records nothing and repeats
-//! the first answer. `TranscriptItem::Report` records `AgentReported`.
+//! the first answer; a permitted call left open is closed with an error at
+//! the turn's end. `TranscriptItem::Report` records `AgentReported`.
 
 mod common;
 
@@ -76,6 +77,8 @@ impl Agent for SelfRunningAgent {
             // Announced again: nothing new is recorded.
             answers.push(input.tools.announce(call("a", "run")).await);
             answers.push(input.tools.announce(call("u", "unlisted")).await);
+            // Permitted, and its result never reported.
+            answers.push(input.tools.announce(call("b", "run")).await);
             input
                 .transcript
                 .send(TranscriptItem::Report(AgentReport::Plan {
@@ -195,7 +198,12 @@ async fn announced_calls_are_recorded_and_checked_but_never_executed_by_the_host
         ),
         ("called u", "unlisted"),
         ("returned u", "unknown tool unlisted"),
+        ("called b", "run"),
         ("plan", "step"),
+        (
+            "returned b",
+            "the turn ended before the agent reported this call's result",
+        ),
     ]
     .iter()
     .map(|(a, b)| ((*a).to_owned(), (*b).to_owned()))

@@ -32,8 +32,10 @@ pub(crate) struct World {
 pub(crate) struct Setup {
     /// Short limits, so interrupts of a hung agent end quickly.
     pub(crate) timeouts: AcpTimeouts,
-    /// The host's own tools beside the ACP ones.
+    /// A log of the test's own (a fresh memory log by default).
     pub(crate) log: Option<Arc<dyn EventLog>>,
+    /// Environment variables of the agent command.
+    pub(crate) env: Vec<(&'static str, &'static str)>,
 }
 
 impl Default for Setup {
@@ -41,9 +43,11 @@ impl Default for Setup {
         Setup {
             timeouts: AcpTimeouts {
                 initialize: Duration::from_secs(10),
+                session: Duration::from_secs(10),
                 cancel_grace: Duration::from_millis(500),
             },
             log: None,
+            env: Vec::new(),
         }
     }
 }
@@ -73,6 +77,10 @@ impl World {
         )
         .cwd(&work)
         .timeouts(setup.timeouts);
+        let command = setup
+            .env
+            .iter()
+            .fold(command, |command, (name, value)| command.env(name, value));
         let log = setup.log.unwrap_or_else(|| Arc::new(MemoryLog::new()));
         World::open(dir, command, log).await
     }

@@ -3,7 +3,9 @@
 //! text goes to stdin; the final text is stdout. Exit status 0 is
 //! `completed`; any other status is `error` with a diagnostic naming only the
 //! status (never the output, which may hold file contents); cancellation
-//! kills the process and is `aborted`.
+//! kills the process and is `aborted`. The command runs in a process group
+//! of its own, and cancellation and dispose kill the whole group, so
+//! nothing the command started outlives the run.
 
 use std::process::Stdio;
 
@@ -40,6 +42,9 @@ impl ProcessProvider {
 
 struct ProcessRun {
     child: Option<Child>,
+    /// The command's process group (its pid), kept after it is reaped: what
+    /// it started may outlive it.
+    group: Option<i32>,
     cancel: CancellationToken,
     stdout: Option<tokio::process::ChildStdout>,
 }
@@ -64,6 +69,7 @@ impl SubagentProvider for ProcessProvider {
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
+            .process_group(0)
             .kill_on_drop(true);
         let program = self.program.clone();
         Box::pin(async move {
@@ -79,12 +85,27 @@ impl SubagentProvider for ProcessProvider {
                 let _ = stdin.write_all(prompt.as_bytes()).await;
             }
             let stdout = child.stdout.take();
+            let group = child.id().and_then(|pid| i32::try_from(pid).ok());
             Ok(Box::new(ProcessRun {
+                group,
                 child: Some(child),
                 cancel: request.signal,
                 stdout,
             }) as Box<dyn SubagentRun>)
         })
+    }
+}
+
+/// Sends SIGKILL to the process group `group` (the command's pid, from
+/// `process_group(0)`).
+fn kill_group(group: Option<i32>) {
+    if let Some(group) = group {
+        // SAFETY: kill(2) with a negative pid signals that process group
+        // and touches no memory of ours. A group id is not reused while any
+        // member lives; once none does, the call finds no group.
+        unsafe {
+            libc::kill(-group, libc::SIGKILL);
+        }
     }
 }
 
@@ -108,6 +129,7 @@ impl SubagentRun for ProcessRun {
             let status = tokio::select! {
                 status = read => status.map_err(|err| SubagentError::internal(format!("waiting for the process: {}", err.kind())))?,
                 () = self.cancel.cancelled() => {
+                    kill_group(self.group);
                     let _ = child.kill().await;
                     return Ok(SubagentResult::failed(SubagentStopReason::Aborted, Vec::new(), "cancelled"));
                 }
@@ -136,6 +158,8 @@ impl SubagentRun for ProcessRun {
     fn dispose(&mut self) -> BoxFuture<'_, Result<(), Diagnostic>> {
         Box::pin(async move {
             if let Some(mut child) = self.child.take() {
+                // What the command started may outlive the command itself.
+                kill_group(self.group.take());
                 if child.try_wait().ok().flatten().is_none() {
                     child.kill().await.map_err(|err| {
                         Diagnostic::new(format!("killing the process: {}", err.kind()))

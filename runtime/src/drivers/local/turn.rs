@@ -132,6 +132,22 @@ impl LocalDriver {
             self.record(turn, item, &mut assistant, &mut announced)
                 .await?;
         }
+        // A permitted call whose result the agent never reported ends with
+        // its turn: every recorded call has a recorded result.
+        let mut open: Vec<String> = announced.open.drain().collect();
+        open.sort();
+        for call_id in open {
+            self.transcribe(Event::ToolReturned {
+                turn,
+                call_id,
+                output: vec![ContentBlock::text(
+                    "the turn ended before the agent reported this call's result",
+                )],
+                is_error: true,
+                refused: false,
+            })
+            .await?;
+        }
         Ok(TurnRan {
             end,
             assistant,
