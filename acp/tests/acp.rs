@@ -13,7 +13,6 @@ use common::{said, script, spec, types, until_events, World};
 use serde_json::json;
 use subagent_acp::AcpTimeouts;
 use subagent_core::{AgentReport, ContentBlock, Event, SubagentStopReason, ToolRestriction};
-use subagent_runtime::InterruptAuthority;
 use tokio_util::sync::CancellationToken;
 
 #[tokio::test]
@@ -25,11 +24,7 @@ async fn a_turn_streams_chunks_a_plan_and_usage_into_the_transcript() {
         {"say": "done"}
     ]])))
     .await;
-    let child = world
-        .runtime
-        .start_activation(&world.root, spec("worker", "go"), CancellationToken::new())
-        .await
-        .unwrap();
+    let child = world.child(spec("worker", "go")).await;
     let result = child.result().await.unwrap();
     assert_eq!(result.stop_reason, SubagentStopReason::Completed);
     assert_eq!(result.output, vec![ContentBlock::text("done")]);
@@ -81,11 +76,7 @@ async fn every_stop_reason_maps_over_real_stdio() {
         ("too-many", SubagentStopReason::MaxTokens, Some("stopping")),
         ("breaks", SubagentStopReason::Error, None),
     ] {
-        let child = world
-            .runtime
-            .start_activation(&world.root, spec(label, "go"), CancellationToken::new())
-            .await
-            .unwrap();
+        let child = world.child(spec(label, "go")).await;
         let result = child.result().await.unwrap();
         assert_eq!(result.stop_reason, stop, "{label}");
         if let Some(text) = text {
@@ -118,11 +109,7 @@ async fn a_crash_settles_error_with_the_redacted_stderr_tail() {
         },
     )
     .await;
-    let child = world
-        .runtime
-        .start_activation(&world.root, spec("crasher", "go"), CancellationToken::new())
-        .await
-        .unwrap();
+    let child = world.child(spec("crasher", "go")).await;
     let result = child.result().await.unwrap();
     assert_eq!(result.stop_reason, SubagentStopReason::Error);
     let diagnostic = result.diagnostic.unwrap().to_string();
@@ -142,16 +129,7 @@ async fn a_crash_settles_error_with_the_redacted_stderr_tail() {
     assert_eq!(said(&world.events(child.child_id())), ["about to fail"]);
     world.until_no_agent_process().await;
     // The next turn starts a new process.
-    world
-        .runtime
-        .send_message(
-            &world.root,
-            child.child_id(),
-            vec![ContentBlock::text("again")],
-            CancellationToken::new(),
-        )
-        .await
-        .unwrap();
+    world.send(child.child_id(), "again").await;
     until_events(&world, child.child_id(), "a second turn", |events| {
         events
             .iter()
@@ -175,11 +153,7 @@ async fn tool_calls_are_recorded_and_a_restricted_one_is_refused() {
     let mut restricted = spec("careful", "go");
     restricted.request.options.tool_filter =
         Some(ToolRestriction::Deny(vec!["acp/execute".into()]));
-    let child = world
-        .runtime
-        .start_activation(&world.root, restricted, CancellationToken::new())
-        .await
-        .unwrap();
+    let child = world.child(restricted).await;
     assert_eq!(
         child.result().await.unwrap().stop_reason,
         SubagentStopReason::Completed
@@ -240,11 +214,7 @@ async fn file_requests_go_through_the_tool_port_and_stay_in_the_workspace() {
     ]])))
     .await;
     std::fs::write(world.work().join("notes.txt"), "remember the milk").unwrap();
-    let child = world
-        .runtime
-        .start_activation(&world.root, spec("reader", "go"), CancellationToken::new())
-        .await
-        .unwrap();
+    let child = world.child(spec("reader", "go")).await;
     child.result().await.unwrap();
     let events = world.events(child.child_id());
     let texts = said(&events);
@@ -285,11 +255,7 @@ async fn file_requests_go_through_the_tool_port_and_stay_in_the_workspace() {
         "fs/read_text_file".into(),
         "fs/write_text_file".into(),
     ]));
-    let child = world
-        .runtime
-        .start_activation(&world.root, denied, CancellationToken::new())
-        .await
-        .unwrap();
+    let child = world.child(denied).await;
     child.result().await.unwrap();
     let texts = said(&world.events(child.child_id()));
     assert!(
@@ -309,39 +275,17 @@ async fn an_interrupt_cancels_the_turn_and_settles_aborted() {
         [{"say": "working"}, {"usage": {"used": 1, "size": 10}}, {"sleepMs": 60000}, {"say": "never"}],
         [{"say": "back"}]
     ]))).await;
-    let child = world
-        .runtime
-        .start_activation(&world.root, spec("sleeper", "go"), CancellationToken::new())
-        .await
-        .unwrap();
+    let child = world.child(spec("sleeper", "go")).await;
     until_events(&world, child.child_id(), "the turn under way", |events| {
         said(events) == ["working"]
     })
     .await;
-    world
-        .runtime
-        .interrupt(
-            child.child_id(),
-            InterruptAuthority::User {
-                parent_session_id: world.root.session(),
-            },
-        )
-        .await
-        .unwrap();
+    world.interrupt(child.child_id()).await;
     let result = child.result().await.unwrap();
     assert_eq!(result.stop_reason, SubagentStopReason::Aborted);
     // The agent answered `cancelled`: its process lives on for the next turn.
     assert_eq!(world.agent_processes(), 1);
-    world
-        .runtime
-        .send_message(
-            &world.root,
-            child.child_id(),
-            vec![ContentBlock::text("again")],
-            CancellationToken::new(),
-        )
-        .await
-        .unwrap();
+    world.send(child.child_id(), "again").await;
     until_events(&world, child.child_id(), "the next turn", |events| {
         said(events).last().map(String::as_str) == Some("back")
     })
@@ -356,25 +300,12 @@ async fn a_hung_turn_is_killed_after_the_grace_period() {
         json!([[{"say": "stuck"}, {"usage": {"used": 1, "size": 10}}, "hang"]]),
     ))
     .await;
-    let child = world
-        .runtime
-        .start_activation(&world.root, spec("hung", "go"), CancellationToken::new())
-        .await
-        .unwrap();
+    let child = world.child(spec("hung", "go")).await;
     until_events(&world, child.child_id(), "the turn under way", |events| {
         said(events) == ["stuck"]
     })
     .await;
-    world
-        .runtime
-        .interrupt(
-            child.child_id(),
-            InterruptAuthority::User {
-                parent_session_id: world.root.session(),
-            },
-        )
-        .await
-        .unwrap();
+    world.interrupt(child.child_id()).await;
     let result = child.result().await.unwrap();
     assert_eq!(result.stop_reason, SubagentStopReason::Error);
     let diagnostic = result.diagnostic.unwrap().to_string();
@@ -400,11 +331,7 @@ async fn a_hung_initialize_times_out_with_a_clear_error() {
         },
     )
     .await;
-    let child = world
-        .runtime
-        .start_activation(&world.root, spec("mute", "go"), CancellationToken::new())
-        .await
-        .unwrap();
+    let child = world.child(spec("mute", "go")).await;
     let result = child.result().await.unwrap();
     assert_eq!(result.stop_reason, SubagentStopReason::Error);
     let diagnostic = result.diagnostic.unwrap().to_string();
@@ -432,30 +359,13 @@ fn agent_sessions(events: &[Event]) -> Vec<String> {
 #[tokio::test]
 async fn a_cold_resume_loads_the_agent_session_when_the_agent_offers_it() {
     let world = World::start(json!({"loadSession": true, "default": {"turns": [[{"say": "first"}], [{"describe": "second turn saw"}]]}})).await;
-    let child = world
-        .runtime
-        .start_activation(
-            &world.root,
-            spec("keeper", "hello"),
-            CancellationToken::new(),
-        )
-        .await
-        .unwrap();
+    let child = world.child(spec("keeper", "hello")).await;
     child.result().await.unwrap();
     let id = child.child_id();
     drop(child);
     let world = world.restart().await;
     world.until_no_agent_process().await;
-    world
-        .runtime
-        .send_message(
-            &world.root,
-            id,
-            vec![ContentBlock::text("are you back?")],
-            CancellationToken::new(),
-        )
-        .await
-        .unwrap();
+    world.send(id, "are you back?").await;
     until_events(&world, id, "the resumed turn", |events| {
         said(events).len() == 2
     })
@@ -482,29 +392,12 @@ async fn a_cold_resume_loads_the_agent_session_when_the_agent_offers_it() {
 async fn without_load_a_cold_resume_seeds_a_new_session_with_the_transcript() {
     // A new agent session starts its turns over: every turn describes.
     let world = World::start(script(json!([[{"describe": "saw"}]]))).await;
-    let child = world
-        .runtime
-        .start_activation(
-            &world.root,
-            spec("seeded", "the question"),
-            CancellationToken::new(),
-        )
-        .await
-        .unwrap();
+    let child = world.child(spec("seeded", "the question")).await;
     child.result().await.unwrap();
     let id = child.child_id();
     drop(child);
     let world = world.restart().await;
-    world
-        .runtime
-        .send_message(
-            &world.root,
-            id,
-            vec![ContentBlock::text("follow up")],
-            CancellationToken::new(),
-        )
-        .await
-        .unwrap();
+    world.send(id, "follow up").await;
     until_events(&world, id, "the resumed turn", |events| {
         said(events).len() == 2
     })
@@ -529,28 +422,12 @@ async fn a_one_shot_run_returns_its_last_message_and_stop_reason() {
         "no": {"turns": [[{"refuse": "not this"}]]},
     }}))
     .await;
-    let run = world
-        .runtime
-        .start_activation(
-            &world.root,
-            common::once("once", "go"),
-            CancellationToken::new(),
-        )
-        .await
-        .unwrap();
+    let run = world.child(common::once("once", "go")).await;
     let result = run.result().await.unwrap();
     assert_eq!(result.stop_reason, SubagentStopReason::Completed);
     assert_eq!(result.output, vec![ContentBlock::text("the answer")]);
     run.dispose().await.unwrap();
-    let run = world
-        .runtime
-        .start_activation(
-            &world.root,
-            common::once("no", "go"),
-            CancellationToken::new(),
-        )
-        .await
-        .unwrap();
+    let run = world.child(common::once("no", "go")).await;
     assert_eq!(
         run.result().await.unwrap().stop_reason,
         SubagentStopReason::Refusal
@@ -565,16 +442,8 @@ async fn no_agent_process_outlives_dispose_or_shutdown() {
         json!([[{"say": "up"}, {"usage": {"used": 1, "size": 10}}, {"sleepMs": 60000}]]),
     ))
     .await;
-    let first = world
-        .runtime
-        .start_activation(&world.root, spec("a", "go"), CancellationToken::new())
-        .await
-        .unwrap();
-    let second = world
-        .runtime
-        .start_activation(&world.root, spec("b", "go"), CancellationToken::new())
-        .await
-        .unwrap();
+    let first = world.child(spec("a", "go")).await;
+    let second = world.child(spec("b", "go")).await;
     for child in [&first, &second] {
         until_events(&world, child.child_id(), "the turn under way", |events| {
             said(events) == ["up"]
@@ -677,11 +546,7 @@ async fn a_persona_and_an_output_schema_reach_the_agent_and_the_capture_is_valid
         .runtime
         .set_persona_variables([("place".to_owned(), "Delphi".to_owned())].into())
         .unwrap();
-    let child = world
-        .runtime
-        .start_activation(&world.root, typed, CancellationToken::new())
-        .await
-        .unwrap();
+    let child = world.child(typed).await;
     let result = child.result().await.unwrap();
     assert_eq!(
         result.stop_reason,
@@ -704,11 +569,7 @@ async fn a_persona_and_an_output_schema_reach_the_agent_and_the_capture_is_valid
     // A completed answer that is not the JSON the schema asks for settles error.
     let mut untyped = spec("untyped", "answer in JSON");
     untyped.request.options.output_schema = Some(json!({"type": "object"}));
-    let child = world
-        .runtime
-        .start_activation(&world.root, untyped, CancellationToken::new())
-        .await
-        .unwrap();
+    let child = world.child(untyped).await;
     let result = child.result().await.unwrap();
     assert_eq!(result.stop_reason, SubagentStopReason::Error, "{result:?}");
     child.dispose().await.unwrap();
@@ -721,11 +582,7 @@ async fn a_steered_message_waits_for_the_next_turn() {
         [{"describe": "second saw"}]
     ])))
     .await;
-    let child = world
-        .runtime
-        .start_activation(&world.root, spec("steered", "go"), CancellationToken::new())
-        .await
-        .unwrap();
+    let child = world.child(spec("steered", "go")).await;
     until_events(
         &world,
         child.child_id(),

@@ -120,6 +120,38 @@ async fn until(what: &str, check: impl Fn() -> bool) {
     }
 }
 
+/// Starts the harness's slow prompt on `provider` below `root`.
+async fn start_slow<H: ProviderHarness>(
+    runtime: &SubagentRuntime,
+    root: &LiveAgent,
+    harness: &H,
+    provider: &dyn SubagentProvider,
+    signal: CancellationToken,
+) -> crate::SubagentActivation {
+    runtime
+        .start_activation(root, spec(harness, provider, true), signal)
+        .await
+        .expect("a slow start is accepted")
+}
+
+/// `child` settles `aborted`; once disposed, none of its processes runs.
+async fn settles_aborted_and_ends<H: ProviderHarness>(
+    harness: &H,
+    child: &crate::SubagentActivation,
+) {
+    let result = tokio::time::timeout(WAIT, child.result())
+        .await
+        .expect("a stopped child settles")
+        .expect("a settled result");
+    assert_eq!(
+        result.stop_reason,
+        SubagentStopReason::Aborted,
+        "{result:?}"
+    );
+    child.dispose().await.expect("dispose");
+    until("the child's processes to end", || harness.processes() == 0).await;
+}
+
 /// Runs every check, in order.
 pub async fn run_all<H: ProviderHarness>(harness: &H) {
     capabilities_are_honoured(harness).await;
@@ -308,27 +340,10 @@ pub async fn cancellation_at_any_moment_leaves_nothing_running<H: ProviderHarnes
 pub async fn the_signal_after_publication_aborts_the_work<H: ProviderHarness>(harness: &H) {
     let (runtime, root, provider) = open(harness).await;
     let signal = CancellationToken::new();
-    let child = runtime
-        .start_activation(
-            &root,
-            spec(harness, provider.as_ref(), true),
-            signal.clone(),
-        )
-        .await
-        .expect("a slow start is accepted");
+    let child = start_slow(&runtime, &root, harness, provider.as_ref(), signal.clone()).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
     signal.cancel();
-    let result = tokio::time::timeout(WAIT, child.result())
-        .await
-        .expect("a cancelled child settles")
-        .expect("a settled result");
-    assert_eq!(
-        result.stop_reason,
-        SubagentStopReason::Aborted,
-        "{result:?}"
-    );
-    child.dispose().await.expect("dispose");
-    until("the child's processes to end", || harness.processes() == 0).await;
+    settles_aborted_and_ends(harness, &child).await;
     runtime.close().await.expect("close");
 }
 
@@ -341,14 +356,14 @@ pub async fn an_interrupt_aborts_a_continuable_child<H: ProviderHarness>(harness
         runtime.close().await.expect("close");
         return;
     }
-    let child = runtime
-        .start_activation(
-            &root,
-            spec(harness, provider.as_ref(), true),
-            CancellationToken::new(),
-        )
-        .await
-        .expect("a slow start is accepted");
+    let child = start_slow(
+        &runtime,
+        &root,
+        harness,
+        provider.as_ref(),
+        CancellationToken::new(),
+    )
+    .await;
     let id = child.child_id();
     let deadline = Instant::now() + WAIT;
     loop {
@@ -375,17 +390,7 @@ pub async fn an_interrupt_aborts_a_continuable_child<H: ProviderHarness>(harness
         )
         .await
         .expect("the parent's user may interrupt");
-    let result = tokio::time::timeout(WAIT, child.result())
-        .await
-        .expect("an interrupted child settles")
-        .expect("a settled result");
-    assert_eq!(
-        result.stop_reason,
-        SubagentStopReason::Aborted,
-        "{result:?}"
-    );
-    child.dispose().await.expect("dispose");
-    until("the child's processes to end", || harness.processes() == 0).await;
+    settles_aborted_and_ends(harness, &child).await;
     runtime.close().await.expect("close");
 }
 
@@ -396,14 +401,14 @@ pub async fn nothing_outlives_close<H: ProviderHarness>(harness: &H) {
     let mut children = Vec::new();
     for _ in 0..2 {
         children.push(
-            runtime
-                .start_activation(
-                    &root,
-                    spec(harness, provider.as_ref(), true),
-                    CancellationToken::new(),
-                )
-                .await
-                .expect("a slow start is accepted"),
+            start_slow(
+                &runtime,
+                &root,
+                harness,
+                provider.as_ref(),
+                CancellationToken::new(),
+            )
+            .await,
         );
     }
     let working = 2 * harness.processes_per_slow_child();

@@ -11,9 +11,12 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use subagent_acp::{AcpCommand, AcpHost, AcpProvider, AcpTimeouts};
-use subagent_core::{Delivery, Event, SessionId, StreamId, SubagentActivationSpec};
-use subagent_runtime::{LiveAgent, Script, ScriptedHost, SubagentRuntime};
+use subagent_core::{ContentBlock, Delivery, Event, SessionId, StreamId, SubagentActivationSpec};
+use subagent_runtime::{
+    InterruptAuthority, LiveAgent, Script, ScriptedHost, SubagentActivation, SubagentRuntime,
+};
 use subagent_store::{EventLog, EventLogExt, MemoryLog};
+use tokio_util::sync::CancellationToken;
 
 /// The test agent under test.
 pub(crate) const AGENT: &str = env!("CARGO_BIN_EXE_subagents-acp-test-agent");
@@ -82,25 +85,32 @@ impl World {
             .iter()
             .fold(command, |command, (name, value)| command.env(name, value));
         let log = setup.log.unwrap_or_else(|| Arc::new(MemoryLog::new()));
-        World::open(dir, command, log).await
+        World::open(dir, command, log, None).await
     }
 
-    /// A runtime over `log` with the providers on `command`, and a root.
-    async fn open(dir: tempfile::TempDir, command: AcpCommand, log: Arc<dyn EventLog>) -> World {
+    /// A runtime over `log` with the providers on `command`, and a root:
+    /// a new one, or `root` taken back.
+    async fn open(
+        dir: tempfile::TempDir,
+        command: AcpCommand,
+        log: Arc<dyn EventLog>,
+        root: Option<SessionId>,
+    ) -> World {
         let host = AcpHost::new(Arc::new(ScriptedHost::new(Script::reply("host"))))
             .route("acp", command.clone());
         let (runtime, _) = SubagentRuntime::open(Arc::clone(&log), Arc::new(host))
             .await
             .unwrap();
-        runtime
-            .register_provider(Arc::new(AcpProvider::continuable("acp")))
-            .await
-            .unwrap();
-        runtime
-            .register_provider(Arc::new(AcpProvider::one_shot("acp-once", command.clone())))
-            .await
-            .unwrap();
-        let root = runtime.open_root("host").await.unwrap();
+        for provider in [
+            AcpProvider::continuable("acp"),
+            AcpProvider::one_shot("acp-once", command.clone()),
+        ] {
+            runtime.register_provider(Arc::new(provider)).await.unwrap();
+        }
+        let root = match root {
+            Some(root) => runtime.reopen_root(root).await.unwrap(),
+            None => runtime.open_root("host").await.unwrap(),
+        };
         World {
             runtime,
             root,
@@ -115,23 +125,41 @@ impl World {
     pub(crate) async fn restart(self) -> World {
         let root = self.root.session();
         self.runtime.close().await.unwrap();
-        let host = AcpHost::new(Arc::new(ScriptedHost::new(Script::reply("host"))))
-            .route("acp", self.command.clone());
-        let (runtime, _) = SubagentRuntime::open(Arc::clone(&self.log), Arc::new(host))
+        World::open(self.dir, self.command, self.log, Some(root)).await
+    }
+
+    /// Starts `spec` below the root.
+    pub(crate) async fn child(&self, spec: SubagentActivationSpec) -> SubagentActivation {
+        self.runtime
+            .start_activation(&self.root, spec, CancellationToken::new())
+            .await
+            .unwrap()
+    }
+
+    /// The root sends `text` to `child`.
+    pub(crate) async fn send(&self, child: SessionId, text: &str) {
+        self.runtime
+            .send_message(
+                &self.root,
+                child,
+                vec![ContentBlock::text(text)],
+                CancellationToken::new(),
+            )
             .await
             .unwrap();
-        runtime
-            .register_provider(Arc::new(AcpProvider::continuable("acp")))
+    }
+
+    /// The root's user interrupts `child`.
+    pub(crate) async fn interrupt(&self, child: SessionId) {
+        self.runtime
+            .interrupt(
+                child,
+                InterruptAuthority::User {
+                    parent_session_id: self.root.session(),
+                },
+            )
             .await
             .unwrap();
-        let root = runtime.reopen_root(root).await.unwrap();
-        World {
-            runtime,
-            root,
-            log: self.log,
-            dir: self.dir,
-            command: self.command,
-        }
     }
 
     /// The agent's working directory.
