@@ -14,14 +14,35 @@ use std::path::Path;
 
 use agent_client_protocol::schema::ProtocolVersion;
 use agent_client_protocol::v1::{self, schema as s};
-use agent_client_protocol::{self as acp, ByteStreams, Client};
+use agent_client_protocol::{self as acp, Client, Lines};
+use futures::StreamExt as _;
 use serde_json::{Map, Value};
 use tokio::sync::{mpsc, oneshot};
-use tokio_util::compat::{TokioAsyncReadCompatExt as _, TokioAsyncWriteCompatExt as _};
+use tokio_util::codec::{FramedRead, FramedWrite, LinesCodec, LinesCodecError};
 
 use crate::command::AcpCommand;
 use crate::error::AcpError;
 use crate::process::{describe_exit, AgentProcess};
+
+/// The longest line (one JSON-RPC message) read from an agent; a longer
+/// one ends the connection rather than grow without bound.
+pub const MAX_LINE_BYTES: usize = 16 * 1024 * 1024;
+
+/// How many messages of the agent wait for the turn at most; past it a
+/// request is refused and an update dropped (an agent flooding its client
+/// cannot grow the host's memory).
+pub const INBOUND_CAPACITY: usize = 4096;
+
+/// A line codec's failure as the transport's IO error.
+fn line_error(err: LinesCodecError) -> std::io::Error {
+    match err {
+        LinesCodecError::MaxLineLengthExceeded => std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("the agent sent a line over {MAX_LINE_BYTES} bytes"),
+        ),
+        LinesCodecError::Io(err) => err,
+    }
+}
 
 /// What the agent sent the client, in arrival order.
 pub(crate) enum Inbound {
@@ -56,7 +77,7 @@ pub(crate) struct Offer {
 pub(crate) struct Connection {
     cx: v1::ConnectionTo<acp::Agent>,
     /// What the agent sends, in order.
-    pub(crate) inbound: mpsc::UnboundedReceiver<Inbound>,
+    pub(crate) inbound: mpsc::Receiver<Inbound>,
     /// The process.
     pub(crate) process: AgentProcess,
     /// What `initialize` answered.
@@ -71,11 +92,18 @@ fn rpc_parts(err: &acp::Error) -> (i32, String) {
     (err.code.into(), err.message.clone())
 }
 
-/// Forwards `item`; once nobody reads (the agent is being torn down), it
-/// is refused instead.
-fn forward(inbound: &mpsc::UnboundedSender<Inbound>, item: Inbound) {
-    if let Err(mpsc::error::SendError(item)) = inbound.send(item) {
-        refuse(item);
+/// Forwards `item`; once nobody reads (the agent is being torn down), or
+/// [`INBOUND_CAPACITY`] messages already wait, it is refused instead.
+fn forward(inbound: &mpsc::Sender<Inbound>, item: Inbound) {
+    match inbound.try_send(item) {
+        Ok(()) => {}
+        Err(mpsc::error::TrySendError::Full(item)) => {
+            tracing::warn!(
+                "an ACP agent sent more than {INBOUND_CAPACITY} messages unread; refusing one"
+            );
+            refuse(item);
+        }
+        Err(mpsc::error::TrySendError::Closed(item)) => refuse(item),
     }
 }
 
@@ -107,8 +135,17 @@ impl Connection {
     /// killed), [`AcpError::Exited`] or [`AcpError::Protocol`].
     pub(crate) async fn open(command: &AcpCommand, offer: Offer) -> Result<Connection, AcpError> {
         let (process, pipes) = AgentProcess::spawn(command)?;
-        let transport = ByteStreams::new(pipes.stdin.compat_write(), pipes.stdout.compat());
-        let (to_turn, inbound) = mpsc::unbounded_channel();
+        let incoming = FramedRead::new(
+            pipes.stdout,
+            LinesCodec::new_with_max_length(MAX_LINE_BYTES),
+        )
+        .map(|line| line.map_err(line_error));
+        let outgoing = futures::SinkExt::<String>::sink_map_err(
+            FramedWrite::new(pipes.stdin, LinesCodec::new()),
+            line_error,
+        );
+        let transport = Lines::new(outgoing, incoming);
+        let (to_turn, inbound) = mpsc::channel(INBOUND_CAPACITY);
         let (updates, permissions, reads, writes) =
             (to_turn.clone(), to_turn.clone(), to_turn.clone(), to_turn);
         let (connected, connection) = oneshot::channel();

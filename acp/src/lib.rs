@@ -42,6 +42,7 @@ mod turn;
 
 pub use agent::AcpAgent;
 pub use command::{AcpCommand, AcpTimeouts, EmptyCommand};
+pub use connection::{INBOUND_CAPACITY, MAX_LINE_BYTES};
 pub use error::AcpError;
 pub use host::{acp_tools, AcpHost, MAX_READ_BYTES};
 pub use process::STDERR_TAIL_BYTES;

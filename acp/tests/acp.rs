@@ -630,3 +630,30 @@ async fn a_steered_message_waits_for_the_next_turn() {
     );
     child.dispose().await.unwrap();
 }
+
+#[tokio::test]
+async fn an_agent_line_over_the_cap_ends_the_connection_not_the_host() {
+    // Not an agent: 17 MB without a newline on stdout, then silence (a
+    // `sleep` named after the world, so it is counted).
+    let world = World::with_command(
+        "bash",
+        &[
+            "-c",
+            "head -c 17000000 /dev/zero | tr '\\0' a; exec -a \"$0\" sleep 30",
+        ],
+    )
+    .await;
+    let child = world.child(spec("flood", "go")).await;
+    until_events(&world, child.child_id(), "the turn", |events| {
+        events
+            .iter()
+            .any(|e| matches!(e, Event::TurnStarted { .. }))
+    })
+    .await;
+    let result = child.result().await.unwrap();
+    assert_eq!(result.stop_reason, SubagentStopReason::Error);
+    let diagnostic = result.diagnostic.unwrap().to_string();
+    assert!(diagnostic.contains("during initialize"), "{diagnostic}");
+    child.dispose().await.unwrap();
+    world.until_no_agent_process().await;
+}

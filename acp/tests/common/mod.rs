@@ -88,6 +88,20 @@ impl World {
         World::open(dir, command, log, None).await
     }
 
+    /// A world whose agent command is `program args… DIR` (not the test
+    /// agent), run in the world's directory DIR, which ends its command
+    /// line so [`agent_processes`](Self::agent_processes) counts it.
+    pub(crate) async fn with_command(program: &str, args: &[&str]) -> World {
+        let dir = tempfile::tempdir().unwrap();
+        let mut args = args.to_vec();
+        let marker = dir.path().to_str().unwrap().to_owned();
+        args.push(&marker);
+        let command = AcpCommand::new(program, &args)
+            .cwd(dir.path())
+            .timeouts(Setup::default().timeouts);
+        World::open(dir, command, Arc::new(MemoryLog::new()), None).await
+    }
+
     /// A runtime over `log` with the providers on `command`, and a root:
     /// a new one, or `root` taken back.
     async fn open(
