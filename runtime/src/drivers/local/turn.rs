@@ -196,8 +196,9 @@ impl LocalDriver {
 
     /// Records one transcript item. A tool result is recorded once, for a
     /// call announced and permitted in this turn; any other (a refused
-    /// call's, a second one, an unknown id's) is dropped with a warning,
-    /// since the call's recorded result already stands or it never ran.
+    /// call's, a second one, an unknown id's) is dropped (logged at debug
+    /// level), since the call's recorded result already stands or it never
+    /// ran through the port.
     pub(super) async fn record(
         &self,
         turn: u64,
