@@ -98,9 +98,8 @@ impl AcpError {
     pub fn code(&self) -> ErrorCode {
         match self {
             AcpError::Spawn { .. } => ErrorCode::AcpSpawn,
-            AcpError::InitializeTimeout { .. } | AcpError::SessionTimeout { .. } => {
-                ErrorCode::AcpInitializeTimeout
-            }
+            AcpError::InitializeTimeout { .. } => ErrorCode::AcpInitializeTimeout,
+            AcpError::SessionTimeout { .. } => ErrorCode::AcpSessionTimeout,
             AcpError::Protocol { .. } => ErrorCode::AcpProtocol,
             AcpError::Exited { .. } => ErrorCode::AcpExited,
             AcpError::CancelUnanswered { .. } => ErrorCode::AcpCancelUnanswered,
@@ -113,5 +112,77 @@ impl From<AcpError> for SubagentError {
     /// (`gateway/internal`, the `AcpError` kept as its cause).
     fn from(err: AcpError) -> SubagentError {
         SubagentError::internal_from(err)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_failure_has_its_own_stable_code_and_names_its_stderr() {
+        let after = Duration::from_millis(5);
+        let stderr = String::from("boom");
+        let cases = [
+            (
+                AcpError::Spawn {
+                    program: "x".into(),
+                    kind: std::io::ErrorKind::NotFound,
+                },
+                "acp/spawn",
+            ),
+            (
+                AcpError::InitializeTimeout {
+                    program: "x".into(),
+                    after,
+                    stderr: stderr.clone(),
+                },
+                "acp/initialize-timeout",
+            ),
+            (
+                AcpError::SessionTimeout {
+                    request: "session/new",
+                    after,
+                    stderr: stderr.clone(),
+                },
+                "acp/session-timeout",
+            ),
+            (
+                AcpError::Protocol {
+                    request: "session/prompt",
+                    code: -32603,
+                    message: "m".into(),
+                    stderr: stderr.clone(),
+                },
+                "acp/protocol",
+            ),
+            (
+                AcpError::Exited {
+                    request: "initialize",
+                    status: "status 3".into(),
+                    stderr: stderr.clone(),
+                },
+                "acp/exited",
+            ),
+            (
+                AcpError::CancelUnanswered { after, stderr },
+                "acp/cancel-unanswered",
+            ),
+        ];
+        for (error, code) in cases {
+            assert_eq!(error.code().as_str(), code);
+            let text = error.to_string();
+            if !matches!(error, AcpError::Spawn { .. }) {
+                assert!(text.ends_with("; stderr: boom"), "{text}");
+            }
+        }
+        let quiet = AcpError::CancelUnanswered {
+            after,
+            stderr: String::new(),
+        };
+        assert!(
+            !quiet.to_string().contains("stderr"),
+            "no empty tail is named"
+        );
     }
 }

@@ -141,6 +141,7 @@ pub fn status_of(code: ErrorCode) -> StatusCode {
         // A child agent over ACP failed: the upstream of this request.
         C::AcpSpawn
         | C::AcpInitializeTimeout
+        | C::AcpSessionTimeout
         | C::AcpProtocol
         | C::AcpExited
         | C::AcpCancelUnanswered => StatusCode::BAD_GATEWAY,

@@ -305,6 +305,9 @@ declare_errors! {
     AcpSpawn = "acp/spawn",
     /// `AcpError::InitializeTimeout`: the agent never answered `initialize`.
     AcpInitializeTimeout = "acp/initialize-timeout",
+    /// `AcpError::SessionTimeout`: the agent never answered `session/new`
+    /// or `session/load`.
+    AcpSessionTimeout = "acp/session-timeout",
     /// `AcpError::Protocol`: the agent answered a request with an error.
     AcpProtocol = "acp/protocol",
     /// `AcpError::Exited`: the agent's process exited or closed its stdout.

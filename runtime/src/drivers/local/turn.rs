@@ -57,14 +57,28 @@ impl LocalDriver {
         agent: &mut dyn Agent,
         turns: &mut TurnState,
     ) -> Result<TurnRan, Failure> {
-        let claimed = self
+        // A turn stops on dispose (the driver's token) or on the caller's
+        // start signal, and on an interrupt. Its token is in place before
+        // the turn can be seen running: an interrupt decided once
+        // `BeginTurn` is (the projections show the turn) finds it, even
+        // while the claim is still being made durable.
+        let cancel = self.handle.stop.child_token();
+        *lock(&self.handle.turn) = Some(cancel.clone());
+        let claimed = match self
             .runtime
             .inner
             .engine
             .commit(Command::BeginTurn {
                 session: self.handle.child,
             })
-            .await?;
+            .await
+        {
+            Ok(claimed) => claimed,
+            Err(err) => {
+                lock(&self.handle.turn).take();
+                return Err(err.into());
+            }
+        };
         let turn = claimed
             .iter()
             .find_map(|record| match record.event {
@@ -72,12 +86,14 @@ impl LocalDriver {
                 _ => None,
             })
             .unwrap_or(0);
-        let messages = self.claimed_contents(&claimed, &mut turns.scan_from)?;
+        let messages = match self.claimed_contents(&claimed, &mut turns.scan_from) {
+            Ok(messages) => messages,
+            Err(err) => {
+                lock(&self.handle.turn).take();
+                return Err(err.into());
+            }
+        };
         let (transcript, mut items) = mpsc::channel(64);
-        // A turn stops on dispose (the driver's token) or on the caller's
-        // start signal.
-        let cancel = self.handle.stop.child_token();
-        *lock(&self.handle.turn) = Some(cancel.clone());
         let (signal, turn_cancel) = (self.signal.clone(), cancel.clone());
         tokio::spawn(async move {
             tokio::select! {
