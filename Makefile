@@ -22,7 +22,7 @@ SOAK_MODEL_CASES ?= 4096
 # Byte flips per file of the corruption attack for `make soak` (make test: 12).
 SOAK_CORRUPTION_FLIPS ?= 200
 
-.PHONY: deps demo test lint unit bench fuzz soak api-fuzz
+.PHONY: deps demo test lint unit bench fuzz soak api-fuzz prune-binaries
 
 # System packages: libclang for the RocksDB bindings, a C++ compiler for
 # librocksdb, curl and jq for the README's gateway session (a test runs it),
@@ -54,8 +54,21 @@ lint: deps
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
+# Each linked test binary carries librocksdb's debug info (about 40 GB for
+# the whole set), and a clone in another folder links a second set. When
+# less than 50 GB is free, the linked executables of earlier builds are
+# removed first (cargo links them again; the compiled crates and librocksdb
+# stay).
+PRUNE_BELOW_KB ?= 52428800
+prune-binaries:
+	@mkdir -p $(CARGO_TARGET_DIR)
+	@if [ "$$(df --output=avail -k $(CARGO_TARGET_DIR) | tail -1)" -lt $(PRUNE_BELOW_KB) ] && [ -d $(BIN_DIR)/deps ]; then \
+		echo "less than 50 GB free: removing the linked test binaries of earlier builds"; \
+		find $(BIN_DIR)/deps -maxdepth 1 -type f -perm -u+x ! -name '*.*' -delete; \
+	fi
+
 # Runs every test, then prints one closing line that totals all test binaries.
-unit: deps
+unit: deps prune-binaries
 	@mkdir -p $(CARGO_TARGET_DIR)
 	set -o pipefail; $(CARGO) test --workspace 2>&1 | tee $(CARGO_TARGET_DIR)/test-output.txt
 	@awk '/^test result: (ok|FAILED)\./ {passed += $$4; failed += $$6} END {printf "total: %d passed, %d failed\n", passed, failed}' $(CARGO_TARGET_DIR)/test-output.txt
