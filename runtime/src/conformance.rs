@@ -71,6 +71,29 @@ pub trait ProviderHarness: Send + Sync {
     }
 }
 
+/// How many live (not zombie) processes have `marker` in their command
+/// line: what a harness whose provider runs processes can count for
+/// [`ProviderHarness::processes`] (name the processes after a marker of
+/// the harness's own, in their arguments or `argv[0]`). Linux `/proc` only.
+#[must_use]
+pub fn live_processes_named(marker: &str) -> usize {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .filter(|entry| {
+            let path = entry.path();
+            let named = std::fs::read(path.join("cmdline"))
+                .is_ok_and(|line| String::from_utf8_lossy(&line).contains(marker));
+            // The state follows the parenthesized command name.
+            let stat = std::fs::read_to_string(path.join("stat")).unwrap_or_default();
+            let state = stat.rsplit(')').next().unwrap_or("").trim_start();
+            named && !state.is_empty() && !state.starts_with('Z')
+        })
+        .count()
+}
+
 /// A runtime over a fresh memory log with the harness's provider, and a
 /// root.
 async fn open<H: ProviderHarness>(

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use subagent_runtime::conformance::{run_all, ProviderHarness};
+use subagent_runtime::conformance::{live_processes_named, run_all, ProviderHarness};
 use subagent_runtime::providers::{ForkProvider, ProcessProvider, SpawnProvider};
 use subagent_runtime::scripted::Step;
 use subagent_runtime::{AgentHost, Script, ScriptedHost, SubagentProvider};
@@ -86,28 +86,6 @@ impl ProviderHarness for Process {
     fn processes_per_slow_child(&self) -> usize {
         2
     }
-}
-
-/// Live (not zombie) processes whose command line holds `marker`.
-fn live_processes_named(marker: &str) -> usize {
-    std::fs::read_dir("/proc")
-        .map(|entries| {
-            entries
-                .flatten()
-                .filter(|entry| {
-                    let path = entry.path();
-                    let named = std::fs::read(path.join("cmdline"))
-                        .is_ok_and(|line| String::from_utf8_lossy(&line).contains(marker));
-                    let state = std::fs::read_to_string(path.join("stat")).unwrap_or_default();
-                    let live = state
-                        .rsplit(')')
-                        .next()
-                        .is_some_and(|rest| !rest.trim_start().starts_with('Z'));
-                    named && live
-                })
-                .count()
-        })
-        .unwrap_or(0)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -192,24 +192,7 @@ impl World {
     /// How many live (not zombie) processes run this world's agent: those
     /// whose command line names its directory.
     pub(crate) fn agent_processes(&self) -> usize {
-        let marker = self.dir.path().to_str().unwrap().to_owned();
-        let mut count = 0;
-        for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-            let path = entry.path();
-            let Ok(cmdline) = std::fs::read(path.join("cmdline")) else {
-                continue;
-            };
-            if !String::from_utf8_lossy(&cmdline).contains(&marker) {
-                continue;
-            }
-            let stat = std::fs::read_to_string(path.join("stat")).unwrap_or_default();
-            // The state follows the parenthesized command name.
-            let state = stat.rsplit(')').next().unwrap_or("").trim_start();
-            if !state.starts_with('Z') && !state.is_empty() {
-                count += 1;
-            }
-        }
-        count
+        subagent_runtime::conformance::live_processes_named(self.dir.path().to_str().unwrap())
     }
 
     /// Waits up to 10 s until no process of this world's agent is left.
