@@ -657,3 +657,80 @@ async fn an_agent_line_over_the_cap_ends_the_connection_not_the_host() {
     child.dispose().await.unwrap();
     world.until_no_agent_process().await;
 }
+
+/// The README's ACP snippet, run: a host routes the `acp` provider to an
+/// agent command, and both providers run a child of the root. Here the
+/// command is the test agent; the README shows Claude Code's adapter.
+#[tokio::test]
+async fn the_readme_setup_runs_a_continuable_child_and_a_one_shot_run(
+) -> Result<(), Box<dyn std::error::Error>> {
+    use std::sync::Arc;
+    use subagent_acp::{AcpCommand, AcpHost, AcpProvider};
+    use subagent_core::{Delivery, SubagentActivationSpec};
+    use subagent_runtime::{Script, ScriptedHost, SubagentRuntime};
+    use subagent_store::{EventLog, MemoryLog};
+
+    let dir = tempfile::tempdir().unwrap();
+    let script_path = dir.path().join("script.json");
+    let script = json!({"byLabel": {"research": {"turns": [[{"say": "summarized"}]]}}});
+    std::fs::write(&script_path, script.to_string()).unwrap();
+    let agent_line = format!("{} --script {}", common::AGENT, script_path.display());
+    let my_host = ScriptedHost::new(Script::reply("the host's own agents"));
+    let log: Arc<dyn EventLog> = Arc::new(MemoryLog::new());
+    let token = CancellationToken::new();
+    let key = "not-a-real-key".to_owned();
+    // ANCHOR: acp
+    let command = AcpCommand::parse(&agent_line)? // e.g. "npx @zed-industries/claude-code-acp"
+        .cwd(dir.path()) // the session's cwd; file requests stay inside it
+        .env("ANTHROPIC_API_KEY", &key) // removed from every diagnostic
+        .timeouts(AcpTimeouts {
+            initialize: Duration::from_secs(30), // initialize answered, or the process is killed
+            session: Duration::from_secs(30),    // session/new or session/load answered, likewise
+            cancel_grace: Duration::from_secs(5), // `cancelled` answered after session/cancel, likewise
+        });
+    let host = AcpHost::new(Arc::new(my_host)).route("acp", command.clone());
+    let (runtime, _) = SubagentRuntime::open(log, Arc::new(host)).await?;
+    runtime
+        .register_provider(Arc::new(AcpProvider::continuable("acp")))
+        .await?; // continuable children
+    runtime
+        .register_provider(Arc::new(AcpProvider::one_shot("acp-once", command)))
+        .await?; // one-shot runs
+    let root = runtime.open_root("host").await?;
+    let child = runtime
+        .start_activation(
+            &root,
+            SubagentActivationSpec::with_text_prompt(
+                "acp",
+                "research",
+                "Summarize DESIGN.md",
+                Delivery::Caller,
+            ),
+            token.clone(),
+        )
+        .await?;
+    // ANCHOR_END: acp
+    let result = child.result().await?;
+    assert_eq!(result.stop_reason, SubagentStopReason::Completed);
+    assert_eq!(result.output, vec![ContentBlock::text("summarized")]);
+    child.dispose().await?;
+    let once = runtime
+        .start_activation(
+            &root,
+            SubagentActivationSpec::with_text_prompt(
+                "acp-once",
+                "research",
+                "go",
+                Delivery::Caller,
+            ),
+            token,
+        )
+        .await?;
+    assert_eq!(
+        once.result().await?.output,
+        vec![ContentBlock::text("summarized")]
+    );
+    once.dispose().await?;
+    runtime.close().await?;
+    Ok(())
+}
