@@ -22,7 +22,7 @@ SOAK_MODEL_CASES ?= 4096
 # Byte flips per file of the corruption attack for `make soak` (make test: 12).
 SOAK_CORRUPTION_FLIPS ?= 200
 
-.PHONY: deps demo test lint unit bench fuzz soak api-fuzz prune-binaries
+.PHONY: deps demo test lint unit docs package install install-check bench fuzz soak api-fuzz prune-binaries
 
 # System packages: libclang for the RocksDB bindings, a C++ compiler for
 # librocksdb, curl and jq for the README's gateway session (a test runs it),
@@ -73,7 +73,51 @@ unit: deps prune-binaries
 	set -o pipefail; $(CARGO) test --workspace 2>&1 | tee $(CARGO_TARGET_DIR)/test-output.txt
 	@awk '/^test result: (ok|FAILED)\./ {passed += $$4; failed += $$6} END {printf "total: %d passed, %d failed\n", passed, failed}' $(CARGO_TARGET_DIR)/test-output.txt
 
-test: lint unit
+# The API docs with warnings as errors (a broken intra-doc link fails),
+# then each library crate packaged as it would be published.
+docs: deps
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc -q --workspace --no-deps
+
+# `cargo package` for every library crate, without the verify build (it
+# would build librocksdb again in a scratch directory): the manifest, the
+# file list and the path dependencies' versions are checked. The crates
+# are packaged together, so each finds the others it depends on.
+LIBRARY_CRATES := subagent-core subagent-store subagent-projections subagent-runtime subagent-replay subagent-gateway subagent-acp
+# Any warning (a missing description, license, repository, ...) fails.
+package: deps
+	@set -o pipefail; $(CARGO) package --no-verify --allow-dirty $(addprefix -p ,$(LIBRARY_CRATES)) 2>&1 \
+		| tee $(CARGO_TARGET_DIR)/package-output.txt | grep -E '^(warning|error)' && exit 1 || \
+		echo "packaged: $(LIBRARY_CRATES)"
+
+# `make install` puts `subagents` on the PATH: PREFIX/bin (default
+# ~/.cargo/bin, where rustup puts cargo, so it is already on the PATH), its
+# bash, zsh and fish completions under PREFIX/share, and its man page in
+# PREFIX/share/man/man1. The binary is the workspace's release build, the
+# one `make bench` uses: `cargo install --path cli` would resolve features
+# for the CLI alone and build librocksdb yet again. PROFILE=debug installs
+# the debug build instead (what `make test` checks, without a release build).
+PREFIX ?= $(HOME)/.cargo
+PROFILE ?= release
+install: deps
+	$(CARGO) build -q --locked --workspace --bins $(if $(filter release,$(PROFILE)),--release,)
+	install -D -m 755 $(CARGO_TARGET_DIR)/$(HOST_TUPLE)/$(PROFILE)/subagents $(PREFIX)/bin/subagents
+	mkdir -p $(PREFIX)/share/bash-completion/completions $(PREFIX)/share/zsh/site-functions \
+		$(PREFIX)/share/fish/vendor_completions.d $(PREFIX)/share/man/man1
+	$(PREFIX)/bin/subagents completions bash > $(PREFIX)/share/bash-completion/completions/subagents
+	$(PREFIX)/bin/subagents completions zsh > $(PREFIX)/share/zsh/site-functions/_subagents
+	$(PREFIX)/bin/subagents completions fish > $(PREFIX)/share/fish/vendor_completions.d/subagents.fish
+	$(PREFIX)/bin/subagents manpage > $(PREFIX)/share/man/man1/subagents.1
+	@echo "installed $(PREFIX)/bin/subagents; $$(command -v subagents >/dev/null && echo 'it is on your PATH' || echo 'add $(PREFIX)/bin to your PATH')"
+
+# `make install` into a scratch prefix with the debug build, then the
+# installed files are used as a user would: the binary from the PATH, the
+# man page rendered, bash completing a subcommand.
+install-check: deps
+	@scratch=$$(mktemp -d) && trap 'rm -rf "$$scratch"' EXIT && \
+	$(MAKE) -s install PREFIX=$$scratch PROFILE=debug >/dev/null && \
+	PATH=$$scratch/bin:$$PATH scripts/install-check.sh $$scratch
+
+test: lint docs package unit install-check
 
 bench: deps
 	$(CARGO) build -q --release --workspace --bins

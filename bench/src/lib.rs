@@ -3,7 +3,7 @@
 //! `subagents-bench`: figures measured side by side with baselines that do
 //! the same work in the same run. Never asserted anywhere; read and recorded
 //! in BENCHMARKS.md. Every numeric argument is range-checked by clap (see
-//! [`args`]); the tables are written to the command's handled stdout, one
+//! `args`); the tables are written to the command's handled stdout, one
 //! flushed row at a time.
 
 mod acp;

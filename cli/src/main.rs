@@ -6,6 +6,7 @@
 //! with status 0, any other write error and every command failure print one
 //! `error: ...` line on stderr with status 1.
 
+mod completions;
 mod demo;
 mod error;
 mod inspect;
@@ -30,10 +31,29 @@ pub const DEFAULT_DATA_DIR: &str = "./subagents-data";
 /// Boxed error for command results; every failure ends as one readable line.
 pub type CliResult = Result<(), Box<dyn std::error::Error>>;
 
+/// `--version`: the build, and the storage formats it reads and writes.
+fn version_text() -> &'static str {
+    static TEXT: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        let oldest_schema = subagent_core::upcast::UPCASTERS
+            .first()
+            .map_or(subagent_core::CURRENT_SCHEMA_VERSION, |step| step.from_version);
+        format!(
+            "{}\nlog directory format {} (RocksDB), record format {}\nevent schema {} written; {} to {} read (older ones upcast)",
+            env!("CARGO_PKG_VERSION"),
+            subagent_store::rocks::FORMAT_VERSION,
+            subagent_core::record::RECORD_FORMAT,
+            subagent_core::CURRENT_SCHEMA_VERSION,
+            oldest_schema,
+            subagent_core::CURRENT_SCHEMA_VERSION,
+        )
+    });
+    TEXT.as_str()
+}
+
 #[derive(Parser)]
 #[command(
     name = "subagents",
-    version,
+    version = version_text(),
     about = "Durable, replayable subagent delegation on an event log"
 )]
 struct Cli {
@@ -67,6 +87,18 @@ enum Command {
     /// salvage.
     #[command(flatten)]
     Inspect(inspect::Inspect),
+    /// Print a shell completion script (bash, zsh or fish) on stdout.
+    Completions {
+        /// The shell.
+        shell: completions::Shell,
+    },
+    /// Print the man page (roff) on stdout.
+    Manpage,
+}
+
+/// The command-line definition, for completions and the man page.
+fn definition() -> clap::Command {
+    <Cli as clap::CommandFactory>::command()
 }
 
 fn main() -> ExitCode {
@@ -77,6 +109,11 @@ fn main() -> ExitCode {
         Command::Serve(args) => serve_cmd::run(&args, &mut out),
         Command::Log(args) => log_cmd::run(&args, &mut out),
         Command::Inspect(command) => inspect::run(command, &mut out),
+        Command::Completions { shell } => completions::write(shell, definition(), &mut out),
+        Command::Manpage => {
+            let formats = version_text().split_once('\n').map_or("", |(_, formats)| formats);
+            completions::manpage(definition(), formats, &mut out)
+        }
     };
     // The output's fate decides first: a failed command write surfaces as
     // whatever error wrapped it, but the cause is stdout.

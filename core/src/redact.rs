@@ -3,7 +3,7 @@
 //!
 //! Two layers. [`scrub_credentials`] recognises credentials by their shape
 //! (`password=…`, `Authorization: Bearer …`, `sk-…` keys, PEM private keys)
-//! and runs inside every [`Diagnostic`](crate::Diagnostic) construction, so no
+//! and runs inside every [`Diagnostic`] construction, so no
 //! path can skip it. A [`Redactor`] additionally removes strings known to be
 //! sensitive in one context: the process environment's values and a child's
 //! recorded tool inputs and outputs (which is where file contents arrive).

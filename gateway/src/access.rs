@@ -3,7 +3,7 @@
 //! `Origin` header off the allow-list is refused (`gateway/forbidden-origin`),
 //! then a request without `Authorization: Bearer <token>` is refused
 //! (`gateway/unauthenticated`). The console's static page and assets
-//! (`GET /`, `GET /console/...`, see [`crate::routes::console`]) are the one
+//! (`GET /`, `GET /console/...`, see `routes::console`) are the one
 //! exception to the token: a browser navigating to the page cannot send it,
 //! and they hold no data (the page asks for the token and sends it with
 //! every API call). The Origin rule still applies to them. The comparison is [`Token::matches`]

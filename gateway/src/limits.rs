@@ -1,7 +1,7 @@
 //! Input and time bounds: the body size, the JSON nesting depth, and the
-//! time a request may take. [`BoundedJson`] is the only way a handler reads
+//! time a request may take. `BoundedJson` is the only way a handler reads
 //! a JSON body, so every body passes the size and depth checks before serde
-//! sees it; [`time_limit`] wraps every route but the event stream.
+//! sees it; `time_limit` wraps every route but the event stream.
 
 use std::time::Duration;
 

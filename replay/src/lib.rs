@@ -38,6 +38,35 @@ use subagent_store::{EventLog, EventLogExt};
 /// Every projection as it was right after position `at` (the head when
 /// `None`), folded from position 1.
 ///
+/// # Example
+///
+/// A root at position 1, its first child cataloged at position 2:
+///
+/// ```
+/// use subagent_core::{Event, NewEvent, SessionId, SessionMode, StreamId};
+/// use subagent_store::{EventLog, ExpectedVersion, MemoryLog};
+///
+/// let log = MemoryLog::new();
+/// let root = SessionId::new();
+/// let stream = StreamId::Session(root);
+/// log.append(stream, ExpectedVersion::NoStream, vec![NewEvent::new(Event::root_created(root, "host"))]).wait()?;
+/// let cataloged = Event::ChildCataloged {
+///     child: SessionId::new(),
+///     label: "scout".into(),
+///     provider: "spawn".into(),
+///     mode: SessionMode::Continuable,
+///     external: false,
+/// };
+/// log.append(stream, ExpectedVersion::Exact(1), vec![NewEvent::new(cataloged)]).wait()?;
+///
+/// let then = subagent_replay::state_at(&log, Some(1))?;
+/// let now = subagent_replay::state_at(&log, None)?;
+/// assert!(then.list_children(root).is_empty());
+/// assert_eq!(now.list_children(root)[0].entry.label, "scout");
+/// assert!(subagent_replay::state_at(&log, Some(3)).is_err(), "past the head");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
 /// # Errors
 /// [`ReplayError::PositionPastHead`], or a read failure.
 pub fn state_at<L: EventLog + ?Sized>(

@@ -137,6 +137,56 @@ pub struct InputRoute<'a> {
 }
 
 /// Builds live agents from durable history, and provides their tools.
+///
+/// # Example
+///
+/// A host whose agents answer every turn with one fixed line; the runtime
+/// records what they say. A real host builds a model client from `spec`
+/// (its label, options, persona, history and the tools it may see).
+///
+/// ```
+/// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use std::sync::Arc;
+/// use subagent_core::{content::plain_text, ContentBlock, Delivery, SubagentActivationSpec, SubagentError, SubagentStopReason};
+/// use subagent_runtime::providers::SpawnProvider;
+/// use subagent_runtime::{Agent, AgentHost, AgentSpec, BoxFuture, SubagentRuntime, TranscriptItem, TurnEnd, TurnInput};
+/// use subagent_store::MemoryLog;
+/// use tokio_util::sync::CancellationToken;
+///
+/// struct Fixed(String);
+///
+/// impl Agent for Fixed {
+///     fn run_turn(&mut self, input: TurnInput) -> BoxFuture<'_, TurnEnd> {
+///         let line = TranscriptItem::Assistant(vec![ContentBlock::text(self.0.clone())]);
+///         Box::pin(async move {
+///             let stop_reason = match input.transcript.send(line).await {
+///                 Ok(()) => SubagentStopReason::Completed,
+///                 Err(_) => SubagentStopReason::Aborted,
+///             };
+///             TurnEnd { stop_reason, diagnostic: None, structured: None }
+///         })
+///     }
+/// }
+///
+/// struct Host;
+///
+/// impl AgentHost for Host {
+///     fn create(&self, spec: AgentSpec) -> BoxFuture<'static, Result<Box<dyn Agent>, SubagentError>> {
+///         let line = format!("{} reporting", spec.label);
+///         Box::pin(async move { Ok(Box::new(Fixed(line)) as Box<dyn Agent>) })
+///     }
+/// }
+///
+/// let (runtime, _) = SubagentRuntime::open(Arc::new(MemoryLog::new()), Arc::new(Host)).await?;
+/// runtime.register_provider(Arc::new(SpawnProvider)).await?;
+/// let root = runtime.open_root("host").await?;
+/// let spec = SubagentActivationSpec::with_text_prompt("spawn", "scout", "go", Delivery::Caller);
+/// let child = runtime.start_activation(&root, spec, CancellationToken::new()).await?;
+/// assert_eq!(plain_text(&child.result().await?.output), "scout reporting");
+/// child.dispose().await?;
+/// runtime.close().await?;
+/// # Ok(()) }
+/// ```
 pub trait AgentHost: Send + Sync + 'static {
     /// Builds the agent of a session.
     fn create(&self, spec: AgentSpec) -> BoxFuture<'static, Result<Box<dyn Agent>, SubagentError>>;

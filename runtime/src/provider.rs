@@ -54,6 +54,65 @@ pub trait SubagentRun: Send {
 }
 
 /// One registered transport for child agents.
+///
+/// # Example
+///
+/// An external provider whose runs answer at once. It declares no start
+/// option, so the runtime refuses any (`subagent/capability-unsupported`)
+/// before recording anything (`examples/custom_provider.rs` is a fuller
+/// one, with cancellation and disposal):
+///
+/// ```
+/// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use std::sync::Arc;
+/// use subagent_core::{
+///     content::plain_text, ContentBlock, Delivery, Diagnostic, ErrorCode,
+///     SubagentActivationSpec, SubagentCapabilities, SubagentError, SubagentResult,
+/// };
+/// use subagent_runtime::provider::ResolvedStartRequest;
+/// use subagent_runtime::{BoxFuture, Script, ScriptedHost, SubagentProvider, SubagentRun, SubagentRuntime};
+/// use subagent_store::MemoryLog;
+/// use tokio_util::sync::CancellationToken;
+///
+/// struct Echo;
+/// struct EchoRun(String);
+///
+/// impl SubagentProvider for Echo {
+///     fn name(&self) -> &str { "echo" }
+///     fn capabilities(&self) -> SubagentCapabilities { SubagentCapabilities::default() }
+///     fn inherits_parent_context(&self) -> bool { false }
+///     fn start(&self, request: ResolvedStartRequest) -> BoxFuture<'static, Result<Box<dyn SubagentRun>, SubagentError>> {
+///         let prompt = plain_text(&request.request.prompt);
+///         Box::pin(async move { Ok(Box::new(EchoRun(prompt)) as Box<dyn SubagentRun>) })
+///     }
+/// }
+///
+/// impl SubagentRun for EchoRun {
+///     fn result(&mut self) -> BoxFuture<'_, Result<SubagentResult, SubagentError>> {
+///         let text = self.0.clone();
+///         Box::pin(async move { Ok(SubagentResult::completed(vec![ContentBlock::text(text)])) })
+///     }
+///     fn dispose(&mut self) -> BoxFuture<'_, Result<(), Diagnostic>> {
+///         Box::pin(async { Ok(()) })
+///     }
+/// }
+///
+/// let host = Arc::new(ScriptedHost::new(Script::reply("unused")));
+/// let (runtime, _) = SubagentRuntime::open(Arc::new(MemoryLog::new()), host).await?;
+/// runtime.register_provider(Arc::new(Echo)).await?;
+/// let root = runtime.open_root("host").await?;
+/// let spec = SubagentActivationSpec::with_text_prompt("echo", "e", "hello", Delivery::Caller);
+/// let run = runtime.start_activation(&root, spec, CancellationToken::new()).await?;
+/// assert_eq!(plain_text(&run.result().await?.output), "hello");
+/// run.dispose().await?;
+///
+/// let mut styled = SubagentActivationSpec::with_text_prompt("echo", "s", "hello", Delivery::Caller);
+/// styled.request.options.persona = Some("a pirate".into());
+/// let refused = runtime.start_activation(&root, styled, CancellationToken::new()).await;
+/// assert_eq!(refused.err().map(|e| e.code()), Some(ErrorCode::CapabilityUnsupported));
+/// runtime.close().await?;
+/// # Ok(()) }
+/// ```
 pub trait SubagentProvider: Send + Sync + 'static {
     /// Unique registry name.
     fn name(&self) -> &str;

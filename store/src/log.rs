@@ -177,6 +177,35 @@ impl Future for AppendTicket {
 
 /// An append-only, durable, totally ordered log of typed events, split into
 /// streams. Implementations are cheap to clone handles over shared state.
+///
+/// # Example
+///
+/// Appends return a ticket: await it, or `wait()` outside an async runtime.
+///
+/// ```
+/// use subagent_core::{Event, NewEvent, SessionId, StreamId};
+/// use subagent_store::{EventLog, EventLogExt, ExpectedVersion, MemoryLog, StoreError};
+///
+/// let log = MemoryLog::new();
+/// let stream = StreamId::Session(SessionId::new());
+/// let events = vec![NewEvent::new(Event::TurnStarted { turn: 1, epoch: 1 })];
+/// let outcome = log.append(stream, ExpectedVersion::NoStream, events.clone()).wait()?;
+/// assert_eq!((outcome.first_position, outcome.stream_version), (1, 1));
+///
+/// // The same event ids again: idempotent, the original positions, nothing written.
+/// let retry = log.append(stream, ExpectedVersion::NoStream, events).wait()?;
+/// assert!(retry.deduplicated && retry.first_position == 1);
+///
+/// // A failed precondition writes nothing.
+/// let late = vec![NewEvent::new(Event::TurnStarted { turn: 2, epoch: 1 })];
+/// let refused = log.append(stream, ExpectedVersion::NoStream, late).wait();
+/// assert!(matches!(refused, Err(StoreError::Conflict { actual: 1, .. })));
+/// assert_eq!(log.head(), 1);
+///
+/// let read: Vec<_> = log.read_stream(stream, 1).collect::<Result<_, _>>()?;
+/// assert_eq!(read.len(), 1);
+/// # Ok::<(), StoreError>(())
+/// ```
 pub trait EventLog: Send + Sync + 'static {
     /// Appends to several streams atomically: every part is written, or none.
     /// Positions of the whole append are contiguous, in part order. Each part
@@ -322,7 +351,7 @@ pub trait EventLog: Send + Sync + 'static {
 ///
 /// # Errors
 /// [`StoreError::Damaged`] naming `path` when they do not.
-pub(crate) fn check_attachment(
+pub fn check_attachment(
     id: &AttachmentId,
     bytes: Vec<u8>,
     path: &str,
@@ -342,7 +371,7 @@ pub const READ_PAGE: usize = 1024;
 
 /// Collects decoded records up to the first failure: the good prefix if there
 /// is one, else the failure. The shared page rule of every backend.
-pub(crate) fn good_prefix<I>(records: I) -> Result<Vec<RecordedEvent>, StoreError>
+pub fn good_prefix<I>(records: I) -> Result<Vec<RecordedEvent>, StoreError>
 where
     I: IntoIterator<Item = Result<RecordedEvent, StoreError>>,
 {

@@ -263,7 +263,7 @@ pub(crate) fn route_message(
 
 /// Whether a message from `sender` to `target` cold-resumes it: `target`
 /// is `sender`'s direct child and has no live activation. The one statement
-/// of the rule: [`route_message`] applies it, and the runtime asks it to
+/// of the rule: `route_message` applies it, and the runtime asks it to
 /// reserve capacity before it sends.
 #[must_use]
 pub fn cold_resumes(state: &Projections, sender: SessionId, target: SessionId) -> bool {

@@ -137,6 +137,35 @@ pub(crate) struct Inner {
 pub(crate) const CHECKPOINT_EVERY: u64 = 10_000;
 
 /// The runtime. Cheap to clone.
+///
+/// # Example
+///
+/// A root delegates one task to a spawned child on the deterministic
+/// scripted agent, takes its result and disposes of it (`examples/embed.rs`
+/// does the same with an agent of the host's own, on RocksDB):
+///
+/// ```
+/// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use std::sync::Arc;
+/// use subagent_core::{content::plain_text, Delivery, SubagentActivationSpec, SubagentStopReason};
+/// use subagent_runtime::{providers::SpawnProvider, Script, ScriptedHost, SubagentRuntime};
+/// use subagent_store::MemoryLog;
+/// use tokio_util::sync::CancellationToken;
+///
+/// let host = Arc::new(ScriptedHost::new(Script::reply("the answer")));
+/// let (runtime, _recovery) = SubagentRuntime::open(Arc::new(MemoryLog::new()), host).await?;
+/// runtime.register_provider(Arc::new(SpawnProvider)).await?;
+/// let root = runtime.open_root("host").await?;
+/// let task = SubagentActivationSpec::with_text_prompt("spawn", "helper", "the question", Delivery::Caller);
+/// let child = runtime.start_activation(&root, task, CancellationToken::new()).await?;
+/// let result = child.result().await?;
+/// assert_eq!(result.stop_reason, SubagentStopReason::Completed);
+/// assert_eq!(plain_text(&result.output), "the answer");
+/// child.dispose().await?;
+/// assert_eq!(runtime.list_children(root.session()).await?.len(), 1);
+/// runtime.close().await?;
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct SubagentRuntime {
     pub(crate) inner: Arc<Inner>,
@@ -200,7 +229,7 @@ impl SubagentRuntime {
 
     /// Clean shutdown. From the moment it is called every public operation
     /// of the runtime and of its handles is refused with `subagent/closed`
-    /// (see [`ensure_open`](Self::ensure_open) for the few accessors that
+    /// (see `ensure_open` for the few accessors that
     /// stay). Starts and cold resumes already admitted land first; then every
     /// live activation is released child-first, every held root is closed
     /// (ending a drain's cutoff below it), the provider registrations end,

@@ -26,8 +26,10 @@ pub(crate) const ALL_FAMILIES: [&str; 5] = [CF_LOG, CF_STREAMS, CF_EVENT_IDS, CF
 pub(crate) const META_HEAD: &[u8] = b"head";
 /// `meta` key of the on-disk format version.
 pub(crate) const META_FORMAT: &[u8] = b"format";
-/// The on-disk format this build writes.
-pub(crate) const FORMAT_VERSION: u64 = 1;
+/// The on-disk format of a RocksDB log directory this build writes and
+/// reads (its `meta` column family records it; another is refused with
+/// [`StoreError::UnsupportedFormat`](crate::StoreError::UnsupportedFormat)).
+pub const FORMAT_VERSION: u64 = 1;
 
 /// `meta` key of the projection checkpoint called `name`.
 pub(crate) fn checkpoint_key(name: &str) -> Vec<u8> {

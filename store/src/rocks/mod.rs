@@ -1,9 +1,9 @@
 //! [`RocksLog`]: the embedded RocksDB backend, the default.
 //!
-//! Layout of the column families: [`keys`]. Writes go through one writer
-//! thread that group-commits ([`writer`]); reads run concurrently on the
+//! Layout of the column families: `keys`. Writes go through one writer
+//! thread that group-commits (`writer`); reads run concurrently on the
 //! caller's thread. What a directory must hold to be opened, and the
-//! process lock: [`open`].
+//! process lock: `open`.
 
 mod indexes;
 mod keys;
@@ -12,6 +12,7 @@ mod open;
 mod salvage;
 mod writer;
 
+pub use keys::FORMAT_VERSION;
 pub use open::LOCK_FILE;
 pub use salvage::{DamagedLog, SalvageRecovery};
 
@@ -72,6 +73,32 @@ impl Drop for Shared {
 
 /// A RocksDB-backed event log. Clones share one database; the directory is
 /// released when the last clone (including live subscriptions) is dropped.
+///
+/// # Example
+///
+/// One process holds a directory at a time; appends are durable
+/// (`Durability::Sync`, one fsync per group commit) when acknowledged:
+///
+/// ```
+/// use subagent_core::{Event, NewEvent, SessionId, StreamId};
+/// use subagent_store::{Durability, EventLog, ExpectedVersion, RocksLog, RocksOptions, StoreError};
+///
+/// let dir = tempfile::tempdir()?;
+/// let log = RocksLog::open(dir.path(), RocksOptions::default())?;
+/// assert_eq!(log.durability(), Durability::Sync);
+/// let stream = StreamId::Session(SessionId::new());
+/// let event = NewEvent::new(Event::TurnStarted { turn: 1, epoch: 1 });
+/// log.append(stream, ExpectedVersion::NoStream, vec![event]).wait()?;
+///
+/// // A second handle on a held directory is refused, not shared.
+/// let held = RocksLog::open(dir.path(), RocksOptions::default());
+/// assert!(matches!(held, Err(StoreError::Locked { .. })));
+///
+/// drop(log); // releases the directory
+/// let reopened = RocksLog::open(dir.path(), RocksOptions::default())?;
+/// assert_eq!(reopened.head(), 1);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Clone)]
 pub struct RocksLog {
     shared: Arc<Shared>,
