@@ -36,7 +36,9 @@ fn version_text() -> &'static str {
     static TEXT: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
         let oldest_schema = subagent_core::upcast::UPCASTERS
             .first()
-            .map_or(subagent_core::CURRENT_SCHEMA_VERSION, |step| step.from_version);
+            .map_or(subagent_core::CURRENT_SCHEMA_VERSION, |step| {
+                step.from_version
+            });
         format!(
             "{}\nlog directory format {} (RocksDB), record format {}\nevent schema {} written; {} to {} read (older ones upcast)",
             env!("CARGO_PKG_VERSION"),
@@ -111,7 +113,9 @@ fn main() -> ExitCode {
         Command::Inspect(command) => inspect::run(command, &mut out),
         Command::Completions { shell } => completions::write(shell, definition(), &mut out),
         Command::Manpage => {
-            let formats = version_text().split_once('\n').map_or("", |(_, formats)| formats);
+            let formats = version_text()
+                .split_once('\n')
+                .map_or("", |(_, formats)| formats);
             completions::manpage(definition(), formats, &mut out)
         }
     };

@@ -249,3 +249,94 @@ fn a_demo_killed_mid_run_is_recovered_explicitly_and_verifies() {
     );
     assert!(log.contains("HostRecovered"));
 }
+
+/// The demo ends by printing the commands that inspect what it wrote. Run
+/// exactly as printed, from where the demo ran, with the binary's folder on
+/// the PATH (where `make install` puts it), each succeeds and prints
+/// something; a data directory whose name a shell would split is quoted.
+#[test]
+fn the_demos_closing_hints_run_as_printed() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("demo data");
+    let stdout = demo(&data);
+    let hints: Vec<&str> = stdout
+        .lines()
+        .skip_while(|line| *line != "Inspect it with:")
+        .skip(1)
+        .map(str::trim)
+        .filter(|line| line.starts_with("subagents "))
+        .collect();
+    assert_eq!(hints.len(), 5, "{stdout}");
+    let bin_dir = Path::new(env!("CARGO_BIN_EXE_subagents")).parent().unwrap();
+    let path = format!(
+        "{}:{}",
+        bin_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    for hint in hints {
+        assert!(hint.contains("'"), "the spaced directory is quoted: {hint}");
+        let output = Command::new("sh")
+            .args(["-c", hint])
+            .env("PATH", &path)
+            .output()
+            .unwrap();
+        let (out, err) = text(&output);
+        assert!(output.status.success(), "`{hint}` failed: {err}");
+        assert!(!out.trim().is_empty(), "`{hint}` printed nothing");
+    }
+    // The demo says when `subagents` is not on the PATH, and only then.
+    let note = "`subagents` is not on your PATH: `make install` puts it in ~/.cargo/bin";
+    for (path, noted) in [("/usr/bin:/bin".to_owned(), true), (path, false)] {
+        let output = Command::new(env!("CARGO_BIN_EXE_subagents"))
+            .args(["demo", "--data", dir.path().join("again").to_str().unwrap()])
+            .env("PATH", &path)
+            .output()
+            .unwrap();
+        let (out, err) = text(&output);
+        assert!(output.status.success(), "{err}");
+        assert_eq!(out.contains(note), noted, "PATH={path}:\n{out}");
+    }
+}
+
+#[test]
+fn version_names_the_storage_formats_and_completions_cover_every_shell() {
+    let (version, _) = text(&subagents(&["--version"]));
+    let lines: Vec<&str> = version.lines().collect();
+    assert!(lines[0].starts_with("subagents 0."), "{version}");
+    assert!(
+        lines[1].starts_with("log directory format 1 (RocksDB), record format 1"),
+        "{version}"
+    );
+    assert!(
+        lines[2].starts_with(&format!(
+            "event schema {}",
+            subagent_core::CURRENT_SCHEMA_VERSION
+        )),
+        "{version}"
+    );
+    for (shell, marker) in [
+        ("bash", "_subagents()"),
+        ("zsh", "#compdef subagents"),
+        ("fish", "complete -c subagents"),
+    ] {
+        let output = subagents(&["completions", shell]);
+        assert!(output.status.success());
+        let (script, _) = text(&output);
+        assert!(script.contains(marker), "{shell}: {script}");
+        for command in ["demo", "serve", "verify", "completions", "manpage"] {
+            assert!(
+                script.contains(command),
+                "{shell} does not complete {command}"
+            );
+        }
+    }
+    let (page, _) = text(&subagents(&["manpage"]));
+    assert!(page.contains(".TH subagents 1"), "{page}");
+    assert!(page.contains("STORAGE FORMATS"), "{page}");
+    let refused = subagents(&["completions", "powershell"]);
+    assert_eq!(
+        refused.status.code(),
+        Some(2),
+        "an unknown shell is a usage error"
+    );
+}

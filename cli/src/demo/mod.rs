@@ -470,12 +470,41 @@ pub(crate) fn run(
     writeln!(out, "[7/7] durable at head {}\n", log.head())?;
     crate::render::tree(out, &state, root)?;
     writeln!(out)?;
-    let dir = data.display();
+    let dir = shell_word(&data.display().to_string());
     writeln!(
-                out,
+        out,
         "Inspect it with:\n  subagents tree {dir} --root {root}\n  subagents replay {dir} --at {start}\n  subagents diff {dir} --from {start}\n  subagents verify {dir}\n  subagents log {dir} --from {start}"
     )?;
+    if !on_path("subagents") {
+        writeln!(
+            out,
+            "(`subagents` is not on your PATH: `make install` puts it in ~/.cargo/bin)"
+        )?;
+    }
     Ok(())
+}
+
+/// `word` as one word of a POSIX shell command line: unchanged when it has
+/// only characters no shell treats specially, else single-quoted, so the
+/// printed commands run as printed whatever the directory is called.
+fn shell_word(word: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "_-./:=@%+,".contains(c);
+    if !word.is_empty() && word.chars().all(plain) {
+        word.to_owned()
+    } else {
+        format!("'{}'", word.replace('\'', r"'\''"))
+    }
+}
+
+/// Whether an executable file called `name` is in a directory of `PATH`.
+fn on_path(name: &str) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::env::var_os("PATH").is_some_and(|path| {
+        std::env::split_paths(&path).any(|dir| {
+            std::fs::metadata(dir.join(name))
+                .is_ok_and(|meta| meta.is_file() && meta.permissions().mode() & 0o111 != 0)
+        })
+    })
 }
 
 #[cfg(test)]

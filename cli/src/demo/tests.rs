@@ -127,3 +127,12 @@ fn an_error_that_does_not_carry_the_reported_failure_is_given_it() {
         "storage: disk full at d/000004.log"
     );
 }
+
+#[test]
+fn a_shell_word_is_plain_when_it_can_be_and_quoted_when_it_must() {
+    assert_eq!(super::shell_word("./subagents-data"), "./subagents-data");
+    assert_eq!(super::shell_word("/tmp/a b"), "'/tmp/a b'");
+    assert_eq!(super::shell_word("it's"), r"'it'\''s'");
+    assert_eq!(super::shell_word("$HOME"), "'$HOME'");
+    assert_eq!(super::shell_word(""), "''");
+}
