@@ -138,8 +138,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // ANCHOR_END: register
 
     println!(
-        "{} settled {}: {}",
-        "mirror",
+        "mirror settled {}: {}",
         result.stop_reason.as_str(),
         plain_text(&result.output)
     );

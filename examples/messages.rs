@@ -166,7 +166,9 @@ async fn main() -> Result<(), Error> {
             _ => {}
         }
     }
-    runtime.drain_descendants(&[root.clone()]).await?;
+    runtime
+        .drain_descendants(std::slice::from_ref(&root))
+        .await?;
     runtime.close().await?;
     Ok(())
 }

@@ -1,5 +1,6 @@
 //! Append checks: what every backend checks, in the same order, before
-//! it writes anything. Pure: the backend supplies the stream's version and an
+//! it writes anything. Public so a backend in another crate (`subagent-pg`)
+//! runs exactly these checks, numbering and encoding, not a copy of them. Pure: the backend supplies the stream's version and an
 //! event-id lookup, and gets back a verdict. Then [`place`] numbers the
 //! checked events (checked: a damaged head or stream index cannot wrap a
 //! number) and [`encode_records`] encodes them, refusing an event larger
@@ -111,7 +112,7 @@ where
 
 /// What to do with an atomic multi-stream append.
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) enum TransactionVerdict {
+pub enum TransactionVerdict {
     /// Write every part; `currents[i]` is part `i`'s stream version before it.
     Write {
         /// Versions before the append, per part.
@@ -122,12 +123,12 @@ pub(crate) enum TransactionVerdict {
 }
 
 /// Checks an atomic append: at least one part, no stream twice, no event id
-/// twice across parts, then every part with [`check_part`]. Either every part is
+/// twice across parts, then every part with the per-part checks above. Either every part is
 /// fresh, or every part is an idempotent retry; anything else is refused.
 ///
 /// # Errors
 /// The first failed check, as its [`StoreError`].
-pub(crate) fn check_transaction<V, F>(
+pub fn check_transaction<V, F>(
     parts: &[StreamAppend],
     mut version_of: V,
     mut locate: F,
@@ -185,12 +186,12 @@ where
 
 /// Turns checked parts into records: positions from `first_position` on, in
 /// part order, versions from each part's `current + 1`. Returns the records
-/// and one outcome per part. The one place both backends number events.
+/// and one outcome per part. The one place every backend numbers events.
 ///
 /// # Errors
 /// [`StoreError::NumberingExhausted`] when a position or version would pass
 /// `u64::MAX` (only a damaged head or stream index gets there).
-pub(crate) fn place(
+pub fn place(
     parts: Vec<StreamAppend>,
     currents: &[u64],
     first_position: u64,
@@ -230,7 +231,7 @@ fn exhausted(what: &'static str, value: u64) -> StoreError {
 ///
 /// # Errors
 /// [`StoreError::NumberingExhausted`] when `head` is `u64::MAX`.
-pub(crate) fn next_position(head: u64) -> Result<u64, StoreError> {
+pub fn next_position(head: u64) -> Result<u64, StoreError> {
     head.checked_add(1).ok_or(exhausted("position", head))
 }
 
@@ -241,7 +242,7 @@ pub(crate) fn next_position(head: u64) -> Result<u64, StoreError> {
 /// # Errors
 /// [`StoreError::EventTooLarge`] for the first oversized record; an encoding
 /// failure as [`StoreError::Io`].
-pub(crate) fn encode_records(records: &[RecordedEvent]) -> Result<Vec<Vec<u8>>, StoreError> {
+pub fn encode_records(records: &[RecordedEvent]) -> Result<Vec<Vec<u8>>, StoreError> {
     records
         .iter()
         .map(|record| {

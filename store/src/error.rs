@@ -134,6 +134,16 @@ pub enum StoreError {
     /// The log was closed (its writer has stopped).
     #[error("the log is closed")]
     Closed,
+    /// The database server of a networked backend (PostgreSQL) could not
+    /// be reached, or the connection to it was lost. Nothing of an append
+    /// that fails this way is acknowledged; whether it was committed is
+    /// unknown, so retry it with the same event ids (idempotent). The
+    /// backend reconnects on the next use.
+    #[error("the log's database is unavailable: {reason}")]
+    Unavailable {
+        /// What failed (the operation and the driver's error).
+        reason: String,
+    },
 }
 
 impl StoreError {
@@ -158,6 +168,9 @@ impl StoreError {
             StoreError::CorruptIndex { .. } => ErrorCode::StoreCorruptIndex,
             StoreError::Io(_) => ErrorCode::StoreIo,
             StoreError::Closed => ErrorCode::StoreClosed,
+            // Until core declares `store/unavailable`, a lost database is
+            // reported as the storage failure it is.
+            StoreError::Unavailable { .. } => ErrorCode::StoreIo,
         }
     }
 }

@@ -3,7 +3,7 @@
 //! The durable event log: the [`EventLog`] trait, the embedded RocksDB
 //! backend ([`RocksLog`], the default), the in-memory backend
 //! ([`MemoryLog`]), catch-up-then-live [`Subscription`]s, and the
-//! [`conformance`] suite every backend must pass.
+//! `conformance` suite every backend must pass (feature `conformance`).
 //!
 //! What it guarantees (each checked by the conformance suite):
 //! - an append is atomic and acknowledged only once durable;
@@ -16,7 +16,7 @@
 //! - the indexes can be listed and looked up ([`indexes`]), so a verifier can
 //!   check them against the records.
 
-mod append_check;
+pub mod append_check;
 pub mod error;
 pub mod indexes;
 pub mod log;
