@@ -82,7 +82,7 @@ docs: deps
 # would build librocksdb again in a scratch directory): the manifest, the
 # file list and the path dependencies' versions are checked. The crates
 # are packaged together, so each finds the others it depends on.
-LIBRARY_CRATES := subagent-core subagent-store subagent-projections subagent-runtime subagent-replay subagent-gateway subagent-acp
+LIBRARY_CRATES := subagent-core subagent-store subagent-projections subagent-runtime subagent-replay subagent-gateway subagent-acp subagent-pg
 # Any warning (a missing description, license, repository, ...) fails.
 package: deps
 	@set -o pipefail; $(CARGO) package --no-verify --allow-dirty $(addprefix -p ,$(LIBRARY_CRATES)) 2>&1 \
