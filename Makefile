@@ -26,7 +26,9 @@ SOAK_CORRUPTION_FLIPS ?= 200
 
 # System packages: libclang for the RocksDB bindings, a C++ compiler for
 # librocksdb, curl and jq for the README's gateway session (a test runs it),
-# chromium and chromium-driver for the console's browser tests.
+# chromium and chromium-driver for the console's browser tests, postgresql
+# for the PostgreSQL log's tests (each run starts its own server: initdb in
+# a temporary directory, a private port, run as the `postgres` user).
 deps:
 	@command -v $(CARGO) >/dev/null || { echo "cargo is required (rustup)"; exit 1; }
 	@if ! dpkg -s libclang-dev >/dev/null 2>&1 || ! command -v c++ >/dev/null \
@@ -34,6 +36,10 @@ deps:
 		|| ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then \
 		echo "installing libclang-dev, a C++ compiler, curl and jq (the README's gateway session), chromium and chromium-driver (the console's browser tests)"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libclang-dev g++ curl jq chromium chromium-driver >/dev/null; \
+	fi
+	@if ! command -v initdb >/dev/null && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then \
+		echo "installing postgresql (the PostgreSQL log's tests start a server of their own)"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null; \
 	fi
 
 # The binaries `make demo` runs (cargo's host-tuple target directory, see

@@ -11,18 +11,21 @@ use std::path::{Path, PathBuf};
 use clap::{Args, Subcommand};
 use serde_json::json;
 use subagent_core::SessionId;
+use subagent_pg::{PgLog, PgOptions};
 use subagent_projections::Projections;
-use subagent_replay::{diff, export, import_directory, state_at, verify, ReplayError};
-use subagent_store::{EventLog, RocksLog, StoreError};
+use subagent_replay::{diff, export, import, import_directory, state_at, verify, ReplayError};
+use subagent_store::EventLog;
 
 use crate::error::CliError;
+use crate::target::{self, LogTarget};
 use crate::{render, CliResult};
 
 /// Which log, and at which position.
 #[derive(Args)]
 pub(crate) struct At {
-    /// The log directory.
-    dir: PathBuf,
+    /// The log: a directory, or postgres://USER@HOST:PORT/DB?schema=NAME.
+    #[arg(value_name = "LOG", value_parser = target::parse)]
+    log: LogTarget,
     /// Replay up to this position (default: the head).
     #[arg(long)]
     at: Option<u64>,
@@ -56,8 +59,9 @@ pub(crate) enum Inspect {
     },
     /// What changed between two positions.
     Diff {
-        /// The log directory.
-        dir: PathBuf,
+        /// The log: a directory, or postgres://USER@HOST:PORT/DB?schema=NAME.
+        #[arg(value_name = "LOG", value_parser = target::parse)]
+        log: LogTarget,
         /// The earlier position.
         #[arg(long)]
         from: u64,
@@ -71,21 +75,25 @@ pub(crate) enum Inspect {
     /// Check the history against the state machine, the indexes against the
     /// records, and the rebuilt state against the checkpointed one.
     Verify {
-        /// The log directory.
-        dir: PathBuf,
+        /// The log: a directory, or postgres://USER@HOST:PORT/DB?schema=NAME.
+        #[arg(value_name = "LOG", value_parser = target::parse)]
+        log: LogTarget,
     },
     /// Write the log as JSON lines to stdout (or --out FILE).
     Export {
-        /// The log directory.
-        dir: PathBuf,
+        /// The log: a directory, or postgres://USER@HOST:PORT/DB?schema=NAME.
+        #[arg(value_name = "LOG", value_parser = target::parse)]
+        log: LogTarget,
         /// Output file instead of stdout.
         #[arg(long)]
         out: Option<PathBuf>,
     },
     /// Read an export into a new log, all or nothing.
     Import {
-        /// The new (absent or empty) log directory; left untouched on failure.
-        dir: PathBuf,
+        /// The new log: an absent or empty directory, or a PostgreSQL URL
+        /// whose schema does not exist yet; left untouched on failure.
+        #[arg(value_name = "LOG", value_parser = target::parse)]
+        log: LogTarget,
         /// The JSON lines file.
         file: PathBuf,
     },
@@ -106,21 +114,49 @@ pub(crate) enum Inspect {
     },
 }
 
-/// Opens an existing log read-only (never creates one): every inspection
-/// command leaves the directory as it was, works on a read-only mount and
-/// beside a live host.
+/// Opens an existing log for reading (never creates one): every
+/// inspection command leaves the log as it was, works on a read-only mount
+/// and beside a live host.
 ///
 /// # Errors
 /// The store's open failure (`store/not-a-log`, `store/damaged`, ...).
-pub(crate) fn open(dir: &Path) -> Result<RocksLog, Box<dyn std::error::Error>> {
-    RocksLog::open_read_only(dir).map_err(|err| match err {
-        damaged @ StoreError::Damaged { .. } => CliError::Damaged {
-            dir: dir.to_owned(),
-            source: damaged,
-        }
-        .into(),
-        other => other.into(),
-    })
+pub(crate) fn open(log: &LogTarget) -> Result<Box<dyn EventLog>, Box<dyn std::error::Error>> {
+    log.open_existing()
+}
+
+/// Imports into a new PostgreSQL schema, all or nothing: the lines go into
+/// a staging schema of their own, which is renamed into place in one
+/// statement once complete (refused if the target exists), or dropped.
+///
+/// # Errors
+/// A bad line, a store failure, or a target schema that already exists.
+fn import_postgres(
+    runtime: &tokio::runtime::Runtime,
+    options: &PgOptions,
+    input: impl std::io::BufRead,
+) -> Result<u64, Box<dyn std::error::Error>> {
+    let staging = format!(
+        "import_{}_{}",
+        std::process::id(),
+        SessionId::new().as_uuid().simple()
+    );
+    let staging: String = staging.chars().take(subagent_pg::MAX_SCHEMA_NAME).collect();
+    let staged = options.clone().with_schema(staging.clone());
+    let imported = PgLog::connect(staged.clone())
+        .map_err(Box::<dyn std::error::Error>::from)
+        .and_then(|log| {
+            let count = runtime
+                .block_on(import(&log, input))
+                .map_err(|err| format!("{err} ({})", err.code()))?;
+            drop(log);
+            subagent_pg::rename_schema(options, &staging)?;
+            Ok(count)
+        });
+    if imported.is_err() {
+        // Best effort: the staging schema is ours alone.
+        let _ = subagent_pg::drop_schema(&staged, &staging);
+    }
+    imported
 }
 
 fn session(state: &Projections, text: &str) -> Result<SessionId, Box<dyn std::error::Error>> {
@@ -158,7 +194,7 @@ fn print_json(out: &mut dyn Write, value: &impl serde::Serialize) -> CliResult {
 pub(crate) fn run(command: Inspect, out: &mut dyn Write) -> CliResult {
     match command {
         Inspect::Tree { at, root } => {
-            let state = state_at(&open(&at.dir)?, at.at)?;
+            let state = state_at(&*open(&at.log)?, at.at)?;
             let roots = match root {
                 Some(text) => vec![session(&state, &text)?],
                 None => state.roots.clone(),
@@ -179,7 +215,7 @@ pub(crate) fn run(command: Inspect, out: &mut dyn Write) -> CliResult {
             Ok(())
         }
         Inspect::Children { at, parent } => {
-            let state = state_at(&open(&at.dir)?, at.at)?;
+            let state = state_at(&*open(&at.log)?, at.at)?;
             let parent = session(&state, &parent)?;
             if at.json {
                 return print_json(out, &state.list_children(parent));
@@ -188,7 +224,7 @@ pub(crate) fn run(command: Inspect, out: &mut dyn Write) -> CliResult {
             Ok(())
         }
         Inspect::Replay { at } => {
-            let state = state_at(&open(&at.dir)?, at.at)?;
+            let state = state_at(&*open(&at.log)?, at.at)?;
             if at.json {
                 return print_json(out, &state);
             }
@@ -196,19 +232,19 @@ pub(crate) fn run(command: Inspect, out: &mut dyn Write) -> CliResult {
             Ok(())
         }
         Inspect::Diff {
-            dir,
+            log,
             from,
             to,
             json,
         } => {
-            let log = open(&dir)?;
+            let log = open(&log)?;
             let (to_name, to_position) = match to {
                 Some(to) => ("--to", to),
                 None => ("the head", log.head()),
             };
             // A position past the head is reported as such, before the order.
-            let after = state_at(&log, Some(to_position))?;
-            let before = state_at(&log, Some(from))?;
+            let after = state_at(&*log, Some(to_position))?;
+            let before = state_at(&*log, Some(from))?;
             if from > to_position {
                 return Err(CliError::FromAfterTo {
                     from,
@@ -230,8 +266,8 @@ pub(crate) fn run(command: Inspect, out: &mut dyn Write) -> CliResult {
             }
             Ok(())
         }
-        Inspect::Verify { dir } => {
-            let report = verify(&open(&dir)?)?;
+        Inspect::Verify { log } => {
+            let report = verify(&*open(&log)?)?;
             writeln!(
                 out,
                 "verified {} events (head {}); checkpoint: {}",
@@ -266,22 +302,22 @@ pub(crate) fn run(command: Inspect, out: &mut dyn Write) -> CliResult {
                 Err(CliError::VerificationFailed.into())
             }
         }
-        Inspect::Export { dir, out: target } => {
-            let log = open(&dir)?;
+        Inspect::Export { log, out: target } => {
+            let log = open(&log)?;
             let count = match target {
                 Some(path) => {
                     let file = match std::fs::File::create(&path) {
                         Ok(file) => file,
                         Err(source) => return Err(CliError::File { path, source }.into()),
                     };
-                    export(&log, &mut BufWriter::new(file)).map_err(|err| naming(&path, err))?
+                    export(&*log, &mut BufWriter::new(file)).map_err(|err| naming(&path, err))?
                 }
-                None => export(&log, &mut &mut *out)?,
+                None => export(&*log, &mut &mut *out)?,
             };
             let _ = writeln!(std::io::stderr(), "exported {count} events");
             Ok(())
         }
-        Inspect::Import { dir, file } => {
+        Inspect::Import { log, file } => {
             let input = std::fs::File::open(&file).map_err(|source| CliError::File {
                 path: file.clone(),
                 source,
@@ -290,12 +326,18 @@ pub(crate) fn run(command: Inspect, out: &mut dyn Write) -> CliResult {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()?;
-            let count = runtime
-                .block_on(import_directory(&dir, input))
-                .map_err(|err| {
-                    format!("{} ({}); {} is untouched", err, err.code(), dir.display())
-                })?;
-            writeln!(out, "imported {count} events into {}", dir.display())?;
+            let count = match &log {
+                LogTarget::Dir(dir) => {
+                    runtime
+                        .block_on(import_directory(dir, input))
+                        .map_err(|err| {
+                            format!("{} ({}); {} is untouched", err, err.code(), dir.display())
+                        })?
+                }
+                LogTarget::Postgres(options, _) => import_postgres(&runtime, options, input)
+                    .map_err(|err| format!("{err}; {log} is untouched"))?,
+            };
+            writeln!(out, "imported {count} events into {log}")?;
             Ok(())
         }
         Inspect::Salvage {

@@ -4,11 +4,10 @@
 //! hold; right after the end prints nothing.
 
 use std::io::Write;
-use std::path::PathBuf;
 
 use clap::Args;
 use subagent_core::StreamId;
-use subagent_store::{EventLog, EventLogExt};
+use subagent_store::EventLogExt;
 
 use crate::error::CliError;
 use crate::CliResult;
@@ -16,8 +15,9 @@ use crate::CliResult;
 /// Arguments of `subagents log`.
 #[derive(Args)]
 pub(crate) struct LogArgs {
-    /// The log directory.
-    dir: PathBuf,
+    /// The log: a directory, or postgres://USER@HOST:PORT/DB?schema=NAME.
+    #[arg(value_name = "LOG", value_parser = crate::target::parse)]
+    log: crate::target::LogTarget,
     /// Print each event as one JSON object per line.
     #[arg(long)]
     json: bool,
@@ -38,7 +38,7 @@ const PAYLOAD_CHARS: usize = 96;
 /// locked or corrupt log, a write failure.
 pub(crate) fn run(args: &LogArgs, out: &mut dyn Write) -> CliResult {
     let stream: Option<StreamId> = args.stream.as_deref().map(str::parse).transpose()?;
-    let log = crate::inspect::open(&args.dir)?;
+    let log = crate::inspect::open(&args.log)?;
     let (what, last) = match stream {
         Some(stream) => match log.stream_version(&stream)? {
             0 => return Err(CliError::NoSuchStream(stream).into()),

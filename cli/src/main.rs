@@ -16,6 +16,7 @@ mod render;
 mod salvage_cmd;
 mod serve_cmd;
 mod shipped;
+mod target;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -70,6 +71,10 @@ enum Command {
         /// The log directory (created if missing).
         #[arg(long, default_value = DEFAULT_DATA_DIR)]
         data: PathBuf,
+        /// Delegate into a PostgreSQL log instead of the --data directory:
+        /// postgres://USER@HOST:PORT/DB?schema=NAME (created if missing).
+        #[arg(long, value_name = "URL", value_parser = target::parse_store)]
+        store: Option<target::LogTarget>,
         /// Keep the research child working this many extra milliseconds
         /// (for crash drills; at most 3,600,000).
         #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(..=3_600_000))]
@@ -107,7 +112,12 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let mut out = output::Stdout::stdout();
     let result = match cli.command {
-        Command::Demo { data, hold_ms, acp } => demo::run(&data, hold_ms, acp, &mut out),
+        Command::Demo {
+            data,
+            store,
+            hold_ms,
+            acp,
+        } => demo::run(&data, store.as_ref(), hold_ms, acp, &mut out),
         Command::Serve(args) => serve_cmd::run(&args, &mut out),
         Command::Log(args) => log_cmd::run(&args, &mut out),
         Command::Inspect(command) => inspect::run(command, &mut out),

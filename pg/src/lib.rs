@@ -22,13 +22,15 @@
 //! - a lost connection is [`StoreError::Unavailable`](subagent_store::StoreError::Unavailable);
 //!   the pool reconnects on the next use.
 //!
-//! Modules: [`PgOptions`] (`options`), the schema and its migrations
+//! Modules: [`PgOptions`] (`options`), whole-schema moves for an
+//! all-or-nothing import ([`rename_schema`], `admin`), the schema and its migrations
 //! (`schema`), the synchronous bridge over the log's own tokio runtime
 //! (`bridge`), group commit (`writer`), the head watch with LISTEN/NOTIFY
 //! and polling (`head`), reads and test hooks (`log`), the index listing
 //! (`indexes`), driver errors as store errors (`error`), and behind the
 //! `testing` feature a real PostgreSQL server for tests (`testing::TestServer`).
 
+mod admin;
 mod bridge;
 mod error;
 mod head;
@@ -41,8 +43,11 @@ mod writer;
 #[cfg(feature = "testing")]
 pub mod testing;
 
+pub use admin::{drop_schema, rename_schema};
 pub use log::PgLog;
-pub use options::{validate_schema_name, PgOptions, DEFAULT_SCHEMA, MAX_SCHEMA_NAME};
+pub use options::{
+    is_postgres_url, validate_schema_name, PgOptions, DEFAULT_SCHEMA, MAX_SCHEMA_NAME,
+};
 pub use schema::SCHEMA_VERSION;
 /// The driver, re-exported so callers build a [`PgOptions::config`] of the
 /// same version.

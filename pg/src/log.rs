@@ -151,14 +151,18 @@ impl PgLog {
             .map_err(|err| StoreError::Io(format!("building the connection pool: {err}")))?;
         let sql = Sql::new(&options.schema);
         let head = wait(&handle, {
-            let (pool, name, read_head) =
-                (pool.clone(), options.schema.clone(), sql.read_head.clone());
+            let (pool, name, read_head, must_exist) = (
+                pool.clone(),
+                options.schema.clone(),
+                sql.read_head.clone(),
+                options.must_exist,
+            );
             async move {
                 let mut client = pool
                     .get()
                     .await
                     .map_err(|err| pool_error("connecting", err))?;
-                schema::migrate(&mut client, &name).await?;
+                schema::migrate(&mut client, &name, must_exist).await?;
                 crate::head::read_head(&client, &read_head, &name).await
             }
         })?;

@@ -46,6 +46,10 @@ pub struct PgOptions {
     /// The limit on establishing one connection; a server that does not
     /// answer in time is [`StoreError::Unavailable`].
     pub connect_timeout: Duration,
+    /// Open only a log that exists: a schema without the log's tables is
+    /// [`StoreError::NotALog`] and nothing is created (what the inspection
+    /// commands want). False by default: connecting creates the schema.
+    pub must_exist: bool,
 }
 
 impl PgOptions {
@@ -61,7 +65,41 @@ impl PgOptions {
             durability: Durability::Sync,
             poll_interval: Duration::from_millis(200),
             connect_timeout: Duration::from_secs(10),
+            must_exist: false,
         }
+    }
+
+    /// Options for a `postgres://` or `postgresql://` URL, whose query may
+    /// name the schema (`?schema=NAME`, default [`DEFAULT_SCHEMA`]) beside
+    /// the driver's own parameters (`connect_timeout`, `application_name`,
+    /// ...), with the other defaults of [`PgOptions::new`].
+    ///
+    /// # Errors
+    /// [`StoreError::NotALog`] when the text is not such a URL, the driver
+    /// refuses it, or the schema name is invalid.
+    pub fn from_url(url: &str) -> Result<PgOptions, StoreError> {
+        if !is_postgres_url(url) {
+            return Err(StoreError::NotALog {
+                path: "the PostgreSQL URL".to_owned(),
+                reason: "it must start with postgres:// or postgresql://".to_owned(),
+            });
+        }
+        let (base, query) = url.split_once('?').unwrap_or((url, ""));
+        let mut schema = DEFAULT_SCHEMA.to_owned();
+        let mut kept = Vec::new();
+        for pair in query.split('&').filter(|pair| !pair.is_empty()) {
+            match pair.split_once('=') {
+                Some(("schema", name)) => name.clone_into(&mut schema),
+                _ => kept.push(pair),
+            }
+        }
+        validate_schema_name(&schema)?;
+        let driver_url = if kept.is_empty() {
+            base.to_owned()
+        } else {
+            format!("{base}?{}", kept.join("&"))
+        };
+        Ok(PgOptions::from_connection_string(&driver_url)?.with_schema(schema))
     }
 
     /// Options for a libpq-style connection string (`host=... port=...
@@ -93,6 +131,13 @@ impl PgOptions {
         self.durability = durability;
         self
     }
+}
+
+/// Whether `text` is a PostgreSQL URL (`postgres://` or `postgresql://`),
+/// as opposed to a log directory.
+#[must_use]
+pub fn is_postgres_url(text: &str) -> bool {
+    text.starts_with("postgres://") || text.starts_with("postgresql://")
 }
 
 /// Checks a schema name: 1 to [`MAX_SCHEMA_NAME`] bytes of lowercase ASCII
@@ -133,6 +178,33 @@ pub fn validate_schema_name(name: &str) -> Result<(), StoreError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_url_names_its_schema_and_keeps_the_drivers_parameters() {
+        let options = PgOptions::from_url(
+            "postgres://u@127.0.0.1:5433/db?schema=tenant_1&application_name=x",
+        )
+        .unwrap();
+        assert_eq!(options.schema, "tenant_1");
+        assert_eq!(options.config.get_application_name(), Some("x"));
+        assert_eq!(options.config.get_dbname(), Some("db"));
+        assert_eq!(
+            PgOptions::from_url("postgresql://u@h/db").unwrap().schema,
+            DEFAULT_SCHEMA
+        );
+        for bad in [
+            "./data",
+            "postgres://u@h/db?schema=Bad-Name",
+            "postgres://u@h/db?bogus=1",
+            "mysql://h/db",
+        ] {
+            assert!(
+                matches!(PgOptions::from_url(bad), Err(StoreError::NotALog { .. })),
+                "{bad}"
+            );
+        }
+        assert!(is_postgres_url("postgres://h") && !is_postgres_url("/tmp/postgres://"));
+    }
 
     #[test]
     fn schema_names_are_plain_identifiers() {

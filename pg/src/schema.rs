@@ -150,13 +150,23 @@ fn refuse_newer(found: u64) -> Result<(), StoreError> {
 pub(crate) async fn migrate(
     client: &mut deadpool_postgres::Client,
     schema: &str,
+    must_exist: bool,
 ) -> Result<(), StoreError> {
     let plain: &tokio_postgres::Client = client;
-    if let Some(found) = stored_version(plain, schema, false).await? {
-        refuse_newer(found)?;
-        if found == SCHEMA_VERSION {
-            return Ok(());
+    match stored_version(plain, schema, false).await? {
+        Some(found) => {
+            refuse_newer(found)?;
+            if found == SCHEMA_VERSION {
+                return Ok(());
+            }
         }
+        None if must_exist => {
+            return Err(StoreError::NotALog {
+                path: format!("PostgreSQL schema {schema}"),
+                reason: "it holds no subagents log".to_owned(),
+            })
+        }
+        None => {}
     }
     let fail = |err: tokio_postgres::Error| db_error("migrating the schema", &err);
     let transaction = client.transaction().await.map_err(fail)?;

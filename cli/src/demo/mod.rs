@@ -26,11 +26,12 @@ use subagent_core::{
 use subagent_projections::Projections;
 use subagent_runtime::scripted::Step;
 use subagent_runtime::{AgentHost, Script, ScriptedHost, SubagentActivation, SubagentRuntime};
-use subagent_store::{EventLog, EventLogExt, RocksLog, RocksOptions};
+use subagent_store::{Durability, EventLog, EventLogExt};
 use tokio_util::sync::CancellationToken;
 
 use self::failures::{FailureRecorder, FailureWatch};
 use crate::error::CliError;
+use crate::target::LogTarget;
 use crate::CliResult;
 
 fn spec(provider: &str, label: &str, prompt: &str, delivery: Delivery) -> SubagentActivationSpec {
@@ -99,7 +100,7 @@ const POLL_EVERY: Duration = Duration::from_millis(10);
 /// failure; a read failure of the log; [`CliError::DemoTimeout`] after
 /// `timeout` with neither.
 async fn wait_for(
-    log: &RocksLog,
+    log: &dyn EventLog,
     failures: &FailureWatch,
     what: &'static str,
     timeout: Duration,
@@ -189,6 +190,7 @@ fn with_reported_cause(
 /// Storage failures, runtime rejections and failures, write failures.
 pub(crate) fn run(
     data: &Path,
+    store: Option<&LogTarget>,
     hold_ms: u64,
     acp: Option<AcpCommand>,
     out: &mut dyn Write,
@@ -196,9 +198,13 @@ pub(crate) fn run(
     let failures = FailureWatch::default();
     // Only the first subscriber of the process is installed; the demo runs once.
     let _ = tracing::subscriber::set_global_default(FailureRecorder::new(failures.clone()));
-    let log = RocksLog::open(data, RocksOptions::default())?;
+    let target = store
+        .cloned()
+        .unwrap_or_else(|| LogTarget::Dir(data.to_owned()));
+    let opened: Arc<dyn EventLog> = target.open_writable(Durability::Sync)?;
+    let shared = Arc::clone(&opened);
+    let log = &*opened;
     let tokio = tokio::runtime::Runtime::new()?;
-    let shared: Arc<dyn EventLog> = Arc::new(log.clone());
     let start = log.head() + 1;
     let demo = async {
         let scripted: Arc<dyn AgentHost> = Arc::new(scripts(hold_ms));
@@ -326,7 +332,7 @@ pub(crate) fn run(
         let research_id = research.child_id();
         out.flush()?;
         wait_for(
-            &log,
+            log,
             &failures,
             "the follow-up turn",
             STEP_TIMEOUT,
@@ -358,7 +364,7 @@ pub(crate) fn run(
             .await?;
         let digger_id = digger.child_id();
         out.flush()?;
-        wait_for(&log, &failures, "digger to start", STEP_TIMEOUT, |state| {
+        wait_for(log, &failures, "digger to start", STEP_TIMEOUT, |state| {
             state
                 .activations
                 .get(&digger_id)
@@ -380,7 +386,7 @@ pub(crate) fn run(
             .await?;
         out.flush()?;
         wait_for(
-            &log,
+            log,
             &failures,
             "the interrupt to land",
             STEP_TIMEOUT,
@@ -405,7 +411,7 @@ pub(crate) fn run(
             .await?;
         out.flush()?;
         wait_for(
-            &log,
+            log,
             &failures,
             "the parked queue to resume",
             STEP_TIMEOUT,
@@ -434,7 +440,7 @@ pub(crate) fn run(
             .await?;
         out.flush()?;
         wait_for(
-            &log,
+            log,
             &failures,
             "review to resume and settle",
             STEP_TIMEOUT,
@@ -466,11 +472,11 @@ pub(crate) fn run(
     let outcome = tokio.block_on(until_failure(&failures, demo));
     drop(tokio);
     let root = outcome.map_err(|err| with_reported_cause(err, &failures))?;
-    let state = subagent_replay::state_at(&log, None)?;
+    let state = subagent_replay::state_at(log, None)?;
     writeln!(out, "[7/7] durable at head {}\n", log.head())?;
     crate::render::tree(out, &state, root)?;
     writeln!(out)?;
-    let dir = shell_word(&data.display().to_string());
+    let dir = shell_word(&target.to_string());
     writeln!(
         out,
         "Inspect it with:\n  subagents tree {dir} --root {root}\n  subagents replay {dir} --at {start}\n  subagents diff {dir} --from {start}\n  subagents verify {dir}\n  subagents log {dir} --from {start}"

@@ -1,6 +1,7 @@
 //! Unit tests of `demo`, beside it so the module stays short.
 
 use super::*;
+use subagent_store::{RocksLog, RocksOptions};
 
 fn empty_log() -> (tempfile::TempDir, RocksLog) {
     let dir = tempfile::tempdir().unwrap();

@@ -1,0 +1,229 @@
+//! The command line on a PostgreSQL log, against a real server this test
+//! starts itself (`subagent_pg::testing::TestServer`): the demo delegates
+//! into it, its closing hints run as printed with the URL, every inspection
+//! command reads it, and `export`/`import` round-trip byte-identically
+//! between RocksDB and PostgreSQL both ways, attachments included.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use common::{subagents, text};
+use subagent_core::content::ImageBlock;
+use subagent_core::{AttachmentId, ContentBlock, Event, MessageSource};
+use subagent_pg::testing::{unique_schema, TestServer};
+use subagent_projections::testing::{self, Step};
+
+fn url(server: &TestServer, schema: &str) -> String {
+    format!(
+        "postgres://postgres@127.0.0.1:{}/postgres?schema={schema}",
+        server.port()
+    )
+}
+
+/// An export of an admissible history whose last record is a prompt to a
+/// child carrying an image, by attachment id: the attachment's own line
+/// comes just before it.
+fn export_with_an_attachment() -> String {
+    use base64::Engine as _;
+    const PNG: &[u8] = b"\x89PNG\r\n\x1a\n sniffed as one";
+    let id = AttachmentId::of(PNG);
+    let mut records = testing::history(&[
+        Step::Child {
+            parent: 0,
+            continuable: true,
+        },
+        Step::Message { target: 1 },
+    ]);
+    let last = records.last_mut().unwrap();
+    let Event::MessageAccepted {
+        source, content, ..
+    } = &mut last.event
+    else {
+        panic!("the history ends with a message: {last:?}")
+    };
+    *source = MessageSource::Browser {
+        request_id: "r".into(),
+        zone: None,
+    };
+    *content = vec![
+        ContentBlock::text("look"),
+        ContentBlock::Image(ImageBlock {
+            mime_type: "image/png".into(),
+            data: None,
+            attachment: Some(id.to_string()),
+            extra: serde_json::Map::new(),
+        }),
+    ];
+    let mut text = String::new();
+    for (index, record) in records.iter().enumerate() {
+        if index + 1 == records.len() {
+            let bytes = base64::engine::general_purpose::STANDARD.encode(PNG);
+            text.push_str(&serde_json::json!({"attachment": id, "bytes": bytes}).to_string());
+            text.push('\n');
+        }
+        text.push_str(&serde_json::to_string(record).unwrap());
+        text.push('\n');
+    }
+    text
+}
+
+fn ok(args: &[&str]) -> String {
+    let output = subagents(args);
+    let (out, err) = text(&output);
+    assert!(output.status.success(), "subagents {args:?} failed: {err}");
+    out
+}
+
+fn export_to(log: &str, file: &Path) -> Vec<u8> {
+    ok(&["export", log, "--out", file.to_str().unwrap()]);
+    std::fs::read(file).unwrap()
+}
+
+#[test]
+fn the_demo_delegates_into_postgres_and_every_command_reads_it() {
+    let server = TestServer::shared().expect("a PostgreSQL server");
+    let log = url(server, &unique_schema("cli_demo"));
+    let dir = tempfile::tempdir().unwrap();
+    let demo = ok(&[
+        "demo",
+        "--data",
+        dir.path().to_str().unwrap(),
+        "--store",
+        &log,
+    ]);
+    assert!(demo.contains("research    completed"), "{demo}");
+    assert!(
+        !dir.path().join("CURRENT").exists(),
+        "nothing went to the --data directory"
+    );
+
+    let hints: Vec<&str> = demo
+        .lines()
+        .skip_while(|line| *line != "Inspect it with:")
+        .skip(1)
+        .map(str::trim)
+        .filter(|line| line.starts_with("subagents "))
+        .collect();
+    assert_eq!(hints.len(), 5, "{demo}");
+    let bin_dir = Path::new(env!("CARGO_BIN_EXE_subagents")).parent().unwrap();
+    let path = format!(
+        "{}:{}",
+        bin_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    for hint in hints {
+        assert!(hint.contains("postgres://"), "{hint}");
+        let output = Command::new("sh")
+            .args(["-c", hint])
+            .env("PATH", &path)
+            .output()
+            .unwrap();
+        let (out, err) = text(&output);
+        assert!(output.status.success(), "`{hint}` failed: {err}");
+        assert!(!out.trim().is_empty(), "`{hint}` printed nothing");
+    }
+    assert!(ok(&["verify", &log]).contains("OK"));
+    let tree = ok(&["tree", &log]);
+    assert!(
+        tree.contains("└── digger  [continuable · spawn · inactive · aborted]"),
+        "{tree}"
+    );
+}
+
+#[test]
+fn export_and_import_round_trip_between_rocksdb_and_postgres_byte_identically() {
+    let server = TestServer::shared().expect("a PostgreSQL server");
+    let dir = tempfile::tempdir().unwrap();
+    // A RocksDB log holding an attachment a record names.
+    let source = dir.path().join("source");
+    let written = dir.path().join("written.jsonl");
+    std::fs::write(&written, export_with_an_attachment()).unwrap();
+    ok(&[
+        "import",
+        source.to_str().unwrap(),
+        written.to_str().unwrap(),
+    ]);
+    let source = source.to_str().unwrap().to_owned();
+    let original = export_to(&source, &dir.path().join("original.jsonl"));
+    assert!(
+        String::from_utf8_lossy(&original).contains("attachment"),
+        "the export carries the blob"
+    );
+
+    let pg = url(server, &unique_schema("cli_import"));
+    let imported = ok(&[
+        "import",
+        &pg,
+        dir.path().join("original.jsonl").to_str().unwrap(),
+    ]);
+    assert!(imported.contains("imported "), "{imported}");
+    assert_eq!(
+        export_to(&pg, &dir.path().join("from_pg.jsonl")),
+        original,
+        "RocksDB → PostgreSQL"
+    );
+    assert!(ok(&["verify", &pg]).contains("OK"));
+
+    let back = dir.path().join("back");
+    ok(&[
+        "import",
+        back.to_str().unwrap(),
+        dir.path().join("from_pg.jsonl").to_str().unwrap(),
+    ]);
+    assert_eq!(
+        export_to(back.to_str().unwrap(), &dir.path().join("back.jsonl")),
+        original,
+        "PostgreSQL → RocksDB"
+    );
+
+    // An import into a schema that exists is refused, and the schema is untouched.
+    let again = subagents(&[
+        "import",
+        &pg,
+        dir.path().join("original.jsonl").to_str().unwrap(),
+    ]);
+    let (_, err) = text(&again);
+    assert_eq!(again.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("already exists") && err.contains("is untouched"),
+        "{err}"
+    );
+    assert_eq!(export_to(&pg, &dir.path().join("after.jsonl")), original);
+
+    // A bad line leaves no schema behind: the target still does not exist.
+    let broken = dir.path().join("broken.jsonl");
+    std::fs::write(&broken, "{not json\n").unwrap();
+    let fresh = url(server, &unique_schema("cli_broken"));
+    let refused = subagents(&["import", &fresh, broken.to_str().unwrap()]);
+    assert_eq!(refused.status.code(), Some(1));
+    let missing = subagents(&["verify", &fresh]);
+    let (_, err) = text(&missing);
+    assert!(err.contains("holds no subagents log"), "{err}");
+}
+
+#[test]
+fn a_bad_url_is_a_usage_error_and_an_unreachable_server_a_clear_failure() {
+    for bad in [
+        "postgres://u@h/db?schema=Bad-Name",
+        "postgres://u@h/db?bogus=1",
+    ] {
+        let output = subagents(&["verify", bad]);
+        assert_eq!(output.status.code(), Some(2), "{bad}: {:?}", text(&output));
+    }
+    let output = subagents(&["demo", "--store", "./not-a-url"]);
+    assert_eq!(output.status.code(), Some(2));
+    // Nothing listens on port 1 of loopback.
+    let output = subagents(&[
+        "verify",
+        "postgres://postgres:secret@127.0.0.1:1/postgres?connect_timeout=2",
+    ]);
+    let (_, err) = text(&output);
+    assert_eq!(output.status.code(), Some(1), "{err}");
+    assert!(err.starts_with("error: "), "{err}");
+    assert!(
+        !err.contains("secret"),
+        "the password is never printed: {err}"
+    );
+}
