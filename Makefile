@@ -76,7 +76,7 @@ prune-binaries:
 # Runs every test, then prints one closing line that totals all test binaries.
 unit: deps prune-binaries
 	@mkdir -p $(CARGO_TARGET_DIR)
-	set -o pipefail; $(CARGO) test --workspace 2>&1 | tee $(CARGO_TARGET_DIR)/test-output.txt
+	set -o pipefail; $(CARGO) test --workspace --no-fail-fast 2>&1 | tee $(CARGO_TARGET_DIR)/test-output.txt
 	@awk '/^test result: (ok|FAILED)\./ {passed += $$4; failed += $$6} END {printf "total: %d passed, %d failed\n", passed, failed}' $(CARGO_TARGET_DIR)/test-output.txt
 
 # The API docs with warnings as errors (a broken intra-doc link fails),
@@ -91,8 +91,10 @@ docs: deps
 LIBRARY_CRATES := subagent-core subagent-store subagent-projections subagent-runtime subagent-replay subagent-gateway subagent-acp subagent-pg
 # Any warning (a missing description, license, repository, ...) fails.
 package: deps
-	@set -o pipefail; $(CARGO) package --no-verify --allow-dirty $(addprefix -p ,$(LIBRARY_CRATES)) 2>&1 \
-		| tee $(CARGO_TARGET_DIR)/package-output.txt | grep -E '^(warning|error)' && exit 1 || \
+	@$(CARGO) package --no-verify --allow-dirty $(addprefix -p ,$(LIBRARY_CRATES)) \
+		> $(CARGO_TARGET_DIR)/package-output.txt 2>&1; status=$$?; \
+		if [ $$status -ne 0 ] || grep -E '^(warning|error)' $(CARGO_TARGET_DIR)/package-output.txt; then \
+			cat $(CARGO_TARGET_DIR)/package-output.txt; exit 1; fi; \
 		echo "packaged: $(LIBRARY_CRATES)"
 
 # `make install` puts `subagents` on the PATH: PREFIX/bin (default

@@ -24,7 +24,7 @@ use crate::{render, CliResult};
 #[derive(Args)]
 pub(crate) struct At {
     /// The log: a directory, or postgres://USER@HOST:PORT/DB?schema=NAME.
-    #[arg(value_name = "LOG", value_parser = target::parse)]
+    #[arg(value_name = "LOG", value_parser = target::LogParser::any())]
     log: LogTarget,
     /// Replay up to this position (default: the head).
     #[arg(long)]
@@ -60,7 +60,7 @@ pub(crate) enum Inspect {
     /// What changed between two positions.
     Diff {
         /// The log: a directory, or postgres://USER@HOST:PORT/DB?schema=NAME.
-        #[arg(value_name = "LOG", value_parser = target::parse)]
+        #[arg(value_name = "LOG", value_parser = target::LogParser::any())]
         log: LogTarget,
         /// The earlier position.
         #[arg(long)]
@@ -76,13 +76,13 @@ pub(crate) enum Inspect {
     /// records, and the rebuilt state against the checkpointed one.
     Verify {
         /// The log: a directory, or postgres://USER@HOST:PORT/DB?schema=NAME.
-        #[arg(value_name = "LOG", value_parser = target::parse)]
+        #[arg(value_name = "LOG", value_parser = target::LogParser::any())]
         log: LogTarget,
     },
     /// Write the log as JSON lines to stdout (or --out FILE).
     Export {
         /// The log: a directory, or postgres://USER@HOST:PORT/DB?schema=NAME.
-        #[arg(value_name = "LOG", value_parser = target::parse)]
+        #[arg(value_name = "LOG", value_parser = target::LogParser::any())]
         log: LogTarget,
         /// Output file instead of stdout.
         #[arg(long)]
@@ -92,7 +92,7 @@ pub(crate) enum Inspect {
     Import {
         /// The new log: an absent or empty directory, or a PostgreSQL URL
         /// whose schema does not exist yet; left untouched on failure.
-        #[arg(value_name = "LOG", value_parser = target::parse)]
+        #[arg(value_name = "LOG", value_parser = target::LogParser::any())]
         log: LogTarget,
         /// The JSON lines file.
         file: PathBuf,

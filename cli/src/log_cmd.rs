@@ -16,7 +16,7 @@ use crate::CliResult;
 #[derive(Args)]
 pub(crate) struct LogArgs {
     /// The log: a directory, or postgres://USER@HOST:PORT/DB?schema=NAME.
-    #[arg(value_name = "LOG", value_parser = crate::target::parse)]
+    #[arg(value_name = "LOG", value_parser = crate::target::LogParser::any())]
     log: crate::target::LogTarget,
     /// Print each event as one JSON object per line.
     #[arg(long)]

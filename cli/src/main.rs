@@ -73,7 +73,7 @@ enum Command {
         data: PathBuf,
         /// Delegate into a PostgreSQL log instead of the --data directory:
         /// postgres://USER@HOST:PORT/DB?schema=NAME (created if missing).
-        #[arg(long, value_name = "URL", value_parser = target::parse_store)]
+        #[arg(long, value_name = "URL", value_parser = target::LogParser::postgres_only())]
         store: Option<target::LogTarget>,
         /// Keep the research child working this many extra milliseconds
         /// (for crash drills; at most 3,600,000).

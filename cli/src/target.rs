@@ -1,7 +1,9 @@
 //! The log a command names: a RocksDB directory, or a PostgreSQL schema by
-//! URL (`postgres://USER@HOST:PORT/DB?schema=NAME`). Every command that
-//! takes a log directory takes either in its place; `demo` and `serve`
-//! take the URL as `--store` beside `--data`.
+//! URL (`postgres://USER@HOST:PORT/DB?schema=NAME`). `log`, `tree`,
+//! `children`, `replay`, `diff`, `verify`, `export` and `import` take either
+//! as their log argument; `demo` takes the URL as `--store` beside `--data`
+//! (`salvage` and `serve` take directories only). A URL is never echoed
+//! with its password, not even in a parse error ([`LogParser`]).
 
 use std::fmt;
 use std::path::PathBuf;
@@ -55,19 +57,91 @@ impl fmt::Display for LogTarget {
     }
 }
 
-/// `url` with the password of its user-info part, if any, replaced by `***`.
-fn redact_password(url: &str) -> String {
+/// `url` with any password replaced by `***`: the user-info part's and a
+/// `password=` query parameter's.
+pub(crate) fn redact_password(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_owned();
     };
     let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
     let (authority, tail) = rest.split_at(authority_end);
-    match authority.rsplit_once('@') {
+    let authority = match authority.rsplit_once('@') {
         Some((user_info, host)) if user_info.contains(':') => {
             let user = user_info.split(':').next().unwrap_or("");
-            format!("{scheme}://{user}:***@{host}{tail}")
+            format!("{user}:***@{host}")
         }
-        _ => url.to_owned(),
+        _ => authority.to_owned(),
+    };
+    let tail = match tail.split_once('?') {
+        Some((path, query)) => {
+            let pairs: Vec<String> = query
+                .split('&')
+                .map(|pair| match pair.split_once('=') {
+                    Some(("password", _)) => "password=***".to_owned(),
+                    _ => pair.to_owned(),
+                })
+                .collect();
+            format!("{path}?{}", pairs.join("&"))
+        }
+        None => tail.to_owned(),
+    };
+    format!("{scheme}://{authority}{tail}")
+}
+
+/// Whether `url` carries a password (so a command printed with it redacted
+/// needs the password put back to run).
+pub(crate) fn has_password(url: &str) -> bool {
+    redact_password(url) != url
+}
+
+/// clap's parser of a log argument. A refused value is reported with its
+/// password redacted (clap's own error would echo the value as typed).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct LogParser {
+    /// Only a PostgreSQL URL (`--store`), not a directory.
+    postgres_only: bool,
+}
+
+impl LogParser {
+    /// A directory or a URL.
+    pub(crate) fn any() -> LogParser {
+        LogParser {
+            postgres_only: false,
+        }
+    }
+    /// A URL only.
+    pub(crate) fn postgres_only() -> LogParser {
+        LogParser {
+            postgres_only: true,
+        }
+    }
+}
+
+impl clap::builder::TypedValueParser for LogParser {
+    type Value = LogTarget;
+
+    fn parse_ref(
+        &self,
+        _command: &clap::Command,
+        argument: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<LogTarget, clap::Error> {
+        let text = value.to_string_lossy();
+        let parsed = if self.postgres_only {
+            parse_store(&text)
+        } else {
+            parse(&text)
+        };
+        parsed.map_err(|reason| {
+            let name = argument.map_or_else(|| "LOG".to_owned(), ToString::to_string);
+            clap::Error::raw(
+                clap::error::ErrorKind::InvalidValue,
+                format!(
+                    "invalid value '{}' for '{name}': {reason}\n",
+                    redact_password(&text)
+                ),
+            )
+        })
     }
 }
 
@@ -134,6 +208,29 @@ mod tests {
     }
 
     #[test]
+    fn a_refused_url_is_reported_without_its_password() {
+        use clap::builder::TypedValueParser;
+        let command = clap::Command::new("t");
+        let error = LogParser::any()
+            .parse_ref(
+                &command,
+                None,
+                std::ffi::OsStr::new("postgres://u:secret@h/db?schema=Bad"),
+            )
+            .unwrap_err()
+            .to_string();
+        assert!(
+            !error.contains("secret") && error.contains("u:***@h"),
+            "{error}"
+        );
+        let error = LogParser::postgres_only()
+            .parse_ref(&command, None, std::ffi::OsStr::new("./dir"))
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("--store takes a postgres:// URL"), "{error}");
+    }
+
+    #[test]
     fn a_password_is_never_shown() {
         assert_eq!(
             redact_password("postgres://u:secret@h:5432/db?schema=s"),
@@ -144,5 +241,10 @@ mod tests {
             redact_password("postgres://h/db?user=a@b"),
             "postgres://h/db?user=a@b"
         );
+        assert_eq!(
+            redact_password("postgres://u@h/db?password=secret&schema=s"),
+            "postgres://u@h/db?password=***&schema=s"
+        );
+        assert!(has_password("postgres://u:p@h/db") && !has_password("postgres://u@h/db"));
     }
 }

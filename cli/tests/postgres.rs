@@ -206,11 +206,16 @@ fn export_and_import_round_trip_between_rocksdb_and_postgres_byte_identically() 
 #[test]
 fn a_bad_url_is_a_usage_error_and_an_unreachable_server_a_clear_failure() {
     for bad in [
-        "postgres://u@h/db?schema=Bad-Name",
-        "postgres://u@h/db?bogus=1",
+        "postgres://u:hunter2@h/db?schema=Bad-Name",
+        "postgres://u@h/db?bogus=1&password=hunter2",
     ] {
         let output = subagents(&["verify", bad]);
-        assert_eq!(output.status.code(), Some(2), "{bad}: {:?}", text(&output));
+        let (_, err) = text(&output);
+        assert_eq!(output.status.code(), Some(2), "{bad}: {err}");
+        assert!(
+            !err.contains("hunter2"),
+            "a refused URL is shown without its password: {err}"
+        );
     }
     let output = subagents(&["demo", "--store", "./not-a-url"]);
     assert_eq!(output.status.code(), Some(2));

@@ -141,11 +141,21 @@ async fn commit_group(inner: &Inner, group: Vec<AppendRequest>) -> Result<(), St
         advance(&inner.head, *head);
         debug!(requests = replies.len(), head, "group committed");
     }
-    let mut verdicts = verdicts.into_iter();
+    // A refusal checked after a request that needed the commit may rest on
+    // that request's staged writes (a `NoStream` after another `NoStream`
+    // to the same stream); when the commit fails, it is answered with the
+    // commit's error too, never with a conflict against nothing.
+    let first_staged = verdicts.iter().position(|verdict| verdict.needs_commit);
+    let mut verdicts = verdicts.into_iter().enumerate();
     for reply in replies {
         let answer = match (verdicts.next(), &committed) {
-            (Some(verdict), Err(err)) if verdict.needs_commit => Err(err.clone()),
-            (Some(verdict), _) => verdict.result,
+            (Some((_, verdict)), Err(err)) if verdict.needs_commit => Err(err.clone()),
+            (Some((index, verdict)), Err(err))
+                if verdict.result.is_err() && first_staged.is_some_and(|first| index > first) =>
+            {
+                Err(err.clone())
+            }
+            (Some((_, verdict)), _) => verdict.result,
             (None, Err(err)) => Err(err.clone()),
             // Every request has a verdict when the transaction succeeded.
             (None, Ok(_)) => Err(StoreError::Closed),

@@ -481,6 +481,14 @@ pub(crate) fn run(
         out,
         "Inspect it with:\n  subagents tree {dir} --root {root}\n  subagents replay {dir} --at {start}\n  subagents diff {dir} --from {start}\n  subagents verify {dir}\n  subagents log {dir} --from {start}"
     )?;
+    if let Some(LogTarget::Postgres(_, url)) = store {
+        if crate::target::has_password(url) {
+            writeln!(
+                out,
+                "(the password is shown as ***: put yours back in the URL to run these)"
+            )?;
+        }
+    }
     if !on_path("subagents") {
         writeln!(
             out,
