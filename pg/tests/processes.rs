@@ -1,0 +1,190 @@
+//! Writers in separate processes on one PostgreSQL log: this test binary
+//! runs itself as a child (the ignored `append_child` entry point) that
+//! appends and prints `ACK <event id> <position>` after each acknowledged
+//! append.
+//! - Three children appending at once: the positions are gap-free, every
+//!   acknowledged event is at its acknowledged position, and a subscriber
+//!   in the parent sees every event once, in order.
+//! - A child SIGKILLed mid-append, over several rounds: every acknowledged
+//!   event survives at its position, the log stays a gap-free prefix with
+//!   indexes that agree, and the next writer is not blocked by the dead
+//!   one's transaction (the server rolls it back and releases the counter).
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use futures::StreamExt as _;
+use subagent_core::{Event, EventId, NewEvent, SessionId, StreamId};
+use subagent_pg::testing::{unique_schema, TestServer};
+use subagent_pg::PgLog;
+use subagent_store::{EventLog, EventLogExt, ExpectedVersion, SubscriptionItem};
+
+const PORT_ENV: &str = "SUBAGENTS_PG_CHILD_PORT";
+const SCHEMA_ENV: &str = "SUBAGENTS_PG_CHILD_SCHEMA";
+/// How many appends the child makes per task; 0 for endless.
+const COUNT_ENV: &str = "SUBAGENTS_PG_CHILD_COUNT";
+const TASKS_ENV: &str = "SUBAGENTS_PG_CHILD_TASKS";
+
+/// Not a test: the child process of the tests below.
+#[test]
+#[ignore = "entry point of the multi-process tests' child"]
+fn append_child() {
+    let (Ok(port), Ok(schema)) = (std::env::var(PORT_ENV), std::env::var(SCHEMA_ENV)) else {
+        return;
+    };
+    let count: u64 = std::env::var(COUNT_ENV).ok().and_then(|n| n.parse().ok()).unwrap_or(0);
+    let tasks: usize = std::env::var(TASKS_ENV).ok().and_then(|n| n.parse().ok()).unwrap_or(1);
+    let mut config = tokio_postgres::Config::new();
+    config
+        .host("127.0.0.1")
+        .port(port.parse().expect("port"))
+        .user("postgres")
+        .dbname("postgres");
+    let log = PgLog::connect(subagent_pg::PgOptions::new(config).with_schema(schema)).expect("connect");
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    runtime.block_on(async move {
+        let mut handles = Vec::new();
+        for _ in 0..tasks {
+            let log = log.clone();
+            handles.push(tokio::spawn(async move {
+                let stream = StreamId::Session(SessionId::new());
+                let mut turn = 0;
+                while count == 0 || turn < count {
+                    let event = NewEvent::new(Event::TurnStarted { turn, epoch: 1 });
+                    let id = event.event_id;
+                    // Exact: each task owns its stream, so the check always holds.
+                    let outcome = log
+                        .append(stream, ExpectedVersion::Exact(turn), vec![event])
+                        .await
+                        .expect("append");
+                    let mut out = std::io::stdout().lock();
+                    writeln!(out, "ACK {id} {}", outcome.first_position).expect("stdout");
+                    out.flush().expect("flush");
+                    turn += 1;
+                }
+            }));
+        }
+        for handle in handles {
+            handle.await.expect("task");
+        }
+    });
+}
+
+fn child(server: &TestServer, schema: &str, count: u64, tasks: usize) -> Child {
+    Command::new(std::env::current_exe().expect("test binary"))
+        .args(["--exact", "append_child", "--ignored", "--nocapture", "--test-threads", "1"])
+        .env(PORT_ENV, server.port().to_string())
+        .env(SCHEMA_ENV, schema)
+        .env(COUNT_ENV, count.to_string())
+        .env(TASKS_ENV, tasks.to_string())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn the child")
+}
+
+/// The child's acknowledgements: event id → position.
+fn acks(output: impl BufRead) -> HashMap<EventId, u64> {
+    output
+        .lines()
+        .map_while(Result::ok)
+        .filter_map(|line| {
+            // The harness may print `test append_child ... ` ahead of the
+            // first line.
+            let start = line.find("ACK ")?;
+            let mut words = line[start + 4..].split(' ');
+            let id = EventId::parse(words.next()?).ok()?;
+            Some((id, words.next()?.parse().ok()?))
+        })
+        .collect()
+}
+
+/// Every acknowledged event is at its position, positions are 1..=head
+/// without a gap, and every record's stream index entry points at it.
+fn check_log(log: &PgLog, acknowledged: &HashMap<EventId, u64>) -> u64 {
+    let records: Vec<_> = log.read_all(1).map(|record| record.expect("read")).collect();
+    let head = records.len() as u64;
+    assert_eq!(
+        records.iter().map(|r| r.position).collect::<Vec<_>>(),
+        (1..=head).collect::<Vec<_>>(),
+        "gap-free"
+    );
+    let at: HashMap<EventId, u64> = records.iter().map(|r| (r.event_id, r.position)).collect();
+    for (id, position) in acknowledged {
+        assert_eq!(at.get(id), Some(position), "acknowledged {id} at {position}");
+    }
+    for record in &records {
+        assert_eq!(
+            log.indexed_position(&record.stream, record.version).expect("index"),
+            Some(record.position)
+        );
+    }
+    head
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_processes_append_gap_free_and_a_subscriber_sees_each_event_once() {
+    let server = TestServer::shared().expect("a PostgreSQL server");
+    let schema = unique_schema("processes");
+    let log = PgLog::connect(server.options(&schema)).expect("connect");
+    let mut subscription = log.subscribe(1);
+    let (per_task, tasks) = (40u64, 2usize);
+    let children: Vec<Child> = (0..3).map(|_| child(server, &schema, per_task, tasks)).collect();
+    let mut acknowledged = HashMap::new();
+    for mut child in children {
+        let stdout = child.stdout.take().expect("stdout");
+        acknowledged.extend(acks(BufReader::new(stdout)));
+        assert!(child.wait().expect("wait").success(), "a child failed");
+    }
+    let total = 3 * per_task * tasks as u64;
+    assert_eq!(acknowledged.len() as u64, total, "every append acknowledged once");
+    let mut positions: Vec<u64> = acknowledged.values().copied().collect();
+    positions.sort_unstable();
+    assert_eq!(positions, (1..=total).collect::<Vec<_>>(), "acknowledged positions are 1..=total");
+    assert_eq!(check_log(&log, &acknowledged), total);
+
+    let mut delivered = Vec::new();
+    while delivered.len() < total as usize {
+        let item = tokio::time::timeout(Duration::from_secs(10), subscription.next())
+            .await
+            .expect("the subscription stalled")
+            .expect("the subscription ended")
+            .expect("the subscription failed");
+        if let SubscriptionItem::Event(record) = item {
+            delivered.push(record.position);
+        }
+    }
+    assert_eq!(delivered, (1..=total).collect::<Vec<_>>(), "each once, in order");
+}
+
+#[test]
+fn a_writer_killed_mid_append_loses_no_acknowledged_event() {
+    let server = TestServer::shared().expect("a PostgreSQL server");
+    let schema = unique_schema("sigkill");
+    let mut acknowledged = HashMap::new();
+    for round in 0..3u64 {
+        let mut writer = child(server, &schema, 0, 4);
+        let mut lines = BufReader::new(writer.stdout.take().expect("stdout")).lines();
+        let first = lines.next().expect("a first acknowledgement").expect("read");
+        // Kill it 20 to 120 ms into its appends, mid-transaction most likely.
+        std::thread::sleep(Duration::from_millis(20 + 50 * round));
+        writer.kill().expect("SIGKILL");
+        let _ = writer.wait();
+        let rest: Vec<String> = lines.map_while(Result::ok).collect();
+        acknowledged.extend(acks(std::io::Cursor::new(
+            std::iter::once(first).chain(rest).collect::<Vec<_>>().join("\n"),
+        )));
+        let log = PgLog::connect(server.options(&schema)).expect("connect after the kill");
+        let head = check_log(&log, &acknowledged);
+        assert!(head >= acknowledged.len() as u64);
+        // The dead writer's transaction is gone: the next append goes through.
+        let next = NewEvent::new(Event::TurnStarted { turn: 0, epoch: 1 });
+        let outcome = log
+            .append(StreamId::Session(SessionId::new()), ExpectedVersion::NoStream, vec![next])
+            .wait()
+            .expect("the counter is not held by the dead writer");
+        assert_eq!(outcome.first_position, head + 1);
+    }
+}
