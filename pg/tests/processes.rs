@@ -34,15 +34,22 @@ fn append_child() {
     let (Ok(port), Ok(schema)) = (std::env::var(PORT_ENV), std::env::var(SCHEMA_ENV)) else {
         return;
     };
-    let count: u64 = std::env::var(COUNT_ENV).ok().and_then(|n| n.parse().ok()).unwrap_or(0);
-    let tasks: usize = std::env::var(TASKS_ENV).ok().and_then(|n| n.parse().ok()).unwrap_or(1);
+    let count: u64 = std::env::var(COUNT_ENV)
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    let tasks: usize = std::env::var(TASKS_ENV)
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(1);
     let mut config = tokio_postgres::Config::new();
     config
         .host("127.0.0.1")
         .port(port.parse().expect("port"))
         .user("postgres")
         .dbname("postgres");
-    let log = PgLog::connect(subagent_pg::PgOptions::new(config).with_schema(schema)).expect("connect");
+    let log =
+        PgLog::connect(subagent_pg::PgOptions::new(config).with_schema(schema)).expect("connect");
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     runtime.block_on(async move {
         let mut handles = Vec::new();
@@ -74,7 +81,14 @@ fn append_child() {
 
 fn child(server: &TestServer, schema: &str, count: u64, tasks: usize) -> Child {
     Command::new(std::env::current_exe().expect("test binary"))
-        .args(["--exact", "append_child", "--ignored", "--nocapture", "--test-threads", "1"])
+        .args([
+            "--exact",
+            "append_child",
+            "--ignored",
+            "--nocapture",
+            "--test-threads",
+            "1",
+        ])
         .env(PORT_ENV, server.port().to_string())
         .env(SCHEMA_ENV, schema)
         .env(COUNT_ENV, count.to_string())
@@ -104,7 +118,10 @@ fn acks(output: impl BufRead) -> HashMap<EventId, u64> {
 /// Every acknowledged event is at its position, positions are 1..=head
 /// without a gap, and every record's stream index entry points at it.
 fn check_log(log: &PgLog, acknowledged: &HashMap<EventId, u64>) -> u64 {
-    let records: Vec<_> = log.read_all(1).map(|record| record.expect("read")).collect();
+    let records: Vec<_> = log
+        .read_all(1)
+        .map(|record| record.expect("read"))
+        .collect();
     let head = records.len() as u64;
     assert_eq!(
         records.iter().map(|r| r.position).collect::<Vec<_>>(),
@@ -113,11 +130,16 @@ fn check_log(log: &PgLog, acknowledged: &HashMap<EventId, u64>) -> u64 {
     );
     let at: HashMap<EventId, u64> = records.iter().map(|r| (r.event_id, r.position)).collect();
     for (id, position) in acknowledged {
-        assert_eq!(at.get(id), Some(position), "acknowledged {id} at {position}");
+        assert_eq!(
+            at.get(id),
+            Some(position),
+            "acknowledged {id} at {position}"
+        );
     }
     for record in &records {
         assert_eq!(
-            log.indexed_position(&record.stream, record.version).expect("index"),
+            log.indexed_position(&record.stream, record.version)
+                .expect("index"),
             Some(record.position)
         );
     }
@@ -131,7 +153,9 @@ async fn three_processes_append_gap_free_and_a_subscriber_sees_each_event_once()
     let log = PgLog::connect(server.options(&schema)).expect("connect");
     let mut subscription = log.subscribe(1);
     let (per_task, tasks) = (40u64, 2usize);
-    let children: Vec<Child> = (0..3).map(|_| child(server, &schema, per_task, tasks)).collect();
+    let children: Vec<Child> = (0..3)
+        .map(|_| child(server, &schema, per_task, tasks))
+        .collect();
     let mut acknowledged = HashMap::new();
     for mut child in children {
         let stdout = child.stdout.take().expect("stdout");
@@ -139,10 +163,18 @@ async fn three_processes_append_gap_free_and_a_subscriber_sees_each_event_once()
         assert!(child.wait().expect("wait").success(), "a child failed");
     }
     let total = 3 * per_task * tasks as u64;
-    assert_eq!(acknowledged.len() as u64, total, "every append acknowledged once");
+    assert_eq!(
+        acknowledged.len() as u64,
+        total,
+        "every append acknowledged once"
+    );
     let mut positions: Vec<u64> = acknowledged.values().copied().collect();
     positions.sort_unstable();
-    assert_eq!(positions, (1..=total).collect::<Vec<_>>(), "acknowledged positions are 1..=total");
+    assert_eq!(
+        positions,
+        (1..=total).collect::<Vec<_>>(),
+        "acknowledged positions are 1..=total"
+    );
     assert_eq!(check_log(&log, &acknowledged), total);
 
     let mut delivered = Vec::new();
@@ -156,7 +188,11 @@ async fn three_processes_append_gap_free_and_a_subscriber_sees_each_event_once()
             delivered.push(record.position);
         }
     }
-    assert_eq!(delivered, (1..=total).collect::<Vec<_>>(), "each once, in order");
+    assert_eq!(
+        delivered,
+        (1..=total).collect::<Vec<_>>(),
+        "each once, in order"
+    );
 }
 
 #[test]
@@ -167,14 +203,20 @@ fn a_writer_killed_mid_append_loses_no_acknowledged_event() {
     for round in 0..3u64 {
         let mut writer = child(server, &schema, 0, 4);
         let mut lines = BufReader::new(writer.stdout.take().expect("stdout")).lines();
-        let first = lines.next().expect("a first acknowledgement").expect("read");
+        let first = lines
+            .next()
+            .expect("a first acknowledgement")
+            .expect("read");
         // Kill it 20 to 120 ms into its appends, mid-transaction most likely.
         std::thread::sleep(Duration::from_millis(20 + 50 * round));
         writer.kill().expect("SIGKILL");
         let _ = writer.wait();
         let rest: Vec<String> = lines.map_while(Result::ok).collect();
         acknowledged.extend(acks(std::io::Cursor::new(
-            std::iter::once(first).chain(rest).collect::<Vec<_>>().join("\n"),
+            std::iter::once(first)
+                .chain(rest)
+                .collect::<Vec<_>>()
+                .join("\n"),
         )));
         let log = PgLog::connect(server.options(&schema)).expect("connect after the kill");
         let head = check_log(&log, &acknowledged);
@@ -182,7 +224,11 @@ fn a_writer_killed_mid_append_loses_no_acknowledged_event() {
         // The dead writer's transaction is gone: the next append goes through.
         let next = NewEvent::new(Event::TurnStarted { turn: 0, epoch: 1 });
         let outcome = log
-            .append(StreamId::Session(SessionId::new()), ExpectedVersion::NoStream, vec![next])
+            .append(
+                StreamId::Session(SessionId::new()),
+                ExpectedVersion::NoStream,
+                vec![next],
+            )
             .wait()
             .expect("the counter is not held by the dead writer");
         assert_eq!(outcome.first_position, head + 1);
