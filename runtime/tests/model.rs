@@ -628,7 +628,8 @@ fn scripted_host() -> ScriptedHost {
     })
 }
 
-/// Where the log lives: memory, or a RocksDB directory reopened on restart.
+/// Where the log lives: memory, a RocksDB directory reopened on restart, or
+/// a PostgreSQL schema connected again on restart.
 trait Backend: 'static {
     fn open(&mut self) -> Arc<dyn EventLog>;
 }
@@ -664,6 +665,25 @@ impl Backend for Rocks {
                 Err(err) => panic!("reopening the log: {err}"),
             }
         }
+    }
+}
+
+/// A schema of its own on the shared PostgreSQL test server, connected
+/// again (a new handle: pool, writer, listener) on restart.
+struct Postgres(String);
+
+impl Default for Postgres {
+    fn default() -> Self {
+        Postgres(subagent_pg::testing::unique_schema("model"))
+    }
+}
+
+impl Backend for Postgres {
+    fn open(&mut self) -> Arc<dyn EventLog> {
+        let server = subagent_pg::testing::TestServer::shared().expect("a PostgreSQL test server");
+        Arc::new(
+            subagent_pg::PgLog::connect(server.options(&self.0)).expect("connecting to the log"),
+        )
     }
 }
 
@@ -1188,6 +1208,7 @@ fn cases(default: u32) -> u32 {
 
 type OverMemory = RuntimeTest<Memory>;
 type OverRocks = RuntimeTest<Rocks>;
+type OverPostgres = RuntimeTest<Postgres>;
 
 prop_state_machine! {
     #![proptest_config(ProptestConfig {
@@ -1209,4 +1230,15 @@ prop_state_machine! {
 
     #[test]
     fn the_runtime_over_rocksdb_answers_like_the_model(sequential 1..40 => OverRocks);
+}
+
+prop_state_machine! {
+    #![proptest_config(ProptestConfig {
+        cases: cases(256) / 8,
+        max_shrink_iters: 256,
+        .. ProptestConfig::default()
+    })]
+
+    #[test]
+    fn the_runtime_over_postgres_answers_like_the_model(sequential 1..30 => OverPostgres);
 }
