@@ -42,24 +42,46 @@ pub struct AppendArgs {
     /// Skip the SQLite peer.
     #[arg(long)]
     no_sqlite: bool,
+    /// `rocksdb` (the default), `postgres` (a private PostgreSQL server
+    /// with fsync on, started for the run) or a `postgres://` URL.
+    #[arg(long, default_value = "rocksdb", value_parser = store)]
+    store: Store,
 }
 
-struct Config {
-    durability: Durability,
-    appenders: usize,
+/// The log the append figures are taken on.
+#[derive(Clone, Debug)]
+pub(crate) enum Store {
+    /// The embedded RocksDB log, against raw RocksDB and SQLite.
+    Rocks,
+    /// PostgreSQL, against a raw INSERT: a private server, or a URL.
+    Postgres(Option<String>),
+}
+
+fn store(text: &str) -> Result<Store, String> {
+    match text {
+        "rocksdb" => Ok(Store::Rocks),
+        "postgres" => Ok(Store::Postgres(None)),
+        url if subagent_pg::is_postgres_url(url) => Ok(Store::Postgres(Some(url.to_owned()))),
+        _ => Err("rocksdb, postgres or a postgres:// URL".to_owned()),
+    }
+}
+
+pub(crate) struct Config {
+    pub(crate) durability: Durability,
+    pub(crate) appenders: usize,
     /// Appends (transactions) per run, over all appenders.
-    appends: usize,
+    pub(crate) appends: usize,
     /// Events per append.
-    batch: usize,
+    pub(crate) batch: usize,
 }
 
 impl Config {
-    fn events(&self) -> usize {
+    pub(crate) fn events(&self) -> usize {
         self.appends / self.appenders * self.appenders * self.batch
     }
 }
 
-fn payload() -> Event {
+pub(crate) fn payload() -> Event {
     Event::AssistantMessage {
         turn: 1,
         content: vec![ContentBlock::text("x".repeat(200))],
@@ -70,7 +92,7 @@ fn payload() -> Event {
     }
 }
 
-fn encoded_payload() -> Result<Vec<u8>, subagent_store::StoreError> {
+pub(crate) fn encoded_payload() -> Result<Vec<u8>, subagent_store::StoreError> {
     subagent_store::record::encode(&RecordedEvent {
         position: 1,
         stream: StreamId::Session(SessionId::new()),
@@ -236,6 +258,9 @@ pub(super) fn run(args: &AppendArgs, out: &mut dyn Write) -> BenchResult {
         config(Durability::Buffered, 64, 64_000.0, 1),
         config(Durability::Buffered, 1, 1000.0, 64),
     ];
+    if let Store::Postgres(url) = &args.store {
+        return super::append_pg::run(url.as_deref(), args.runs, &configs, out);
+    }
     writeln!(
         out,
         "durable append, events/s: median (min–max) of {} runs; payload {} bytes/record",

@@ -9,6 +9,7 @@
 mod acp;
 mod activations;
 mod append;
+mod append_pg;
 mod args;
 mod console;
 mod gateway;

@@ -40,6 +40,10 @@ fn bench_numbers_outside_their_range_are_refused_before_measuring() {
             "inf is not a finite number",
         ),
         (vec!["append", "--runs", "0"], "0 is not in 1..=1000"),
+        (
+            vec!["append", "--store", "mysql://h/db"],
+            "rocksdb, postgres or a postgres:// URL",
+        ),
         (vec!["activations", "--runs", "0"], "0 is not in 1..=1000"),
         (vec!["messages", "--runs", "0"], "0 is not in 1..=1000"),
         (vec!["memory", "--runs", "0"], "0 is not in 1..=1000"),

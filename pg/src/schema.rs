@@ -281,9 +281,12 @@ impl Sql {
                 "WITH moved AS (UPDATE {s}.counter SET head = $1 WHERE id = 1 RETURNING head) \
                  SELECT pg_notify($2, head::text) FROM moved"
             ),
+            // One backward index probe per stream (a grouped MAX would read
+            // every version of each stream: quadratic in a stream's length).
             stream_versions: format!(
-                "SELECT stream, MAX(version) FROM {s}.streams \
-                 WHERE stream = ANY($1::text[]) GROUP BY stream"
+                "SELECT named.stream, last.version FROM UNNEST($1::text[]) AS named(stream) \
+                 CROSS JOIN LATERAL (SELECT version FROM {s}.streams i \
+                 WHERE i.stream = named.stream ORDER BY i.version DESC LIMIT 1) AS last"
             ),
             locate_many: format!(
                 "SELECT event_id, stream, position, version FROM {s}.event_ids \

@@ -19,7 +19,8 @@
 //!   `subagents-pg-`) whose owning process is dead: it stops what still
 //!   runs there and deletes them.
 //!
-//! For speed the server runs with `fsync=off`: a crash of the PostgreSQL
+//! For speed the server runs with `fsync=off` (unless started with
+//! [`TestServer::start_durable`], as benchmarks are): a crash of the PostgreSQL
 //! processes (what [`TestServer::kill`] and [`TestServer::restart`] do)
 //! loses nothing, a crash of the machine could. Tests isolate by schema
 //! (or database) on one shared server.
@@ -315,6 +316,8 @@ pub struct TestServer {
     account: Option<Account>,
     postmaster: Option<Child>,
     watchdog: Option<Watchdog>,
+    /// `fsync` on ([`TestServer::start_durable`]).
+    durable: bool,
 }
 
 impl std::fmt::Debug for TestServer {
@@ -338,6 +341,20 @@ impl TestServer {
     /// [`TestServerError::NotInstalled`] without PostgreSQL; otherwise the
     /// failed step, with the server log's tail.
     pub fn start() -> Result<TestServer, TestServerError> {
+        TestServer::start_with(false)
+    }
+
+    /// As [`TestServer::start`], with `fsync` and `full_page_writes` on:
+    /// a commit is on disk when acknowledged, as on a production server.
+    /// What benchmarks measure against.
+    ///
+    /// # Errors
+    /// As [`TestServer::start`].
+    pub fn start_durable() -> Result<TestServer, TestServerError> {
+        TestServer::start_with(true)
+    }
+
+    fn start_with(durable: bool) -> Result<TestServer, TestServerError> {
         SWEEP.call_once(sweep_stale);
         let binaries = Binaries::find()?;
         let account = if is_root() {
@@ -368,6 +385,7 @@ impl TestServer {
             account,
             postmaster: None,
             watchdog: None,
+            durable,
         };
         server.initdb()?;
         let mut last = String::new();
@@ -598,9 +616,17 @@ impl TestServer {
                 "-c",
                 "listen_addresses=127.0.0.1",
                 "-c",
-                "fsync=off",
+                if self.durable {
+                    "fsync=on"
+                } else {
+                    "fsync=off"
+                },
                 "-c",
-                "full_page_writes=off",
+                if self.durable {
+                    "full_page_writes=on"
+                } else {
+                    "full_page_writes=off"
+                },
                 "-c",
                 "max_connections=200",
                 "-c",
