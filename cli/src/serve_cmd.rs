@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use subagent_gateway::{GatewayConfig, Limits, Token, TokenSource};
 use subagent_runtime::{ScriptedHost, SubagentRuntime};
-use subagent_store::{EventLog, RocksLog, RocksOptions};
+use subagent_store::{Durability, EventLog};
 use tokio_util::sync::CancellationToken;
 
 use crate::error::CliError;
@@ -27,9 +27,14 @@ pub(crate) const DEFAULT_LISTEN: &str = "127.0.0.1:7878";
 /// `subagents serve`'s arguments.
 #[derive(clap::Args)]
 pub(crate) struct ServeArgs {
-    /// The log directory (created if missing).
+    /// The log directory (created if missing); with `--store`, only the
+    /// token file's directory.
     #[arg(long, default_value = DEFAULT_DATA_DIR)]
     data: PathBuf,
+    /// Serve a PostgreSQL log instead of the --data directory:
+    /// postgres://USER@HOST:PORT/DB?schema=NAME (created if missing).
+    #[arg(long, value_name = "URL", value_parser = crate::target::LogParser::postgres_only())]
+    store: Option<crate::target::LogTarget>,
     /// The address to listen on.
     #[arg(long, default_value = DEFAULT_LISTEN)]
     listen: SocketAddr,
@@ -66,11 +71,15 @@ pub(crate) fn run(args: &ServeArgs, out: &mut dyn Write) -> CliResult {
     if !args.listen.ip().is_loopback() && !args.allow_remote {
         return Err(Box::new(CliError::NotLoopback(args.listen)));
     }
-    let log = RocksLog::open(&args.data, RocksOptions::default())?;
+    let target = args
+        .store
+        .clone()
+        .unwrap_or_else(|| crate::target::LogTarget::Dir(args.data.clone()));
+    let shared: Arc<dyn EventLog> = target.open_writable(Durability::Sync)?;
+    std::fs::create_dir_all(&args.data)?;
     let (token, created) = Token::load_or_create(&args.data)?;
     let tokio = tokio::runtime::Runtime::new()?;
     tokio.block_on(async {
-        let shared: Arc<dyn EventLog> = Arc::new(log);
         let (runtime, recovery) =
             SubagentRuntime::open(shared, Arc::new(ScriptedHost::showcase())).await?;
         crate::shipped::register_providers(&runtime).await?;
@@ -107,6 +116,7 @@ pub(crate) fn run(args: &ServeArgs, out: &mut dyn Write) -> CliResult {
         writeln!(out, "serving http://{address}/v1/")?;
         let fresh = if created.is_some() { " (created)" } else { "" };
         writeln!(out, "bearer token: {where_token}{fresh}")?;
+        writeln!(out, "log: {target}")?;
         out.flush()?;
         let served =
             subagent_gateway::serve(listener, router, runtime, shutdown, shutdown_signal()).await;

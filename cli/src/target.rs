@@ -1,8 +1,8 @@
 //! The log a command names: a RocksDB directory, or a PostgreSQL schema by
 //! URL (`postgres://USER@HOST:PORT/DB?schema=NAME`). `log`, `tree`,
 //! `children`, `replay`, `diff`, `verify`, `export` and `import` take either
-//! as their log argument; `demo` takes the URL as `--store` beside `--data`
-//! (`salvage` and `serve` take directories only). A URL is never echoed
+//! as their log argument; `demo` and `serve` take the URL as `--store`
+//! beside `--data` (`salvage` takes directories only). A URL is never echoed
 //! with its password, not even in a parse error ([`LogParser`]).
 
 use std::fmt;

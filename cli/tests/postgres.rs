@@ -232,3 +232,50 @@ fn a_bad_url_is_a_usage_error_and_an_unreachable_server_a_clear_failure() {
         "the password is never printed: {err}"
     );
 }
+
+/// `serve --store URL`: the gateway on a PostgreSQL log (the token stays in
+/// `--data`). A root opened over HTTP is in the log, and a second `serve`
+/// on the same URL after a restart lists it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_runs_the_gateway_on_a_postgres_log() {
+    let server = TestServer::shared().expect("a PostgreSQL server");
+    let log = url(server, &unique_schema("cli_serve"));
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let first = common::serve::Serve::start_with(&data, &["--store", &log]);
+    assert!(first.printed.iter().all(|line| !line.contains("secret")));
+    let token = std::fs::read_to_string(data.join("gateway.token")).unwrap();
+    let http = reqwest::Client::new();
+    let created: serde_json::Value = http
+        .post(format!("{}/v1/roots", first.base))
+        .bearer_auth(token.trim())
+        .json(&serde_json::json!({"label": "over-http"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let root = created["sessionId"].as_str().expect("a root id").to_owned();
+    let (status, _) = first.terminate();
+    assert!(status.success());
+    assert!(
+        ok(&["tree", &log]).contains("over-http"),
+        "the root is in the PostgreSQL log"
+    );
+    assert!(!data.join("CURRENT").exists(), "no RocksDB log in --data");
+
+    let second = common::serve::Serve::start_with(&data, &["--store", &log]);
+    let roots: serde_json::Value = http
+        .get(format!("{}/v1/roots", second.base))
+        .bearer_auth(token.trim())
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(roots.to_string().contains(&root), "{roots}");
+    let (status, _) = second.terminate();
+    assert!(status.success());
+}
