@@ -6,6 +6,11 @@
 //! records four transitions (start, published, settled, disposed), each its
 //! own durable append; the baseline performs four appends of the same events
 //! per activation straight on the log, without the runtime.
+//!
+//! `--store postgres` (or a `postgres://` URL) runs the same on `PgLog`,
+//! each run in a fresh schema, and adds a raw `INSERT` column: four
+//! single-row transactions per activation on plain connections
+//! (`bench append --store postgres`'s raw side).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -36,6 +41,35 @@ pub struct ActivationArgs {
     /// 0.01 to 100.
     #[arg(long, default_value_t = 1.0, value_parser = args::scale, allow_hyphen_values = true)]
     scale: f64,
+    /// `rocksdb` (the default), `postgres` (a private PostgreSQL server
+    /// with fsync on, started for the run) or a `postgres://` URL.
+    #[arg(long, default_value = "rocksdb", value_parser = super::append::store)]
+    store: super::append::Store,
+}
+
+/// Opens a fresh log for one run.
+enum Logs {
+    Rocks,
+    Postgres(super::append_pg::Server),
+}
+
+impl Logs {
+    fn open(
+        &self,
+        durability: Durability,
+    ) -> Result<(Arc<dyn EventLog>, Option<tempfile::TempDir>), Box<dyn std::error::Error>> {
+        Ok(match self {
+            Logs::Rocks => {
+                let dir = tempfile::tempdir()?;
+                let log = RocksLog::open(dir.path(), RocksOptions { durability })?;
+                (Arc::new(log), Some(dir))
+            }
+            Logs::Postgres(server) => (
+                Arc::new(subagent_pg::PgLog::connect(server.options(durability))?),
+                None,
+            ),
+        })
+    }
 }
 
 fn spec() -> SubagentActivationSpec {
@@ -44,12 +78,10 @@ fn spec() -> SubagentActivationSpec {
 
 /// One run: (activations per second, latencies).
 async fn runtime_run(
-    durability: Durability,
+    log: Arc<dyn EventLog>,
     starters: usize,
     total: usize,
 ) -> Result<(f64, Vec<Duration>), Box<dyn std::error::Error>> {
-    let dir = tempfile::tempdir()?;
-    let log: Arc<dyn EventLog> = Arc::new(RocksLog::open(dir.path(), RocksOptions { durability })?);
     let (runtime, _) =
         SubagentRuntime::open(log, Arc::new(ScriptedHost::new(Script::reply("ok")))).await?;
     runtime.register_provider(Arc::new(InstantProvider)).await?;
@@ -83,12 +115,10 @@ async fn runtime_run(
 
 /// The append floor: four durable appends per activation, same events.
 async fn floor_run(
-    durability: Durability,
+    log: Arc<dyn EventLog>,
     starters: usize,
     total: usize,
 ) -> Result<f64, Box<dyn std::error::Error>> {
-    let dir = tempfile::tempdir()?;
-    let log = RocksLog::open(dir.path(), RocksOptions { durability })?;
     let per_starter = total / starters;
     let started = Instant::now();
     let tasks: Vec<_> = (0..starters)
@@ -138,12 +168,32 @@ pub(super) fn run(args: &ActivationArgs, out: &mut dyn Write) -> BenchResult {
         .enable_all()
         .build()?;
     let scaled = |count: f64| ((count * args.scale).max(64.0)) as usize;
-    writeln!(out, "one-shot activations (start → settle → dispose), activations/s: median (min–max) of {} runs", args.runs)?;
+    let logs = match &args.store {
+        super::append::Store::Rocks => Logs::Rocks,
+        super::append::Store::Postgres(url) => {
+            Logs::Postgres(super::append_pg::Server::new(url.as_deref())?)
+        }
+    };
+    let bytes = Arc::new(super::append::encoded_payload()?);
+    let on = match &logs {
+        Logs::Rocks => "RocksDB",
+        Logs::Postgres(_) => "PostgreSQL, fsync on",
+    };
+    writeln!(out, "one-shot activations (start → settle → dispose) on {on}, activations/s: median (min–max) of {} runs", args.runs)?;
     out.flush()?;
     writeln!(
         out,
-        "{:<9} {:>8} {:>6}  {:>24} {:>9} {:>9}  {:>24} {:>10}",
-        "mode", "starters", "count", "runtime", "p50 ms", "p99 ms", "append floor", "rt/floor"
+        "{:<9} {:>8} {:>6}  {:>24} {:>9} {:>9}  {:>24} {:>10}  {:>24} {:>8}",
+        "mode",
+        "starters",
+        "count",
+        "runtime",
+        "p50 ms",
+        "p99 ms",
+        "append floor",
+        "rt/floor",
+        "raw insert ×4",
+        "rt/raw"
     )?;
     out.flush()?;
     for (durability, starters, total) in [
@@ -156,18 +206,30 @@ pub(super) fn run(args: &ActivationArgs, out: &mut dyn Write) -> BenchResult {
         let mut rates = Vec::new();
         let mut latencies = Vec::new();
         let mut floors = Vec::new();
+        let mut raws = Vec::new();
         for _ in 0..args.runs {
-            let (rate, mut run_latencies) =
-                tokio.block_on(runtime_run(durability, starters, total))?;
+            let (log, _dir) = logs.open(durability)?;
+            let (rate, mut run_latencies) = tokio.block_on(runtime_run(log, starters, total))?;
             rates.push(rate);
             latencies.append(&mut run_latencies);
-            floors.push(tokio.block_on(floor_run(durability, starters, total))?);
+            let (log, _dir) = logs.open(durability)?;
+            floors.push(tokio.block_on(floor_run(log, starters, total))?);
+            if let Logs::Postgres(server) = &logs {
+                let config = super::append::Config {
+                    durability,
+                    appenders: starters,
+                    appends: total / starters * starters * 4,
+                    batch: 1,
+                };
+                raws.push(super::append_pg::raw_run(server, &config, &bytes, &tokio)? / 4.0);
+            }
         }
         latencies.sort();
         let (rates, floors) = (Summary::of(&rates), Summary::of(&floors));
+        let raw = (!raws.is_empty()).then(|| Summary::of(&raws));
         writeln!(
             out,
-            "{:<9} {:>8} {:>6}  {:>24} {:>9.2} {:>9.2}  {:>24} {:>10.2}",
+            "{:<9} {:>8} {:>6}  {:>24} {:>9.2} {:>9.2}  {:>24} {:>10.2}  {:>24} {:>8}",
             format!("{durability:?}"),
             starters,
             total / starters * starters,
@@ -175,7 +237,12 @@ pub(super) fn run(args: &ActivationArgs, out: &mut dyn Write) -> BenchResult {
             percentile_ms(&latencies, 0.5),
             percentile_ms(&latencies, 0.99),
             floors.to_string(),
-            rates.median / floors.median
+            rates.median / floors.median,
+            raw.map_or_else(|| "-".to_owned(), |raw| raw.to_string()),
+            raw.map_or_else(
+                || "-".to_owned(),
+                |raw| format!("{:.2}", rates.median / raw.median)
+            ),
         )?;
         out.flush()?;
     }

@@ -57,7 +57,7 @@ pub(crate) enum Store {
     Postgres(Option<String>),
 }
 
-fn store(text: &str) -> Result<Store, String> {
+pub(crate) fn store(text: &str) -> Result<Store, String> {
     match text {
         "rocksdb" => Ok(Store::Rocks),
         "postgres" => Ok(Store::Postgres(None)),

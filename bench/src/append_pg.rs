@@ -92,7 +92,12 @@ fn engine_run(
     Ok(config.events() as f64 / started.elapsed().as_secs_f64())
 }
 
-fn raw_run(
+/// The raw side: `config.appenders` plain connections, one transaction
+/// per append; events per second.
+///
+/// # Errors
+/// Server failures.
+pub(crate) fn raw_run(
     server: &Server,
     config: &Config,
     bytes: &Arc<Vec<u8>>,
