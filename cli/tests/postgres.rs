@@ -132,6 +132,29 @@ fn the_demo_delegates_into_postgres_and_every_command_reads_it() {
     );
 }
 
+/// The staging schemas of imports (`import_<pid>_…`) on the server.
+fn import_schemas(server: &TestServer) -> Vec<String> {
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    runtime.block_on(async {
+        let (client, connection) = server
+            .config()
+            .connect(subagent_pg::tokio_postgres::NoTls)
+            .await
+            .expect("connect");
+        tokio::spawn(connection);
+        client
+            .query(
+                "SELECT nspname::text FROM pg_namespace WHERE nspname LIKE 'import\\_%' ORDER BY 1",
+                &[],
+            )
+            .await
+            .expect("list schemas")
+            .iter()
+            .map(|row| row.get(0))
+            .collect()
+    })
+}
+
 #[test]
 fn export_and_import_round_trip_between_rocksdb_and_postgres_byte_identically() {
     let server = TestServer::shared().expect("a PostgreSQL server");
@@ -196,8 +219,11 @@ fn export_and_import_round_trip_between_rocksdb_and_postgres_byte_identically() 
     let broken = dir.path().join("broken.jsonl");
     std::fs::write(&broken, "{not json\n").unwrap();
     let fresh = url(server, &unique_schema("cli_broken"));
+    let before = import_schemas(server);
     let refused = subagents(&["import", &fresh, broken.to_str().unwrap()]);
     assert_eq!(refused.status.code(), Some(1));
+    let after = import_schemas(server);
+    assert_eq!(before, after, "the failed import left a staging schema");
     let missing = subagents(&["verify", &fresh]);
     let (_, err) = text(&missing);
     assert!(err.contains("holds no subagents log"), "{err}");

@@ -8,7 +8,7 @@ use tokio_postgres::NoTls;
 
 use crate::bridge::{wait, OwnedRuntime};
 use crate::error::db_error;
-use crate::options::{validate_schema_name, PgOptions};
+use crate::options::{quoted, validate_schema_name, PgOptions};
 use subagent_store::StoreError;
 
 /// Runs `work` on a connection of its own, on a runtime of its own (so it
@@ -68,7 +68,11 @@ pub fn rename_schema(options: &PgOptions, from: &str) -> Result<(), StoreError> 
                 });
             }
             transaction
-                .batch_execute(&format!("ALTER SCHEMA {from} RENAME TO {to}"))
+                .batch_execute(&format!(
+                    "ALTER SCHEMA {} RENAME TO {}",
+                    quoted(&from),
+                    quoted(&to)
+                ))
                 .await
                 .map_err(fail)?;
             transaction.commit().await.map_err(fail)
@@ -87,7 +91,7 @@ pub fn drop_schema(options: &PgOptions, name: &str) -> Result<(), StoreError> {
     on_connection(options, move |client| {
         Box::pin(async move {
             client
-                .batch_execute(&format!("DROP SCHEMA IF EXISTS {name} CASCADE"))
+                .batch_execute(&format!("DROP SCHEMA IF EXISTS {} CASCADE", quoted(&name)))
                 .await
                 .map_err(|err| db_error("dropping the schema", &err))
         })

@@ -133,6 +133,13 @@ impl PgOptions {
     }
 }
 
+/// `schema` as a quoted SQL identifier, so a valid name that is also a
+/// keyword (`user`, `select`) works. Only for names that passed
+/// [`validate_schema_name`] (no `"` to escape).
+pub(crate) fn quoted(schema: &str) -> String {
+    format!("\"{schema}\"")
+}
+
 /// Whether `text` is a PostgreSQL URL (`postgres://` or `postgresql://`),
 /// as opposed to a log directory.
 #[must_use]
@@ -142,8 +149,9 @@ pub fn is_postgres_url(text: &str) -> bool {
 
 /// Checks a schema name: 1 to [`MAX_SCHEMA_NAME`] bytes of lowercase ASCII
 /// letters, digits and `_`, not starting with a digit, and not starting
-/// with `pg_` (reserved by PostgreSQL). Such a name needs no quoting and
-/// folds to itself, so it is spliced into SQL only after this check.
+/// with `pg_` (reserved by PostgreSQL). Such a name holds no `"` and folds
+/// to itself, so it is spliced into SQL, always double-quoted (a keyword
+/// such as `user` works), only after this check.
 ///
 /// # Errors
 /// [`StoreError::NotALog`] naming the schema and the rule it breaks.

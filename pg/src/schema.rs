@@ -1,7 +1,7 @@
 //! The log's tables, their migrations and the SQL that uses them.
 //!
 //! Every table lives in the configured schema (validated by
-//! [`crate::validate_schema_name`], so it is spliced in unquoted-safe):
+//! [`crate::validate_schema_name`], and spliced in double-quoted):
 //! - `subagents_schema`: one row, the schema version the tables are at;
 //! - `counter`: one row, `head`, the last position. Every append
 //!   transaction locks it (`SELECT ... FOR UPDATE`) before anything else,
@@ -106,7 +106,8 @@ async fn stored_version<C: tokio_postgres::GenericClient + Sync>(
         return Ok(None);
     }
     let sql = format!(
-        "SELECT version FROM {schema}.subagents_schema WHERE id = 1{}",
+        "SELECT version FROM {}.subagents_schema WHERE id = 1{}",
+        crate::options::quoted(schema),
         if lock { " FOR UPDATE" } else { "" }
     );
     let row = client
@@ -183,12 +184,13 @@ pub(crate) async fn migrate(
         None => {
             transaction
                 .batch_execute(&format!(
-                    "CREATE SCHEMA IF NOT EXISTS {schema};
-                     CREATE TABLE {schema}.subagents_schema (
+                    "CREATE SCHEMA IF NOT EXISTS {q};
+                     CREATE TABLE {q}.subagents_schema (
                          id smallint PRIMARY KEY CHECK (id = 1),
                          version bigint NOT NULL CHECK (version >= 0)
                      );
-                     INSERT INTO {schema}.subagents_schema (id, version) VALUES (1, 0);"
+                     INSERT INTO {q}.subagents_schema (id, version) VALUES (1, 0);",
+                    q = crate::options::quoted(schema)
                 ))
                 .await
                 .map_err(fail)?;
@@ -203,13 +205,17 @@ pub(crate) async fn migrate(
     let from = usize::try_from(found).unwrap_or(usize::MAX);
     for (index, step) in MIGRATIONS.iter().enumerate().skip(from) {
         transaction
-            .batch_execute(&step.replace("{s}", schema))
+            .batch_execute(&step.replace("{s}", &crate::options::quoted(schema)))
             .await
             .map_err(|err| db_error(&format!("applying schema migration {}", index + 1), &err))?;
     }
     transaction
         .execute(
-            format!("UPDATE {schema}.subagents_schema SET version = $1 WHERE id = 1").as_str(),
+            format!(
+                "UPDATE {}.subagents_schema SET version = $1 WHERE id = 1",
+                crate::options::quoted(schema)
+            )
+            .as_str(),
             &[&crate::error::signed("schema version", SCHEMA_VERSION)?],
         )
         .await
@@ -268,10 +274,13 @@ pub(crate) struct Sql {
 impl Sql {
     /// The statements of a log in `schema` (already validated).
     pub(crate) fn new(schema: &str) -> Sql {
-        let s = schema;
+        let s = &crate::options::quoted(schema);
         Sql {
-            channel: format!("{s}_head"),
-            listen: format!("LISTEN {s}_head"),
+            channel: format!("{schema}_head"),
+            listen: format!(
+                "LISTEN {}",
+                crate::options::quoted(&format!("{schema}_head"))
+            ),
             read_head: format!("SELECT head FROM {s}.counter WHERE id = 1"),
             lock_head: format!(
                 "SELECT head, set_config('synchronous_commit', $1, true) \

@@ -40,7 +40,7 @@ async fn tables_of(client: &Client, schema: &str) -> Vec<String> {
 async fn stored_version(client: &Client, schema: &str) -> Vec<i64> {
     client
         .query(
-            format!("SELECT version FROM {schema}.subagents_schema").as_str(),
+            format!("SELECT version FROM \"{schema}\".subagents_schema").as_str(),
             &[],
         )
         .await
@@ -197,5 +197,49 @@ async fn invalid_schema_names_are_refused_before_any_sql() {
             .await
             .expect("look for the schema");
         assert!(found.is_empty(), "{bad:?} was created");
+    }
+}
+
+/// A valid schema name that is also an SQL keyword works: every statement
+/// quotes it. (`user` and `select` are reserved words; a test that runs
+/// twice on the shared server drops them first.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schema_named_like_a_keyword_works() {
+    let client = sql().await;
+    for keyword in ["user", "select"] {
+        client
+            .batch_execute(&format!("DROP SCHEMA IF EXISTS \"{keyword}\" CASCADE"))
+            .await
+            .expect("drop");
+        let log = PgLog::connect(server().options(keyword)).expect("connect to a keyword schema");
+        log.append(
+            StreamId::Runtime,
+            ExpectedVersion::NoStream,
+            vec![provider_removed()],
+        )
+        .await
+        .expect("append");
+        assert_eq!(log.read_all_page(1, 10).expect("read").len(), 1);
+        assert_eq!(
+            stored_version(&client, keyword).await,
+            vec![SCHEMA_VERSION as i64]
+        );
+        drop(log);
+        let staged = server().options(&unique_schema("keyword_from"));
+        let from = staged.schema.clone();
+        drop(PgLog::connect(staged).expect("a staging log"));
+        client
+            .batch_execute(&format!("DROP SCHEMA \"{keyword}\" CASCADE"))
+            .await
+            .expect("drop");
+        subagent_pg::rename_schema(&server().options(keyword), &from)
+            .expect("rename into a keyword");
+        assert!(
+            !tables_of(&client, keyword).await.is_empty(),
+            "renamed into place"
+        );
+        subagent_pg::drop_schema(&server().options(keyword), keyword)
+            .expect("drop a keyword schema");
+        assert!(tables_of(&client, keyword).await.is_empty());
     }
 }
