@@ -50,14 +50,14 @@ pub struct ActivationArgs {
 /// Opens a fresh log for one run.
 enum Logs {
     Rocks,
-    Postgres(super::append_pg::Server),
+    Postgres(Box<super::append_pg::Server>),
 }
 
+/// A run's log, and the directory that holds it (RocksDB only).
+type RunLog = (Arc<dyn EventLog>, Option<tempfile::TempDir>);
+
 impl Logs {
-    fn open(
-        &self,
-        durability: Durability,
-    ) -> Result<(Arc<dyn EventLog>, Option<tempfile::TempDir>), Box<dyn std::error::Error>> {
+    fn open(&self, durability: Durability) -> Result<RunLog, Box<dyn std::error::Error>> {
         Ok(match self {
             Logs::Rocks => {
                 let dir = tempfile::tempdir()?;
@@ -171,7 +171,7 @@ pub(super) fn run(args: &ActivationArgs, out: &mut dyn Write) -> BenchResult {
     let logs = match &args.store {
         super::append::Store::Rocks => Logs::Rocks,
         super::append::Store::Postgres(url) => {
-            Logs::Postgres(super::append_pg::Server::new(url.as_deref())?)
+            Logs::Postgres(Box::new(super::append_pg::Server::new(url.as_deref())?))
         }
     };
     let bytes = Arc::new(super::append::encoded_payload()?);
