@@ -53,8 +53,16 @@ enum Logs {
     Postgres(Box<super::append_pg::Server>),
 }
 
-/// A run's log, and the directory that holds it (RocksDB only).
-type RunLog = (Arc<dyn EventLog>, Option<tempfile::TempDir>);
+/// What a run's log leaves behind, removed when the run ends.
+enum Cleanup {
+    /// The RocksDB directory.
+    Dir(#[allow(dead_code)] tempfile::TempDir),
+    /// The PostgreSQL schema.
+    Schema(#[allow(dead_code)] Box<super::append_pg::Scratch>),
+}
+
+/// A run's log, and what removes it.
+type RunLog = (Arc<dyn EventLog>, Cleanup);
 
 impl Logs {
     fn open(&self, durability: Durability) -> Result<RunLog, Box<dyn std::error::Error>> {
@@ -62,12 +70,15 @@ impl Logs {
             Logs::Rocks => {
                 let dir = tempfile::tempdir()?;
                 let log = RocksLog::open(dir.path(), RocksOptions { durability })?;
-                (Arc::new(log), Some(dir))
+                (Arc::new(log), Cleanup::Dir(dir))
             }
-            Logs::Postgres(server) => (
-                Arc::new(subagent_pg::PgLog::connect(server.options(durability))?),
-                None,
-            ),
+            Logs::Postgres(server) => {
+                let (options, scratch) = server.scratch(durability);
+                (
+                    Arc::new(subagent_pg::PgLog::connect(options)?),
+                    Cleanup::Schema(Box::new(scratch)),
+                )
+            }
         })
     }
 }

@@ -48,14 +48,29 @@ impl Server {
         })
     }
 
-    /// Options for a fresh schema on this server.
-    pub(crate) fn options(&self, durability: Durability) -> PgOptions {
+    /// Options for a fresh schema on this server, and the guard that drops
+    /// it when the run ends, whether it succeeded or not (on a server the
+    /// caller named, runs would otherwise pile up schemas).
+    pub(crate) fn scratch(&self, durability: Durability) -> (PgOptions, Scratch) {
         let schema = unique_schema("bench");
-        match self {
+        let options = match self {
             Server::Private(server) => server.options(&schema),
             Server::Url(options) => options.clone().with_schema(schema),
         }
-        .with_durability(durability)
+        .with_durability(durability);
+        (options.clone(), Scratch(Some(options)))
+    }
+}
+
+/// Drops its schema when dropped (best effort: a failure to drop is not a
+/// benchmark failure).
+pub(crate) struct Scratch(Option<PgOptions>);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if let Some(options) = self.0.take() {
+            let _ = subagent_pg::drop_schema(&options, &options.schema);
+        }
     }
 }
 
@@ -64,7 +79,7 @@ fn engine_run(
     config: &Config,
     runtime: &tokio::runtime::Runtime,
 ) -> Result<f64, Box<dyn std::error::Error>> {
-    let mut options = server.options(config.durability);
+    let (mut options, _scratch) = server.scratch(config.durability);
     options.pool_size = 4;
     let log = PgLog::connect(options)?;
     let per_task = config.appends / config.appenders;
@@ -103,7 +118,7 @@ pub(crate) fn raw_run(
     bytes: &Arc<Vec<u8>>,
     runtime: &tokio::runtime::Runtime,
 ) -> Result<f64, Box<dyn std::error::Error>> {
-    let options = server.options(config.durability);
+    let (options, _scratch) = server.scratch(config.durability);
     let schema = options.schema.clone();
     let synchronous = if config.durability == Durability::Sync {
         "on"
@@ -124,7 +139,7 @@ pub(crate) fn raw_run(
         let setup = connect().await?;
         setup
             .batch_execute(&format!(
-                "CREATE SCHEMA {schema}; CREATE TABLE {schema}.raw (position bigint PRIMARY KEY, record bytea NOT NULL)"
+                "CREATE SCHEMA \"{schema}\"; CREATE TABLE \"{schema}\".raw (position bigint PRIMARY KEY, record bytea NOT NULL)"
             ))
             .await?;
         let mut clients = Vec::with_capacity(config.appenders);
@@ -132,7 +147,7 @@ pub(crate) fn raw_run(
             clients.push(connect().await?);
         }
         let next = Arc::new(AtomicI64::new(1));
-        let insert = format!("INSERT INTO {schema}.raw (position, record) VALUES ($1, $2)");
+        let insert = format!("INSERT INTO \"{schema}\".raw (position, record) VALUES ($1, $2)");
         let started = Instant::now();
         let tasks: Vec<_> = clients
             .into_iter()
@@ -156,7 +171,6 @@ pub(crate) fn raw_run(
             task.await??;
         }
         let rate = config.events() as f64 / started.elapsed().as_secs_f64();
-        setup.batch_execute(&format!("DROP SCHEMA {schema} CASCADE")).await?;
         Ok::<_, Box<dyn std::error::Error>>(rate)
     })
 }

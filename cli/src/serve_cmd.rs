@@ -1,4 +1,5 @@
-//! `subagents serve`: a runtime on the log in `--data` with the shipped
+//! `subagents serve`: a runtime on the log in `--data` (or the PostgreSQL
+//! log of `--store`, the token staying in `--data`) with the shipped
 //! providers (`spawn`, `fork`, `process`), its children on the scripted
 //! host, served over HTTP by the gateway until SIGINT or SIGTERM, then
 //! closed cleanly.

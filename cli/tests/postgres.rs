@@ -265,7 +265,9 @@ fn a_bad_url_is_a_usage_error_and_an_unreachable_server_a_clear_failure() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_runs_the_gateway_on_a_postgres_log() {
     let server = TestServer::shared().expect("a PostgreSQL server");
-    let log = url(server, &unique_schema("cli_serve"));
+    // Trust authentication ignores the password; it must never be printed.
+    let log = url(server, &unique_schema("cli_serve"))
+        .replace("postgres://postgres@", "postgres://postgres:secret@");
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let first = common::serve::Serve::start_with(&data, &["--store", &log]);
@@ -283,8 +285,14 @@ async fn serve_runs_the_gateway_on_a_postgres_log() {
         .await
         .unwrap();
     let root = created["sessionId"].as_str().expect("a root id").to_owned();
-    let (status, _) = first.terminate();
+    let (status, rest) = first.terminate();
     assert!(status.success());
+    let log_line = rest
+        .iter()
+        .find(|line| line.starts_with("log: "))
+        .unwrap_or_else(|| panic!("serve names its log: {rest:?}"));
+    assert!(log_line.contains("postgres://postgres:***@"), "{log_line}");
+    assert!(rest.iter().all(|line| !line.contains("secret")), "{rest:?}");
     assert!(
         ok(&["tree", &log]).contains("over-http"),
         "the root is in the PostgreSQL log"

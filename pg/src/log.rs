@@ -37,6 +37,8 @@ pub(crate) struct Inner {
     pub(crate) poll_interval: Duration,
     /// The durable head, moved forward only ([`crate::head::advance`]).
     pub(crate) head: watch::Sender<u64>,
+    /// Set once the writer has answered everything queued and stopped.
+    pub(crate) writer_done: watch::Sender<bool>,
 }
 
 impl Inner {
@@ -174,6 +176,7 @@ impl PgLog {
             durability: options.durability,
             poll_interval: options.poll_interval.max(Duration::from_millis(1)),
             head: watch::channel(head).0,
+            writer_done: watch::channel(false).0,
         });
         let (sender, receiver) = mpsc::unbounded_channel();
         let writer = handle.spawn(writer::run(Arc::clone(&inner), receiver));
@@ -189,6 +192,17 @@ impl PgLog {
                 handle,
             }),
         })
+    }
+
+    /// Becomes `true` once this log's writer has answered every queued
+    /// append and stopped, which happens after the last clone is dropped
+    /// (or the sender closes when the log's tasks are gone). A host that
+    /// reconnects in place of a dropped handle waits for it, so nothing the
+    /// old handle queued can commit after the new one has started deciding
+    /// (the model-based test's crash does).
+    #[must_use]
+    pub fn writer_done(&self) -> watch::Receiver<bool> {
+        self.shared.inner.writer_done.subscribe()
     }
 
     /// The schema holding this log's tables.

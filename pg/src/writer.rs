@@ -78,6 +78,7 @@ pub(crate) async fn run(inner: Arc<Inner>, mut requests: mpsc::UnboundedReceiver
             failed = Some(err);
         }
     }
+    inner.writer_done.send_replace(true);
 }
 
 /// Milliseconds since the Unix epoch (0 if the clock is before it).

@@ -1,9 +1,9 @@
 //! The runtime on a PostgreSQL log, and the server restarted under it
-//! mid-workload: every delegation the runtime acknowledged survives, the
-//! runtime stops appending rather than guessing (the log's writer is
-//! fail-stop), and a runtime opened on a new handle recovers the live work
-//! with the usual recovery events, `verify` passes, and a cold resume of an
-//! interrupted child completes.
+//! mid-workload: every delegation the runtime acknowledged survives (a
+//! start after the restart counts only if it was acknowledged), a runtime
+//! opened on a new handle ends every activation exactly once (released by
+//! the close, or abandoned by recovery when the close could not write),
+//! `verify` passes, and a cold resume of an interrupted child completes.
 
 use std::sync::Arc;
 use std::time::Duration;
