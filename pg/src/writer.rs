@@ -398,85 +398,130 @@ fn chunks(sizes: impl Iterator<Item = usize>) -> Vec<std::ops::Range<usize>> {
     ranges
 }
 
-/// Inserts the staged rows and moves the counter to `new_head`, notifying it.
+/// Inserts the staged rows and moves the counter to `new_head`, notifying
+/// it. The statements are prepared first (cached per connection, so a
+/// round trip only on a connection's first append), then sent together:
+/// the driver pipelines them, and the server runs them in order inside the
+/// transaction, so the whole write is one round trip. The first failure
+/// fails the write (and the transaction).
 async fn write(
     transaction: &deadpool_postgres::Transaction<'_>,
     inner: &Inner,
     staged: &Staged,
     new_head: u64,
 ) -> Result<(), StoreError> {
+    use futures::future::{try_join_all, BoxFuture, FutureExt as _};
+    type Param<'a> = &'a (dyn tokio_postgres::types::ToSql + Sync);
     let sql = &inner.sql;
     let fail = |doing: &'static str| move |err: tokio_postgres::Error| db_error(doing, &err);
-    let insert_events = transaction
-        .prepare_cached(&sql.insert_events)
-        .await
-        .map_err(fail("preparing the record insert"))?;
-    for range in chunks(staged.records.iter().map(Vec::len)) {
-        let positions = &staged.positions[range.clone()];
-        let records = &staged.records[range];
-        transaction
-            .execute(&insert_events, &[&positions, &records])
-            .await
-            .map_err(fail("inserting records"))?;
-    }
-    let insert_streams = transaction
-        .prepare_cached(&sql.insert_streams)
-        .await
-        .map_err(fail("preparing the stream index insert"))?;
-    transaction
-        .execute(
-            &insert_streams,
-            &[&staged.streams, &staged.versions, &staged.positions],
+    let (insert_events, insert_streams, insert_ids, write_head) = futures::try_join!(
+        transaction.prepare_cached(&sql.insert_events),
+        transaction.prepare_cached(&sql.insert_streams),
+        transaction.prepare_cached(&sql.insert_ids),
+        transaction.prepare_cached(&sql.write_head),
+    )
+    .map_err(fail("preparing the append's statements"))?;
+    let upsert_blobs = if staged.blobs.is_empty() {
+        None
+    } else {
+        Some(
+            transaction
+                .prepare_cached(&sql.upsert_blobs)
+                .await
+                .map_err(fail("preparing the attachment insert"))?,
         )
-        .await
-        .map_err(fail("inserting stream index entries"))?;
-    let insert_ids = transaction
-        .prepare_cached(&sql.insert_ids)
-        .await
-        .map_err(fail("preparing the event-id index insert"))?;
-    transaction
-        .execute(
-            &insert_ids,
-            &[
+    };
+    let head = signed("position", new_head)?;
+    let digests: Vec<&[u8]> = staged.blobs.keys().map(|digest| &digest[..]).collect();
+    let blobs: Vec<&[u8]> = staged.blobs.values().map(Vec::as_slice).collect();
+    let event_ranges = chunks(staged.records.iter().map(Vec::len));
+    let blob_ranges = chunks(blobs.iter().map(|blob| blob.len()));
+    // The parameter slices must outlive the pipelined futures.
+    let event_params: Vec<(&[i64], &[Vec<u8>])> = event_ranges
+        .iter()
+        .map(|range| (&staged.positions[range.clone()], &staged.records[range.clone()]))
+        .collect();
+    let blob_params: Vec<(&[&[u8]], &[&[u8]])> = blob_ranges
+        .iter()
+        .map(|range| (&digests[range.clone()], &blobs[range.clone()]))
+        .collect();
+    let mut sent: Vec<BoxFuture<'_, Result<(), StoreError>>> = Vec::new();
+    for (positions, records) in &event_params {
+        let params: [Param<'_>; 2] = [positions, records];
+        let statement = &insert_events;
+        sent.push(
+            async move {
+                transaction
+                    .execute(statement, &params)
+                    .await
+                    .map(drop)
+                    .map_err(fail("inserting records"))
+            }
+            .boxed(),
+        );
+    }
+    sent.push(
+        async {
+            let params: [Param<'_>; 3] = [&staged.streams, &staged.versions, &staged.positions];
+            transaction
+                .execute(&insert_streams, &params)
+                .await
+                .map(drop)
+                .map_err(fail("inserting stream index entries"))
+        }
+        .boxed(),
+    );
+    sent.push(
+        async {
+            let params: [Param<'_>; 4] = [
                 &staged.ids,
                 &staged.streams,
                 &staged.positions,
                 &staged.versions,
-            ],
-        )
-        .await
-        .map_err(fail("inserting event-id index entries"))?;
-    if !staged.blobs.is_empty() {
-        let upsert_blobs = transaction
-            .prepare_cached(&sql.upsert_blobs)
-            .await
-            .map_err(fail("preparing the attachment insert"))?;
-        let digests: Vec<&[u8]> = staged.blobs.keys().map(|digest| &digest[..]).collect();
-        let bytes: Vec<&[u8]> = staged.blobs.values().map(Vec::as_slice).collect();
-        for range in chunks(bytes.iter().map(|blob| blob.len())) {
-            let digests = &digests[range.clone()];
-            let bytes = &bytes[range];
+            ];
             transaction
-                .execute(&upsert_blobs, &[&digests, &bytes])
+                .execute(&insert_ids, &params)
                 .await
-                .map_err(fail("storing attachments"))?;
+                .map(drop)
+                .map_err(fail("inserting event-id index entries"))
+        }
+        .boxed(),
+    );
+    if let Some(upsert_blobs) = &upsert_blobs {
+        for (digests, bytes) in &blob_params {
+            let params: [Param<'_>; 2] = [digests, bytes];
+            sent.push(
+                async move {
+                    transaction
+                        .execute(upsert_blobs, &params)
+                        .await
+                        .map(drop)
+                        .map_err(fail("storing attachments"))
+                }
+                .boxed(),
+            );
         }
     }
-    let write_head = transaction
-        .prepare_cached(&sql.write_head)
-        .await
-        .map_err(fail("preparing the counter update"))?;
-    let moved = transaction
-        .query(&write_head, &[&signed("position", new_head)?, &sql.channel])
-        .await
-        .map_err(fail("moving the counter"))?;
-    if moved.len() != 1 {
-        return Err(StoreError::Damaged {
-            path: format!("PostgreSQL schema {}", inner.schema),
-            reason: "the counter row is missing".into(),
-        });
-    }
-    Ok(())
+    let schema = &inner.schema;
+    sent.push(
+        async move {
+            let params: [Param<'_>; 2] = [&head, &sql.channel];
+            let moved = transaction
+                .query(&write_head, &params)
+                .await
+                .map_err(fail("moving the counter"))?;
+            if moved.len() == 1 {
+                Ok(())
+            } else {
+                Err(StoreError::Damaged {
+                    path: format!("PostgreSQL schema {schema}"),
+                    reason: "the counter row is missing".into(),
+                })
+            }
+        }
+        .boxed(),
+    );
+    try_join_all(sent).await.map(drop)
 }
 
 #[cfg(test)]
