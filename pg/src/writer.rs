@@ -439,7 +439,12 @@ async fn write(
     // The parameter slices must outlive the pipelined futures.
     let event_params: Vec<(&[i64], &[Vec<u8>])> = event_ranges
         .iter()
-        .map(|range| (&staged.positions[range.clone()], &staged.records[range.clone()]))
+        .map(|range| {
+            (
+                &staged.positions[range.clone()],
+                &staged.records[range.clone()],
+            )
+        })
         .collect();
     let blob_params: Vec<(&[&[u8]], &[&[u8]])> = blob_ranges
         .iter()
