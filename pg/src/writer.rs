@@ -398,6 +398,9 @@ fn chunks(sizes: impl Iterator<Item = usize>) -> Vec<std::ops::Range<usize>> {
     ranges
 }
 
+/// A statement's share of the group's attachments: digests and bytes.
+type BlobSlices<'a> = (&'a [&'a [u8]], &'a [&'a [u8]]);
+
 /// Inserts the staged rows and moves the counter to `new_head`, notifying
 /// it. The statements are prepared first (cached per connection, so a
 /// round trip only on a connection's first append), then sent together:
@@ -446,7 +449,7 @@ async fn write(
             )
         })
         .collect();
-    let blob_params: Vec<(&[&[u8]], &[&[u8]])> = blob_ranges
+    let blob_params: Vec<BlobSlices<'_>> = blob_ranges
         .iter()
         .map(|range| (&digests[range.clone()], &blobs[range.clone()]))
         .collect();
