@@ -138,3 +138,58 @@ async fn a_lost_server_is_a_typed_error_and_a_retry_is_idempotent() {
     assert_eq!((again.first_position, again.deduplicated), (2, true));
     assert_eq!(log.head(), 3);
 }
+
+/// When a group's commit fails, a refusal that was decided on that group's
+/// own staged writes is answered with the commit's failure, not with a
+/// conflict against writes that never happened. A deferred constraint
+/// trigger makes the commit fail for one stream; the counter row, held from
+/// another connection, lines the two appends up in one group behind a
+/// first one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_group_answers_its_later_refusals_with_the_failure() {
+    use subagent_pg::tokio_postgres::NoTls;
+    let schema = unique_schema("failed_group");
+    let log = PgLog::connect(server().options(&schema)).expect("connect");
+    let doomed = session_stream();
+    let (mut sql, connection) = server().config().connect(NoTls).await.expect("connect");
+    tokio::spawn(connection);
+    sql.batch_execute(&format!(
+        "CREATE FUNCTION \"{schema}\".refuse() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN RAISE EXCEPTION 'refused at commit'; END $$;
+         CREATE CONSTRAINT TRIGGER refuse_doomed AFTER INSERT ON \"{schema}\".streams
+         DEFERRABLE INITIALLY DEFERRED FOR EACH ROW
+         WHEN (NEW.stream = '{doomed}') EXECUTE FUNCTION \"{schema}\".refuse();"
+    ))
+    .await
+    .expect("the trigger");
+
+    // Hold the counter: the writer takes the first append and waits.
+    let holder = sql.transaction().await.expect("begin");
+    holder
+        .execute(
+            format!("SELECT head FROM \"{schema}\".counter FOR UPDATE").as_str(),
+            &[],
+        )
+        .await
+        .expect("lock the counter");
+    let first = log.append(session_stream(), ExpectedVersion::NoStream, vec![turn(1)]);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Queued behind it, so (most likely) one group: A is staged, and B is
+    // refused on A's staged version.
+    let a = log.append(doomed, ExpectedVersion::NoStream, vec![turn(2)]);
+    let b = log.append(doomed, ExpectedVersion::NoStream, vec![turn(3)]);
+    holder.rollback().await.expect("release the counter");
+
+    let first = first.await;
+    let (a, b) = (a.await, b.await);
+    assert!(a.is_err(), "the doomed commit acknowledged nothing: {a:?}");
+    let b = b.expect_err("nothing of the failed group is acknowledged");
+    assert!(
+        !matches!(b, StoreError::Conflict { .. }),
+        "a conflict with a write that never happened: {b:?}"
+    );
+    // Whatever committed is exactly what was acknowledged.
+    let read = log.read_all_page(1, 10).expect("read");
+    assert_eq!(read.len(), usize::from(first.is_ok()));
+    assert_eq!(log.stream_version(&doomed).expect("version"), 0);
+}
