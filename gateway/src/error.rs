@@ -134,9 +134,11 @@ pub fn status_of(code: ErrorCode) -> StatusCode {
         | C::UnknownTool
         | C::InvalidPersona
         | C::RouteNotAllowed => StatusCode::UNPROCESSABLE_ENTITY,
-        C::DeliveryUnavailable | C::Closed | C::StoreClosed | C::StoreLocked => {
-            StatusCode::SERVICE_UNAVAILABLE
-        }
+        C::DeliveryUnavailable
+        | C::Closed
+        | C::StoreClosed
+        | C::StoreLocked
+        | C::StoreUnavailable => StatusCode::SERVICE_UNAVAILABLE,
         C::GatewayTimeout => StatusCode::GATEWAY_TIMEOUT,
         // A child agent over ACP failed: the upstream of this request.
         C::AcpSpawn

@@ -99,6 +99,7 @@ async fn a_lost_server_is_a_typed_error_and_a_retry_is_idempotent() {
         .await
         .expect_err("nothing is acknowledged without the server");
     assert!(matches!(err, StoreError::Unavailable { .. }), "{err:?}");
+    assert_eq!(err.code().as_str(), "store/unavailable");
 
     server.restart().expect("restart");
     // Reads reconnect through the pool (the first use may still meet a

@@ -168,9 +168,7 @@ impl StoreError {
             StoreError::CorruptIndex { .. } => ErrorCode::StoreCorruptIndex,
             StoreError::Io(_) => ErrorCode::StoreIo,
             StoreError::Closed => ErrorCode::StoreClosed,
-            // Until core declares `store/unavailable`, a lost database is
-            // reported as the storage failure it is.
-            StoreError::Unavailable { .. } => ErrorCode::StoreIo,
+            StoreError::Unavailable { .. } => ErrorCode::StoreUnavailable,
         }
     }
 }

@@ -273,6 +273,9 @@ declare_errors! {
     StoreIo = "store/io",
     /// `StoreError::Closed`: the log's writer has stopped.
     StoreClosed = "store/closed",
+    /// `StoreError::Unavailable`: a networked log's database server could
+    /// not be reached, or the connection was lost.
+    StoreUnavailable = "store/unavailable",
     /// `ReplayError::PositionPastHead`: a position beyond the log's head.
     ReplayPositionPastHead = "replay/position-past-head",
     /// `ReplayError::UnknownSession`: a session the log does not know.
