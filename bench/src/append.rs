@@ -117,6 +117,20 @@ fn engine_run(
             durability: config.durability,
         },
     )?;
+    drive_appenders(&log, config, runtime)
+}
+
+/// `config.appenders` tokio tasks appending `config.appends` appends of
+/// `config.batch` events in all, one stream each, on `log`; events per
+/// second. The engine side of every append table (RocksDB and PostgreSQL).
+///
+/// # Errors
+/// The first failed append.
+pub(crate) fn drive_appenders<L: EventLog + Clone>(
+    log: &L,
+    config: &Config,
+    runtime: &tokio::runtime::Runtime,
+) -> Result<f64, Box<dyn std::error::Error>> {
     let per_task = config.appends / config.appenders;
     let batch = config.batch;
     let started = Instant::now();

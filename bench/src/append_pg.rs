@@ -19,12 +19,11 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use subagent_core::{NewEvent, SessionId, StreamId};
 use subagent_pg::testing::{unique_schema, TestServer};
 use subagent_pg::{PgLog, PgOptions};
-use subagent_store::{Durability, EventLog, ExpectedVersion};
+use subagent_store::Durability;
 
-use super::append::{encoded_payload, payload, Config};
+use super::append::{encoded_payload, Config};
 use super::stats::Summary;
 use crate::BenchResult;
 
@@ -82,29 +81,7 @@ fn engine_run(
     let (mut options, _scratch) = server.scratch(config.durability);
     options.pool_size = 4;
     let log = PgLog::connect(options)?;
-    let per_task = config.appends / config.appenders;
-    let batch = config.batch;
-    let started = Instant::now();
-    runtime.block_on(async {
-        let tasks: Vec<_> = (0..config.appenders)
-            .map(|_| {
-                let log = log.clone();
-                tokio::spawn(async move {
-                    let stream = StreamId::Session(SessionId::new());
-                    for _ in 0..per_task {
-                        let events = (0..batch).map(|_| NewEvent::new(payload())).collect();
-                        log.append(stream, ExpectedVersion::Any, events).await?;
-                    }
-                    Ok::<_, subagent_store::StoreError>(())
-                })
-            })
-            .collect();
-        for task in tasks {
-            task.await??;
-        }
-        Ok::<_, Box<dyn std::error::Error>>(())
-    })?;
-    Ok(config.events() as f64 / started.elapsed().as_secs_f64())
+    super::append::drive_appenders(&log, config, runtime)
 }
 
 /// The raw side: `config.appenders` plain connections, one transaction

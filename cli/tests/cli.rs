@@ -259,31 +259,10 @@ fn the_demos_closing_hints_run_as_printed() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("demo data");
     let stdout = demo(&data);
-    let hints: Vec<&str> = stdout
-        .lines()
-        .skip_while(|line| *line != "Inspect it with:")
-        .skip(1)
-        .map(str::trim)
-        .filter(|line| line.starts_with("subagents "))
-        .collect();
-    assert_eq!(hints.len(), 5, "{stdout}");
-    let bin_dir = Path::new(env!("CARGO_BIN_EXE_subagents")).parent().unwrap();
-    let path = format!(
-        "{}:{}",
-        bin_dir.display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
-    for hint in hints {
+    for hint in common::run_closing_hints(&stdout) {
         assert!(hint.contains("'"), "the spaced directory is quoted: {hint}");
-        let output = Command::new("sh")
-            .args(["-c", hint])
-            .env("PATH", &path)
-            .output()
-            .unwrap();
-        let (out, err) = text(&output);
-        assert!(output.status.success(), "`{hint}` failed: {err}");
-        assert!(!out.trim().is_empty(), "`{hint}` printed nothing");
     }
+    let path = common::path_with_binary();
     // The demo says when `subagents` is not on the PATH, and only then.
     let note = "`subagents` is not on your PATH: `make install` puts it in ~/.cargo/bin";
     for (path, noted) in [("/usr/bin:/bin".to_owned(), true), (path, false)] {

@@ -7,7 +7,6 @@
 mod common;
 
 use std::path::Path;
-use std::process::Command;
 
 use common::{subagents, text};
 use subagent_core::content::ImageBlock;
@@ -99,30 +98,8 @@ fn the_demo_delegates_into_postgres_and_every_command_reads_it() {
         "nothing went to the --data directory"
     );
 
-    let hints: Vec<&str> = demo
-        .lines()
-        .skip_while(|line| *line != "Inspect it with:")
-        .skip(1)
-        .map(str::trim)
-        .filter(|line| line.starts_with("subagents "))
-        .collect();
-    assert_eq!(hints.len(), 5, "{demo}");
-    let bin_dir = Path::new(env!("CARGO_BIN_EXE_subagents")).parent().unwrap();
-    let path = format!(
-        "{}:{}",
-        bin_dir.display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
-    for hint in hints {
+    for hint in common::run_closing_hints(&demo) {
         assert!(hint.contains("postgres://"), "{hint}");
-        let output = Command::new("sh")
-            .args(["-c", hint])
-            .env("PATH", &path)
-            .output()
-            .unwrap();
-        let (out, err) = text(&output);
-        assert!(output.status.success(), "`{hint}` failed: {err}");
-        assert!(!out.trim().is_empty(), "`{hint}` printed nothing");
     }
     assert!(ok(&["verify", &log]).contains("OK"));
     let tree = ok(&["tree", &log]);

@@ -39,6 +39,46 @@ pub(crate) fn demo(dir: &Path) -> String {
     stdout
 }
 
+/// `PATH` with the folder of the binary under test first, as `make
+/// install` would put `subagents` on it.
+pub(crate) fn path_with_binary() -> String {
+    let bin_dir = Path::new(env!("CARGO_BIN_EXE_subagents"))
+        .parent()
+        .expect("the binary's folder");
+    format!(
+        "{}:{}",
+        bin_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    )
+}
+
+/// Runs each of the demo's five closing hints exactly as printed (through
+/// `sh -c`, with the binary on the PATH), asserting that each succeeds and
+/// prints something; returns them.
+pub(crate) fn run_closing_hints(stdout: &str) -> Vec<String> {
+    let hints: Vec<String> = stdout
+        .lines()
+        .skip_while(|line| *line != "Inspect it with:")
+        .skip(1)
+        .map(str::trim)
+        .filter(|line| line.starts_with("subagents "))
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(hints.len(), 5, "{stdout}");
+    let path = path_with_binary();
+    for hint in &hints {
+        let output = Command::new("sh")
+            .args(["-c", hint])
+            .env("PATH", &path)
+            .output()
+            .expect("run sh");
+        let (out, err) = text(&output);
+        assert!(output.status.success(), "`{hint}` failed: {err}");
+        assert!(!out.trim().is_empty(), "`{hint}` printed nothing");
+    }
+    hints
+}
+
 /// The root session id the demo printed.
 pub(crate) fn root_of(stdout: &str) -> String {
     let line = stdout
