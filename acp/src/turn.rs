@@ -213,6 +213,11 @@ pub(crate) async fn drive(
     let mut deadline: Option<tokio::time::Instant> = None;
     let outcome = loop {
         tokio::select! {
+            // In this order: the prompt is polled (so sent) before a
+            // cancellation already pending is, or `session/cancel` could
+            // reach the agent ahead of the prompt it cancels, find no turn,
+            // and the prompt would run to the grace period's kill.
+            biased;
             answered = &mut answer => break Some(answered),
             item = live.connection.inbound.recv() => match item {
                 None => break None,
