@@ -106,13 +106,31 @@ async fn wait_for(
     timeout: Duration,
     done: impl Fn(&Projections) -> bool,
 ) -> CliResult {
+    wait_for_records(log, failures, what, timeout, |records| {
+        done(&Projections::fold(records))
+    })
+    .await
+}
+
+/// As [`wait_for`], on the records themselves (for what the projections do
+/// not keep, such as what an agent said).
+///
+/// # Errors
+/// As [`wait_for`].
+async fn wait_for_records(
+    log: &dyn EventLog,
+    failures: &FailureWatch,
+    what: &'static str,
+    timeout: Duration,
+    done: impl Fn(&[subagent_core::RecordedEvent]) -> bool,
+) -> CliResult {
     let deadline = tokio::time::Instant::now() + timeout;
     loop {
         if let Some(cause) = failures.first() {
             return Err(CliError::DemoStepFailed { what, cause }.into());
         }
         let records: Vec<_> = log.read_all(1).collect::<Result<_, _>>()?;
-        if done(&Projections::fold(&records)) {
+        if done(&records) {
             return Ok(());
         }
         if tokio::time::Instant::now() >= deadline {
@@ -364,11 +382,14 @@ pub(crate) fn run(
             .await?;
         let digger_id = digger.child_id();
         out.flush()?;
-        wait_for(log, &failures, "digger to start", STEP_TIMEOUT, |state| {
-            state
-                .activations
-                .get(&digger_id)
-                .is_some_and(|a| a.running_turn.is_some())
+        // Mid-turn means the agent is at work: it has said something. (A
+        // turn that is only running may still be starting its agent, and
+        // an interrupt then ends it before the agent saw a prompt.)
+        wait_for_records(log, &failures, "digger to start", STEP_TIMEOUT, |records| {
+            records.iter().any(|record| {
+                record.stream == StreamId::Session(digger_id)
+                    && matches!(record.event, Event::AssistantMessage { .. })
+            })
         })
         .await?;
         for note in ["note 1: skip 2019", "note 2: prefer primary sources"] {
