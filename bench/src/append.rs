@@ -102,6 +102,7 @@ pub(crate) fn encoded_payload() -> Result<Vec<u8>, subagent_store::StoreError> {
         schema_version: subagent_core::CURRENT_SCHEMA_VERSION,
         correlation_id: None,
         causation_id: None,
+        trace: None,
         event: payload(),
     })
 }

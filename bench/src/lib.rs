@@ -16,6 +16,7 @@ mod gateway;
 mod list;
 mod memory;
 mod messages;
+mod progress;
 mod replay;
 mod served;
 mod sse;

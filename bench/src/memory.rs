@@ -96,13 +96,14 @@ pub(super) fn run(args: &MemoryArgs, out: &mut dyn Write) -> BenchResult {
         .enable_all()
         .build()?;
     let (mut resident, mut on_disk) = (Vec::new(), Vec::new());
-    for run in 0..args.runs {
-        eprint!("\r  run {}/{}", run + 1, args.runs);
+    let bar = super::progress::bar("memory", args.runs as u64, "runs");
+    for _ in 0..args.runs {
         let (memory, records) = tokio.block_on(one_run(args.children))?;
         resident.push(memory);
         on_disk.push(records);
+        bar.inc(1);
     }
-    eprintln!();
+    bar.finish_and_clear();
     let (resident, on_disk) = (Summary::of(&resident), Summary::of(&on_disk));
     writeln!(
         out,

@@ -15,6 +15,7 @@ use subagent_replay::Checkpointed;
 use subagent_store::{EventLog, EventLogExt};
 
 use super::args;
+use super::progress;
 use super::stats::Summary;
 use super::workload;
 use crate::BenchResult;
@@ -48,8 +49,8 @@ pub(super) fn replay(args: &ReplayArgs, out: &mut dyn Write) -> BenchResult {
     let log = &workload.log;
     let head = log.head() as f64;
     let (mut raw, mut fold) = (Vec::new(), Vec::new());
-    for run in 0..args.runs {
-        eprint!("\r  run {}/{}", run + 1, args.runs);
+    let bar = progress::bar("replay", args.runs as u64, "runs");
+    for _ in 0..args.runs {
         let (seconds, _) = timed(|| {
             let mut count = 0u64;
             for record in log.read_all(1) {
@@ -68,8 +69,9 @@ pub(super) fn replay(args: &ReplayArgs, out: &mut dyn Write) -> BenchResult {
         })?;
         std::hint::black_box(&state);
         fold.push(head / seconds);
+        bar.inc(1);
     }
-    eprintln!();
+    bar.finish_and_clear();
     let (raw, fold) = (Summary::of(&raw), Summary::of(&fold));
     writeln!(
         out,
@@ -108,8 +110,8 @@ pub(super) fn startup(args: &ReplayArgs, out: &mut dyn Write) -> BenchResult {
     )?;
     drop(state);
     let (mut with_checkpoint, mut refold) = (Vec::new(), Vec::new());
-    for run in 0..args.runs {
-        eprint!("\r  run {}/{}", run + 1, args.runs);
+    let bar = progress::bar("startup", args.runs as u64, "runs");
+    for _ in 0..args.runs {
         let (seconds, opened) = timed(|| Ok(Checkpointed::open(log.clone(), 0)?))?;
         assert_eq!(
             opened.1.checkpoint_position,
@@ -119,8 +121,9 @@ pub(super) fn startup(args: &ReplayArgs, out: &mut dyn Write) -> BenchResult {
         with_checkpoint.push(seconds * 1000.0);
         let (seconds, _) = timed(|| Ok(subagent_replay::state_at(&log, None)?))?;
         refold.push(seconds * 1000.0);
+        bar.inc(1);
     }
-    eprintln!();
+    bar.finish_and_clear();
     let (with_checkpoint, refold) = (Summary::of(&with_checkpoint), Summary::of(&refold));
     writeln!(
         out,

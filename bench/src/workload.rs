@@ -69,7 +69,8 @@ pub(super) struct Workload {
 
 /// Builds a log of about `events` events in `dir`: roots with `fanout`
 /// children each, recursively, plus a probe parent with `probe_children`
-/// children. Prints progress to stderr.
+/// children. Shows a bar on stderr while it builds, when stderr is a
+/// terminal.
 ///
 /// # Errors
 /// Storage failures.
@@ -108,7 +109,7 @@ pub(super) fn build(
     queue.push_back((probe_parent, 0, probe_children));
     queue.push_back((root, 0, fanout));
     let mut written = 2u64;
-    let mut next_report = events / 10;
+    let bar = super::progress::bar("building log", events, "events");
     let catalog = |child: SessionId| {
         NewEvent::new(Event::ChildCataloged {
             child,
@@ -142,18 +143,13 @@ pub(super) fn build(
         if pending.len() >= 2048 {
             runtime.block_on(settle(std::mem::take(&mut pending)))?;
         }
-        if written >= next_report && events >= 100_000 {
-            eprint!("\r  building log: {written}/{events} events");
-            next_report += events / 10;
-        }
+        bar.set_position(written.min(events));
         if written >= events {
             break;
         }
     }
     runtime.block_on(settle(pending))?;
-    if events >= 100_000 {
-        eprintln!("\r  building log: {} events done        ", log.head());
-    }
+    bar.finish_and_clear();
     Ok(Workload {
         log,
         root,

@@ -4,8 +4,10 @@
 //! bad input: an unknown or malformed session, a position past the head,
 //! `--from` after `--to`, a file that cannot be opened or created, a
 //! non-empty import target. Output goes to the one handled stdout.
+//! `replay`, `verify`, `export` and `import` show a progress bar on stderr
+//! while they work, when it is a terminal ([`crate::progress`]).
 
-use std::io::{BufReader, BufWriter, Write};
+use std::io::{BufReader, BufWriter, IsTerminal, Write};
 use std::path::{Path, PathBuf};
 
 use clap::{Args, Subcommand};
@@ -13,10 +15,14 @@ use serde_json::json;
 use subagent_core::SessionId;
 use subagent_pg::{PgLog, PgOptions};
 use subagent_projections::Projections;
-use subagent_replay::{diff, export, import, import_directory, state_at, verify, ReplayError};
+use subagent_replay::{
+    diff, export_with_progress, import, import_directory, state_at, state_at_with_progress,
+    verify_with_progress, ReplayError,
+};
 use subagent_store::EventLog;
 
 use crate::error::CliError;
+use crate::progress::Bar;
 use crate::target::{self, LogTarget};
 use crate::{render, CliResult};
 
@@ -224,7 +230,9 @@ pub(crate) fn run(command: Inspect, out: &mut dyn Write) -> CliResult {
             Ok(())
         }
         Inspect::Replay { at } => {
-            let state = state_at(&*open(&at.log)?, at.at)?;
+            let bar = Bar::records("replay");
+            let state = state_at_with_progress(&*open(&at.log)?, at.at, &bar)?;
+            bar.finish();
             if at.json {
                 return print_json(out, &state);
             }
@@ -267,7 +275,9 @@ pub(crate) fn run(command: Inspect, out: &mut dyn Write) -> CliResult {
             Ok(())
         }
         Inspect::Verify { log } => {
-            let report = verify(&*open(&log)?)?;
+            let bar = Bar::records("verify");
+            let report = verify_with_progress(&*open(&log)?, &bar)?;
+            bar.finish();
             writeln!(
                 out,
                 "verified {} events (head {}); checkpoint: {}",
@@ -304,16 +314,22 @@ pub(crate) fn run(command: Inspect, out: &mut dyn Write) -> CliResult {
         }
         Inspect::Export { log, out: target } => {
             let log = open(&log)?;
+            // Records written to a terminal would be broken into by a bar
+            // on the same screen.
+            let bar = Bar::records("export")
+                .hidden_if(target.is_none() && std::io::stdout().is_terminal());
             let count = match target {
                 Some(path) => {
                     let file = match std::fs::File::create(&path) {
                         Ok(file) => file,
                         Err(source) => return Err(CliError::File { path, source }.into()),
                     };
-                    export(&*log, &mut BufWriter::new(file)).map_err(|err| naming(&path, err))?
+                    export_with_progress(&*log, &mut BufWriter::new(file), &bar)
+                        .map_err(|err| naming(&path, err))?
                 }
-                None => export(&*log, &mut &mut *out)?,
+                None => export_with_progress(&*log, &mut &mut *out, &bar)?,
             };
+            bar.finish();
             let _ = writeln!(std::io::stderr(), "exported {count} events");
             Ok(())
         }
@@ -322,7 +338,15 @@ pub(crate) fn run(command: Inspect, out: &mut dyn Write) -> CliResult {
                 path: file.clone(),
                 source,
             })?;
-            let input = BufReader::new(input);
+            // A regular file's length is the bar's total; a pipe or a device
+            // has none (a spinner then).
+            let length = input
+                .metadata()
+                .ok()
+                .filter(std::fs::Metadata::is_file)
+                .map(|metadata| metadata.len());
+            let bar = Bar::bytes("import", length);
+            let input = bar.wrap_read(BufReader::new(input));
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()?;
@@ -337,6 +361,7 @@ pub(crate) fn run(command: Inspect, out: &mut dyn Write) -> CliResult {
                 LogTarget::Postgres(options, _) => import_postgres(&runtime, options, input)
                     .map_err(|err| format!("{err}; {log} is untouched"))?,
             };
+            bar.finish();
             writeln!(out, "imported {count} events into {log}")?;
             Ok(())
         }

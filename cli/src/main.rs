@@ -12,6 +12,7 @@ mod error;
 mod inspect;
 mod log_cmd;
 mod output;
+mod progress;
 mod render;
 mod salvage_cmd;
 mod serve_cmd;

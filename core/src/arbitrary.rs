@@ -426,15 +426,31 @@ pub fn session_event() -> impl Strategy<Value = Event> {
         })
 }
 
+/// A valid W3C trace context.
+pub fn trace_context() -> impl Strategy<Value = crate::TraceContext> {
+    (any::<[u8; 16]>(), any::<[u8; 8]>(), any::<bool>()).prop_filter_map(
+        "W3C ids are never all zero",
+        |(trace_id, span_id, sampled)| crate::TraceContext::new(trace_id, span_id, sampled),
+    )
+}
+
 /// A new event with random ids around any payload.
 pub fn new_event() -> impl Strategy<Value = NewEvent> {
-    (uuid(), option::of(uuid()), option::of(uuid()), event()).prop_map(
-        |(event_id, correlation_id, causation_id, event)| NewEvent {
-            event_id: EventId::from_uuid(event_id),
-            correlation_id,
-            causation_id: causation_id.map(EventId::from_uuid),
-            event,
-            recorded_at: None,
-        },
+    (
+        uuid(),
+        option::of(uuid()),
+        option::of(uuid()),
+        option::of(trace_context()),
+        event(),
     )
+        .prop_map(
+            |(event_id, correlation_id, causation_id, trace, event)| NewEvent {
+                event_id: EventId::from_uuid(event_id),
+                correlation_id,
+                causation_id: causation_id.map(EventId::from_uuid),
+                trace,
+                event,
+                recorded_at: None,
+            },
+        )
 }

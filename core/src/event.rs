@@ -26,6 +26,7 @@ use crate::contracts::{
 use crate::error::SubagentError;
 use crate::ids::{EventId, MessageId, SessionId, SubagentRunId};
 use crate::result::{Diagnostic, SubagentResult, SubagentStopReason};
+use crate::telemetry::TraceContext;
 
 /// The schema version this build writes. Older versions decode through
 /// upcasters; newer ones are refused rather than misread.
@@ -631,6 +632,8 @@ pub struct NewEvent {
     pub correlation_id: Option<Uuid>,
     /// The event that caused this one.
     pub causation_id: Option<EventId>,
+    /// The span the event was recorded in, when spans were exported.
+    pub trace: Option<TraceContext>,
     /// The payload.
     pub event: Event,
     /// Import only: keep this original timestamp instead of the writer's clock.
@@ -645,6 +648,7 @@ impl NewEvent {
             event_id: EventId::new(),
             correlation_id: None,
             causation_id: None,
+            trace: None,
             event,
             recorded_at: None,
         }
@@ -670,6 +674,7 @@ impl NewEvent {
             schema_version: CURRENT_SCHEMA_VERSION,
             correlation_id: self.correlation_id,
             causation_id: self.causation_id,
+            trace: self.trace,
             event: self.event,
         }
     }
@@ -711,6 +716,14 @@ pub struct RecordedEvent {
     /// Causing event.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub causation_id: Option<EventId>,
+    /// The span the event was recorded in (a W3C `traceparent`), when
+    /// spans were exported: what lets a replay rebuild the tree of spans.
+    #[serde(
+        default,
+        rename = "traceparent",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub trace: Option<TraceContext>,
     /// The payload, upcast to the current schema.
     pub event: Event,
 }

@@ -18,6 +18,7 @@ pub mod remote;
 pub mod result;
 pub mod schema;
 pub mod settings;
+pub mod telemetry;
 pub mod upcast;
 
 #[cfg(any(test, feature = "arbitrary"))]
@@ -41,3 +42,4 @@ pub use result::{select_output, Diagnostic, SubagentResult, SubagentStopReason};
 pub use settings::{
     effective_agent_options, resolve_max_depth, DepthPolicy, ModelSelectionSettings, StartSettings,
 };
+pub use telemetry::TraceContext;

@@ -3,7 +3,7 @@
 //!
 //! Layout: `[format: u8 = 1][crc32c(body): u32 LE][body]`, where `body` is the
 //! JSON envelope `{position, stream, version, eventId, recordedAt,
-//! schemaVersion, correlationId?, causationId?, event: {type, data}}`.
+//! schemaVersion, correlationId?, causationId?, traceparent?, event: {type, data}}`.
 //! The checksum covers the whole body, so a flipped bit anywhere is caught
 //! before JSON parsing; decoding never panics on any input (fuzzed).
 
@@ -14,6 +14,7 @@ use uuid::Uuid;
 
 use crate::event::{RecordedEvent, StreamId};
 use crate::ids::EventId;
+use crate::telemetry::TraceContext;
 use crate::upcast::{decode_event, UpcastError};
 
 /// Why a record did not encode or decode.
@@ -136,6 +137,8 @@ struct RecordWire<'a> {
     correlation_id: Option<Uuid>,
     #[serde(default)]
     causation_id: Option<EventId>,
+    #[serde(default)]
+    traceparent: Option<TraceContext>,
     #[serde(borrow)]
     event: &'a RawValue,
 }
@@ -216,6 +219,7 @@ pub fn decode_body(body: &[u8]) -> Result<RecordedEvent, RecordError> {
         schema_version: wire.schema_version,
         correlation_id: wire.correlation_id,
         causation_id: wire.causation_id,
+        trace: wire.traceparent,
         event,
     })
 }
@@ -227,6 +231,11 @@ mod tests {
     use proptest::prelude::*;
 
     fn record(event: crate::Event, position: u64) -> RecordedEvent {
+        // Every other record keeps a trace context, so both shapes round-trip.
+        let trace = position
+            .is_multiple_of(2)
+            .then(|| crate::TraceContext::new([7; 16], [9; 8], true))
+            .flatten();
         RecordedEvent {
             position,
             stream: StreamId::Session(SessionId::new()),
@@ -236,6 +245,7 @@ mod tests {
             schema_version: CURRENT_SCHEMA_VERSION,
             correlation_id: Some(Uuid::now_v7()),
             causation_id: None,
+            trace,
             event,
         }
     }

@@ -35,6 +35,14 @@ pub struct LiveActivation {
     pub run_id: Option<SubagentRunId>,
     /// Whether this epoch's result has settled (before release).
     pub settled: bool,
+    /// The activation's own span, as its `ActivationRequested` recorded it
+    /// (see [`Projections::span_parent`](crate::Projections::span_parent)).
+    /// Absent when no span was exported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<subagent_core::TraceContext>,
+    /// The span of the turn in progress, as its `TurnStarted` recorded it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turn_trace: Option<subagent_core::TraceContext>,
 }
 
 impl LiveActivation {

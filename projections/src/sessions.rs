@@ -30,6 +30,12 @@ pub struct SessionRecord {
     pub agent_options: Option<AgentOptions>,
     /// Log position of the `SessionCreated`.
     pub created_at: u64,
+    /// The span the `SessionCreated` was recorded in: for a root, its
+    /// `create_agent` span, the parent of every activation of its tree
+    /// that no in-tree span started (telemetry's
+    /// `activation_parent`). Absent when no span was exported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<subagent_core::TraceContext>,
 }
 
 impl SessionRecord {

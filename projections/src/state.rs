@@ -155,6 +155,7 @@ impl Projections {
                         descriptor: interpreted,
                         agent_options,
                         created_at: record.position,
+                        trace: record.trace,
                     },
                 );
             }
@@ -194,6 +195,8 @@ impl Projections {
                         output_schema: output_schema.clone(),
                         run_id: None,
                         settled: false,
+                        trace: record.trace,
+                        turn_trace: None,
                     });
                 }
             }
@@ -311,12 +314,18 @@ impl Projections {
                 if let Some(state) = self.activation_mut(session) {
                     state.running_turn = Some(*turn);
                     state.turns = state.turns.max(*turn);
+                    if let Some(live) = state.live.as_mut() {
+                        live.turn_trace = record.trace;
+                    }
                 }
             }
             Event::TurnEnded { turn, .. } => {
                 if let Some(state) = self.activation_mut(session) {
                     if state.running_turn == Some(*turn) {
                         state.running_turn = None;
+                        if let Some(live) = state.live.as_mut() {
+                            live.turn_trace = None;
+                        }
                     }
                 }
             }
@@ -454,6 +463,31 @@ impl Projections {
             .collect();
         live.sort_by_key(|(id, _)| *id);
         live
+    }
+
+    /// The span a new activation of a child of `parent` is parented on
+    /// (the rule `subagent_core::telemetry` states, in one place): the span
+    /// of the parent's turn in progress, else of the parent's live
+    /// activation, else of the root's creation. `None` when none was
+    /// recorded (spans were not exported).
+    #[must_use]
+    pub fn span_parent(&self, parent: SessionId) -> Option<subagent_core::TraceContext> {
+        let live = self
+            .activations
+            .get(&parent)
+            .and_then(|activation| activation.live.as_ref());
+        if let Some(trace) = live.and_then(|live| live.turn_trace.or(live.trace)) {
+            return Some(trace);
+        }
+        let mut root = parent;
+        // Bounded by the corpus, so a damaged cycle cannot loop.
+        for _ in 0..=self.sessions.len() {
+            match self.sessions.get(&root).and_then(|record| record.parent) {
+                Some(up) => root = up,
+                None => break,
+            }
+        }
+        self.sessions.get(&root).and_then(|record| record.trace)
     }
 
     /// Activity of a session (inactive when it was never activated).

@@ -168,6 +168,7 @@ fn decide_refuses_instead_of_overflowing_on_u64_max() {
         schema_version: subagent_core::CURRENT_SCHEMA_VERSION,
         correlation_id: None,
         causation_id: None,
+        trace: None,
         event: Event::ActivationAbandoned {
             epoch: u64::MAX,
             reason: subagent_core::AbandonReason::HostRestart,
@@ -231,6 +232,7 @@ fn the_fold_survives_a_checkpointed_counter_at_u64_max() {
         schema_version: subagent_core::CURRENT_SCHEMA_VERSION,
         correlation_id: None,
         causation_id: None,
+        trace: None,
         event: Event::MessageAccepted {
             message_id: MessageId::new(),
             source: MessageSource::AgentMessage {

@@ -13,24 +13,33 @@
 //!   [`import_directory`]: the same into a new directory, all or nothing.
 //! - [`salvage`]: the longest trustworthy prefix of a damaged log, copied
 //!   into a new directory, and what was left behind.
+//! - [`spans`]: the tree of spans a run exported, rebuilt from the trace
+//!   contexts its events keep.
+//! - [`Progress`]: how far [`verify_with_progress`],
+//!   [`state_at_with_progress`] and [`export_with_progress`] have got, for a
+//!   caller that shows it.
 
 mod checkpointed;
 mod diff;
 mod error;
 mod indexes;
 mod lines;
+mod progress;
 mod salvage;
+mod spans;
 mod transfer;
 mod verify;
 
 pub use checkpointed::{Checkpointed, OpenReport, CHECKPOINT_NAME};
 pub use diff::{diff, structural_diff, Change};
 pub use error::ReplayError;
+pub use progress::Progress;
 pub use salvage::{
     longest_prefix, salvage, DroppedRecord, Prefix, PrefixEnd, SalvageReport, DROPPED_LISTED,
 };
-pub use transfer::{export, import, import_directory};
-pub use verify::{verify, VerifyReport};
+pub use spans::{spans, RebuiltSpan, SpanKind};
+pub use transfer::{export, export_with_progress, import, import_directory};
+pub use verify::{verify, verify_with_progress, VerifyReport};
 
 use subagent_projections::Projections;
 use subagent_store::{EventLog, EventLogExt};
@@ -73,18 +82,36 @@ pub fn state_at<L: EventLog + ?Sized>(
     log: &L,
     at: Option<u64>,
 ) -> Result<Projections, ReplayError> {
+    state_at_with_progress(log, at, &())
+}
+
+/// [`state_at`], telling `progress` how many records it has folded of the
+/// `at` (or head) it folds to.
+///
+/// # Errors
+/// As [`state_at`]; a position past the head is refused before `progress`
+/// hears anything.
+pub fn state_at_with_progress<L: EventLog + ?Sized, P: Progress + ?Sized>(
+    log: &L,
+    at: Option<u64>,
+    progress: &P,
+) -> Result<Projections, ReplayError> {
     let head = log.head();
     let at = at.unwrap_or(head);
     if at > head {
         return Err(ReplayError::PositionPastHead { at, head });
     }
+    progress.set_total(at);
     let mut state = Projections::new();
+    let mut done = 0;
     for record in log.read_all(1) {
         let record = record?;
         if record.position > at {
             break;
         }
         state.apply(&record);
+        done += 1;
+        progress.reached(done);
     }
     Ok(state)
 }

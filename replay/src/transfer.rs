@@ -40,6 +40,7 @@ use subagent_store::{
 
 use crate::error::ReplayError;
 use crate::lines::BoundedLines;
+use crate::progress::Progress;
 
 /// One attachment of an export.
 #[derive(Serialize, Deserialize)]
@@ -64,6 +65,20 @@ const MAX_ATTACHMENT_LINE_BYTES: usize = MAX_ATTACHMENT_BYTES.div_ceil(3) * 4 + 
 /// A read failure or a write failure; [`StoreError::Damaged`] when a record
 /// names an attachment the log does not hold.
 pub fn export<L: EventLog + ?Sized>(log: &L, out: &mut impl Write) -> Result<u64, ReplayError> {
+    export_with_progress(log, out, &())
+}
+
+/// [`export`], telling `progress` how many records it has written of the
+/// head's.
+///
+/// # Errors
+/// As [`export`].
+pub fn export_with_progress<L: EventLog + ?Sized, P: Progress + ?Sized>(
+    log: &L,
+    out: &mut impl Write,
+    progress: &P,
+) -> Result<u64, ReplayError> {
+    progress.set_total(log.head());
     let mut count = 0;
     let mut written = HashSet::new();
     for record in log.read_all(1) {
@@ -89,6 +104,7 @@ pub fn export<L: EventLog + ?Sized>(log: &L, out: &mut impl Write) -> Result<u64
         serde_json::to_writer(&mut *out, &record).map_err(std::io::Error::other)?;
         out.write_all(b"\n")?;
         count += 1;
+        progress.reached(count);
     }
     out.flush()?;
     Ok(count)
@@ -319,6 +335,7 @@ fn submit<L: EventLog + ?Sized>(
             event_id: record.event_id,
             correlation_id: record.correlation_id,
             causation_id: record.causation_id,
+            trace: record.trace,
             event: record.event,
             recorded_at: Some(record.recorded_at),
         })

@@ -15,6 +15,7 @@ use crate::checkpointed::CHECKPOINT_NAME;
 use crate::diff::structural_diff;
 use crate::error::ReplayError;
 use crate::indexes::IndexAudit;
+use crate::progress::Progress;
 
 /// The outcome of [`verify`].
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -59,10 +60,24 @@ const MAX_DIFFERENCES: usize = 20;
 /// # Errors
 /// A read failure, including a corrupt record.
 pub fn verify<L: EventLog + ?Sized>(log: &L) -> Result<VerifyReport, ReplayError> {
+    verify_with_progress(log, &())
+}
+
+/// [`verify`], telling `progress` how many records it has folded of the
+/// head's. The audits after the last record (the indexes' remaining
+/// entries, the checkpoint comparisons) report nothing.
+///
+/// # Errors
+/// As [`verify`].
+pub fn verify_with_progress<L: EventLog + ?Sized, P: Progress + ?Sized>(
+    log: &L,
+    progress: &P,
+) -> Result<VerifyReport, ReplayError> {
     let mut report = VerifyReport {
         head: log.head(),
         ..VerifyReport::default()
     };
+    progress.set_total(report.head);
     let stored = match checkpoint::usable(
         log.read_checkpoint(CHECKPOINT_NAME)?.as_deref(),
         report.head,
@@ -103,6 +118,7 @@ pub fn verify<L: EventLog + ?Sized>(log: &L) -> Result<VerifyReport, ReplayError
             resumed.apply(&record);
         }
         report.events += 1;
+        progress.reached(report.events);
     }
     if report.impossible_history.is_none() {
         report.impossible_history = admit_end(&rebuilt, expected).err();

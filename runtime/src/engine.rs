@@ -25,18 +25,19 @@
 
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use subagent_core::record::{encoded_body_len, json_len};
+use subagent_core::telemetry::{attr, span};
 use subagent_core::{
-    Attachment, ContentBlock, NewEvent, RecordedEvent, StreamId, SubagentError, MAX_CONTENT_BYTES,
-    MAX_EVENT_BYTES,
+    Attachment, ContentBlock, NewEvent, RecordedEvent, StreamId, SubagentError, TraceContext,
+    MAX_CONTENT_BYTES, MAX_EVENT_BYTES,
 };
 use subagent_projections::{checkpoint, decide, Command, Projections};
 use subagent_store::{EventLog, EventLogExt, ExpectedVersion, StreamAppend};
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, error, warn};
+use tracing::{debug, error, warn, Instrument};
 
 struct Pipeline {
     state: Projections,
@@ -77,6 +78,9 @@ pub(crate) struct Engine {
     /// Held while a checkpoint is written: one at a time, so the newest
     /// snapshot is always written last.
     checkpointing: Arc<tokio::sync::Mutex<()>>,
+    /// The position of the newest checkpoint written or opened from (0:
+    /// none): what checkpoint age is measured from.
+    checkpointed: Arc<AtomicU64>,
 }
 
 /// How much wider the stored record can be than the one the engine counts:
@@ -172,6 +176,7 @@ impl Engine {
             broken: CancellationToken::new(),
             checkpoint_every,
             checkpointing: Arc::new(tokio::sync::Mutex::new(())),
+            checkpointed: Arc::new(AtomicU64::new(stats.checkpoint_position.unwrap_or(0))),
         };
         Ok((engine, stats))
     }
@@ -191,6 +196,7 @@ impl Engine {
             Arc::clone(&self.log),
             self.snapshot_for_checkpoint(),
             self.broken.clone(),
+            Arc::clone(&self.checkpointed),
         )
         .await
         .map_err(|err| {
@@ -212,10 +218,11 @@ impl Engine {
         let snapshot = self.snapshot_for_checkpoint();
         let log = Arc::clone(&self.log);
         let broken = self.broken.clone();
+        let checkpointed = Arc::clone(&self.checkpointed);
         tokio::spawn(async move {
             let _writing = writing;
             // A failed checkpoint only costs a longer refold at the next open.
-            if let Err(err) = save_checkpoint(log, snapshot, broken).await {
+            if let Err(err) = save_checkpoint(log, snapshot, broken, checkpointed).await {
                 warn!(error = %err, "saving the projections checkpoint failed");
             }
         });
@@ -231,6 +238,12 @@ impl Engine {
         self.pipeline
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The position of the newest checkpoint written or opened from (0:
+    /// none).
+    pub(crate) fn checkpoint_position(&self) -> u64 {
+        self.checkpointed.load(Ordering::Acquire)
     }
 
     /// The log.
@@ -298,6 +311,42 @@ impl Engine {
         command: Command,
         attachments: Vec<Attachment>,
     ) -> Result<Vec<RecordedEvent>, SubagentError> {
+        // The caller's span, before the command's own is entered: the span
+        // the events are recorded in.
+        let caller = crate::telemetry::current_trace();
+        let name = command.name();
+        let span = tracing::info_span!(
+            span::COMMAND,
+            { attr::COMMAND } = name,
+            { attr::EVENTS } = tracing::field::Empty,
+            { attr::ERROR_TYPE } = tracing::field::Empty,
+        );
+        let outcome = self
+            .commit_traced(command, attachments, caller)
+            .instrument(span.clone())
+            .await;
+        match &outcome {
+            Ok(records) => {
+                span.record(attr::EVENTS, records.len());
+                crate::metrics::recorded(records);
+            }
+            Err(err) => {
+                let code = err.code();
+                span.record(attr::ERROR_TYPE, code.as_str());
+                crate::metrics::refused(code);
+            }
+        }
+        outcome
+    }
+
+    /// [`commit_with`](Self::commit_with) inside the command's span, every
+    /// event keeping `caller`, the span it was recorded in.
+    async fn commit_traced(
+        &self,
+        command: Command,
+        attachments: Vec<Attachment>,
+        caller: Option<TraceContext>,
+    ) -> Result<Vec<RecordedEvent>, SubagentError> {
         if self.failed.load(Ordering::Acquire) {
             return Err(self.refusal());
         }
@@ -315,7 +364,13 @@ impl Engine {
             let mut next_versions = Vec::with_capacity(decision.len());
             let mut position = pipeline.state.position;
             for (stream, events) in decision {
-                let events: Vec<NewEvent> = events.into_iter().map(NewEvent::new).collect();
+                let events: Vec<NewEvent> = events
+                    .into_iter()
+                    .map(|event| NewEvent {
+                        trace: caller,
+                        ..NewEvent::new(event)
+                    })
+                    .collect();
                 // A stream untouched since opening has nothing in flight, so
                 // its durable version is the current one.
                 let mut version = match pipeline.versions.entry(stream) {
@@ -351,7 +406,9 @@ impl Engine {
                 self.checkpoint_every > 0 && pipeline.since_checkpoint >= self.checkpoint_every;
             (ticket, records, due)
         };
-        let outcomes = match ticket.await {
+        let enqueued = std::time::Instant::now();
+        let append = tracing::info_span!(span::APPEND, { attr::EVENTS } = records.len());
+        let outcomes = match ticket.instrument(append).await {
             Ok(outcomes) => outcomes,
             Err(err) => return Err(self.fail(SubagentError::internal_from(err))),
         };
@@ -362,6 +419,7 @@ impl Engine {
                 outcomes.first()
             ))));
         }
+        crate::metrics::appended(enqueued.elapsed());
         debug!(events = records.len(), "committed");
         if checkpoint_due {
             self.checkpoint_in_background();
@@ -416,6 +474,7 @@ async fn save_checkpoint(
     log: Arc<dyn EventLog>,
     snapshot: Projections,
     broken: CancellationToken,
+    checkpointed: Arc<AtomicU64>,
 ) -> Result<(), SubagentError> {
     let mut durable = log.watch_head();
     tokio::select! {
@@ -426,10 +485,13 @@ async fn save_checkpoint(
             return Err(SubagentError::internal("the log failed before the checkpoint's events became durable"));
         }
     }
+    let position = snapshot.position;
     tokio::task::spawn_blocking(move || {
         log.write_checkpoint(checkpoint::CHECKPOINT_NAME, &checkpoint::encode(&snapshot))
             .map_err(SubagentError::internal_from)
     })
     .await
-    .map_err(SubagentError::internal_from)?
+    .map_err(SubagentError::internal_from)??;
+    checkpointed.fetch_max(position, Ordering::AcqRel);
+    Ok(())
 }

@@ -9,6 +9,12 @@
 //! folded in, and only then acknowledged. Drivers react by doing the IO
 //! (creating agents, running turns, starting and disposing external runs)
 //! and report each outcome as a new command.
+//!
+//! Telemetry: every command, activation, turn, tool call and message
+//! delivery is a `tracing` span named by `subagent_core::telemetry`
+//! (exported when the host installs `tracing-opentelemetry`), and the
+//! engine counts starts, settlements, refusals and append latency through
+//! the `metrics` facade.
 
 mod activation;
 pub mod agent;
@@ -17,11 +23,13 @@ mod capacity;
 pub mod conformance;
 mod drivers;
 mod engine;
+mod metrics;
 pub mod provider;
 pub mod providers;
 mod runtime;
 pub mod scripted;
 mod settings;
+mod telemetry;
 mod tools;
 
 use std::future::Future;
@@ -41,6 +49,6 @@ pub use capacity::CapacityLimits;
 pub use provider::{SubagentProvider, SubagentRun};
 pub use runtime::{
     InboxMessage, InterruptAuthority, LiveAgent, Notice, ProviderRegistration, RecoveryReport,
-    RootEntry, SubagentRuntime,
+    RootEntry, RuntimeGauges, SubagentRuntime,
 };
 pub use scripted::{Script, ScriptedHost};

@@ -77,6 +77,7 @@ fn regenerate_current_fixture() {
             schema_version: CURRENT_SCHEMA_VERSION,
             correlation_id: None,
             causation_id: None,
+            trace: None,
             event,
         };
         lines.push(serde_json::to_string(&record).unwrap());

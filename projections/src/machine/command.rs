@@ -249,6 +249,42 @@ pub enum Command {
     },
 }
 
+impl Command {
+    /// The command's name in snake case (`start_child`, `begin_turn`, ...):
+    /// what its span and its refusal metrics are labelled with.
+    #[must_use]
+    pub fn name(&self) -> &'static str {
+        match self {
+            Command::OpenRoot { .. } => "open_root",
+            Command::RegisterProvider { .. } => "register_provider",
+            Command::RemoveProvider { .. } => "remove_provider",
+            Command::StartChild(_) => "start_child",
+            Command::PrepareActivation { .. } => "prepare_activation",
+            Command::PublishActivation { .. } => "publish_activation",
+            Command::BeginTurn { .. } => "begin_turn",
+            Command::RecordTranscript { .. } => "record_transcript",
+            Command::CallTool { .. } => "call_tool",
+            Command::ClaimSteering { .. } => "claim_steering",
+            Command::EndTurn { .. } => "end_turn",
+            Command::SettleActivation { .. } => "settle_activation",
+            Command::ReleaseActivation { .. } => "release_activation",
+            Command::FailActivation { .. } => "fail_activation",
+            Command::AbandonActivation { .. } => "abandon_activation",
+            Command::StartRun { .. } => "start_run",
+            Command::SettleRun { .. } => "settle_run",
+            Command::DisposeRun { .. } => "dispose_run",
+            Command::FailRunStart { .. } => "fail_run_start",
+            Command::SendMessage { .. } => "send_message",
+            Command::Prompt { .. } => "prompt",
+            Command::Interrupt { .. } => "interrupt",
+            Command::CloseAdmission { .. } => "close_admission",
+            Command::ReopenAdmission { .. } => "reopen_admission",
+            Command::Recover => "recover",
+            Command::ReopenRoot { .. } => "reopen_root",
+        }
+    }
+}
+
 /// What an agent produced in one turn, as the driver saw it.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct TurnOutput {

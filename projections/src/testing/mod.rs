@@ -55,6 +55,7 @@ impl HistoryBuilder {
             schema_version: CURRENT_SCHEMA_VERSION,
             correlation_id: None,
             causation_id: None,
+            trace: None,
             event,
         });
         &self.records[self.records.len() - 1]

@@ -32,6 +32,7 @@ pub(crate) fn append_raw<L: EventLog + ?Sized>(log: &L, records: &[RecordedEvent
                 event_id: record.event_id,
                 correlation_id: record.correlation_id,
                 causation_id: record.causation_id,
+                trace: record.trace,
                 event: record.event.clone(),
                 recorded_at: Some(record.recorded_at),
             };

@@ -24,12 +24,15 @@ pub(crate) struct ExternalDriver {
     pub(crate) run_id: SubagentRunId,
     pub(crate) provider: String,
     pub(crate) signal: CancellationToken,
+    /// The run's span (`subagents.run`), which the driver runs in.
+    pub(crate) span: tracing::Span,
 }
 
 impl ExternalDriver {
     pub(crate) async fn run(mut self) {
         if let Err(err) = self.drive().await {
             warn!(child = %self.handle.child, error = %err, "external driver failed");
+            crate::telemetry::record_error(&self.span, err.code().as_str());
             self.handle.settle(Err(err));
         }
     }
@@ -55,6 +58,9 @@ impl ExternalDriver {
             });
             if let Some(diagnostic) = &result.diagnostic {
                 result.diagnostic = Some(self.runtime.clean_diagnostic(child, diagnostic.as_str()));
+            }
+            if result.stop_reason != subagent_core::SubagentStopReason::Completed {
+                crate::telemetry::record_error(&self.span, result.stop_reason.as_str());
             }
             engine
                 .commit(Command::SettleRun {

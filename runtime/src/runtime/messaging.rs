@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use subagent_core::telemetry::attr;
 use subagent_core::{
     content::ContentBlock, Attachment, Event, InterruptReceipt, InterruptRequest, MessageId,
     PromptReceipt, PromptRequest, SessionId, StreamId, SubagentError,
@@ -13,6 +14,7 @@ use subagent_projections::Command;
 use subagent_store::EventLogExt;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use crate::activation::DriverHandle;
 use crate::drivers::LocalDriver;
@@ -70,6 +72,27 @@ pub enum InterruptAuthority<'a> {
 /// build (the same answer on every machine).
 fn is_time_zone(zone: &str) -> bool {
     jiff::tz::db().get(zone).is_ok()
+}
+
+/// What a delivery did (its span's `subagents.message.delivery`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Delivered {
+    /// The target had no live activation: the message resumed it.
+    ColdResumed,
+    /// The target's live driver was told of the message.
+    Woken,
+    /// Nothing was recorded (a prompt's retry).
+    Nothing,
+}
+
+impl Delivered {
+    fn as_str(self) -> &'static str {
+        match self {
+            Delivered::ColdResumed => "cold_resume",
+            Delivered::Woken => "wake",
+            Delivered::Nothing => "retry",
+        }
+    }
 }
 
 impl SubagentRuntime {
@@ -210,6 +233,28 @@ impl SubagentRuntime {
         command: Command,
         attachments: Vec<Attachment>,
     ) -> Result<bool, SubagentError> {
+        let span = crate::telemetry::deliver_message_span(target);
+        let delivered = self
+            .deliver_traced(sender, target, command, attachments)
+            .instrument(span.clone())
+            .await;
+        match &delivered {
+            Ok(how) => {
+                span.record(attr::DELIVERY, how.as_str());
+            }
+            Err(err) => crate::telemetry::record_error(&span, err.code().as_str()),
+        }
+        delivered.map(|how| how != Delivered::Nothing)
+    }
+
+    /// [`deliver`](Self::deliver) inside its span.
+    async fn deliver_traced(
+        &self,
+        sender: SessionId,
+        target: SessionId,
+        command: Command,
+        attachments: Vec<Attachment>,
+    ) -> Result<Delivered, SubagentError> {
         let resumes = cold_resumes(&self.inner.engine.state(), sender, target);
         let permits = if resumes {
             Some(self.inner.capacity.try_admit(sender)?)
@@ -217,16 +262,49 @@ impl SubagentRuntime {
             None
         };
         let _materializing = Materializing::enter(&self.inner.gate)?;
-        let records = self.inner.engine.commit_with(command, attachments).await?;
+        // A message that resumes its target is recorded in the resumed
+        // activation's span, as every activation request is.
+        let resumed_span = resumes.then(|| self.resumed_span(target)).flatten();
+        let commit = self.inner.engine.commit_with(command, attachments);
+        let records = match &resumed_span {
+            Some(span) => commit.instrument(span.clone()).await?,
+            None => commit.await?,
+        };
         let resumed = records
             .iter()
             .any(|record| matches!(record.event, Event::ActivationRequested { .. }));
-        if resumed {
-            self.cold_resume(target, permits);
+        Ok(if resumed {
+            let span = resumed_span
+                .or_else(|| self.resumed_span(target))
+                .unwrap_or_else(tracing::Span::none);
+            self.cold_resume(target, permits, span);
+            Delivered::ColdResumed
         } else if !records.is_empty() {
             self.wake(target);
-        }
-        Ok(!records.is_empty())
+            Delivered::Woken
+        } else {
+            Delivered::Nothing
+        })
+    }
+
+    /// The span of `child`'s next activation (a cold resume), opened on
+    /// the projections as they are before it is requested; `None` for an
+    /// unknown session.
+    fn resumed_span(&self, child: SessionId) -> Option<tracing::Span> {
+        let state = self.inner.engine.state();
+        let record = state.sessions.get(&child)?;
+        let epoch = state.activations.get(&child).map_or(0, |a| a.epoch) + 1;
+        Some(
+            crate::telemetry::ActivationSpan {
+                child,
+                parent: record.parent.unwrap_or(child),
+                label: &record.label,
+                provider: record.provider.as_deref().unwrap_or_default(),
+                epoch,
+                external: false,
+            }
+            .open(&state),
+        )
     }
 
     /// Tells `session`'s live driver, if any, that its inbox gained a
@@ -237,7 +315,12 @@ impl SubagentRuntime {
         }
     }
 
-    pub(crate) fn cold_resume(&self, child: SessionId, permits: Option<crate::capacity::Permits>) {
+    pub(crate) fn cold_resume(
+        &self,
+        child: SessionId,
+        permits: Option<crate::capacity::Permits>,
+        span: tracing::Span,
+    ) {
         let (parent, label, provider, epoch) = {
             let state = self.inner.engine.state();
             let Some(record) = state.sessions.get(&child) else {
@@ -261,6 +344,7 @@ impl SubagentRuntime {
             signal: CancellationToken::new(),
             resumed: true,
             epoch,
+            span,
         };
         *lock(&handle.task) = Some(self.inner.tasks.spawn(driver.run()));
     }

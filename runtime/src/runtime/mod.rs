@@ -26,7 +26,7 @@ mod teardown;
 pub(crate) use attachments::inline_attachments;
 pub use messaging::{InboxMessage, InterruptAuthority};
 pub use notices::Notice;
-pub use queries::RootEntry;
+pub use queries::{RootEntry, RuntimeGauges};
 pub use registry::ProviderRegistration;
 pub use roots::LiveAgent;
 

@@ -22,7 +22,54 @@ pub struct RootEntry {
     pub held: bool,
 }
 
+/// Point-in-time figures a metrics scrape reports as gauges, read from the
+/// projections and the log (nothing is kept incrementally for them).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RuntimeGauges {
+    /// Live continuable activations (reserved, prepared or published).
+    pub live_continuable: u64,
+    /// Live external runs (requested, started, or settled and not yet
+    /// disposed).
+    pub live_external: u64,
+    /// The log's durable head position.
+    pub log_head: u64,
+    /// The position of the newest projections checkpoint (0: none).
+    pub checkpoint_position: u64,
+}
+
+impl RuntimeGauges {
+    /// Events recorded since the newest checkpoint: how much a reopen
+    /// would refold.
+    #[must_use]
+    pub fn checkpoint_age_events(&self) -> u64 {
+        self.log_head.saturating_sub(self.checkpoint_position)
+    }
+}
+
 impl SubagentRuntime {
+    /// The figures a metrics scrape reports as gauges. Cheap enough per
+    /// scrape: one pass over the live activations and runs.
+    #[must_use]
+    pub fn gauges(&self) -> RuntimeGauges {
+        let engine = &self.inner.engine;
+        let (live_continuable, live_external) = {
+            let state = engine.state();
+            let continuable = state
+                .activations
+                .values()
+                .filter(|activation| activation.live.is_some())
+                .count();
+            let external = state.runs.values().filter(|run| run.is_live()).count();
+            (continuable as u64, external as u64)
+        };
+        RuntimeGauges {
+            live_continuable,
+            live_external,
+            log_head: engine.log().head(),
+            checkpoint_position: engine.checkpoint_position(),
+        }
+    }
+
     /// The parent's durable catalog, in parent event order.
     ///
     /// # Errors

@@ -3,6 +3,7 @@
 
 use subagent_core::{AgentOptions, SessionId, SubagentError};
 use subagent_projections::Command;
+use tracing::Instrument;
 
 use super::{lock, SubagentRuntime};
 
@@ -52,6 +53,8 @@ impl SubagentRuntime {
     ) -> Result<LiveAgent, SubagentError> {
         self.ensure_open()?;
         let session = SessionId::new();
+        // Recorded in the root's own span, which every activation of its
+        // tree is parented on (its trace is the tree's one trace).
         self.inner
             .engine
             .commit(Command::OpenRoot {
@@ -59,6 +62,7 @@ impl SubagentRuntime {
                 label: label.to_owned(),
                 agent_options,
             })
+            .instrument(crate::telemetry::create_agent_span(session, label))
             .await?;
         lock(&self.inner.roots).insert(session);
         Ok(LiveAgent { session })

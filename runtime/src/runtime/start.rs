@@ -12,6 +12,7 @@ use subagent_core::{
 use subagent_projections::{Command, StartChild};
 use subagent_store::EventLogExt;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use crate::activation::{DriverHandle, SubagentActivation};
 use crate::drivers::{ExternalDriver, LocalDriver};
@@ -59,6 +60,17 @@ impl SubagentRuntime {
         self.authorize(parent)?;
         let materializing = Materializing::enter(&self.inner.gate)?;
         let settings = self.inner.deployment.snapshot();
+        // The child's span, opened before its request so the request is
+        // recorded in it; the start runs in it too.
+        let span = crate::telemetry::ActivationSpan {
+            child,
+            parent: parent.session,
+            label: &spec.label,
+            provider: &spec.provider,
+            epoch: 1,
+            external: !provider.is_continuable(),
+        }
+        .open(&self.inner.engine.state());
         self.inner
             .engine
             .commit(Command::StartChild(StartChild {
@@ -71,6 +83,7 @@ impl SubagentRuntime {
                 run_id,
                 settings,
             }))
+            .instrument(span.clone())
             .await?;
         // A new child's first activation is epoch 1.
         let handle = DriverHandle::new(child, parent.session, 1);
@@ -79,9 +92,12 @@ impl SubagentRuntime {
         // Registered: a drain from now on finds and releases it.
         drop(materializing);
         let started = if provider.is_continuable() {
-            self.start_local(&provider, &handle, spec, signal).await
+            self.start_local(&provider, &handle, spec, signal, span.clone())
+                .instrument(span)
+                .await
         } else {
-            self.start_external(&provider, &handle, spec, run_id, signal)
+            self.start_external(&provider, &handle, spec, run_id, signal, span.clone())
+                .instrument(span)
                 .await
         };
         match started {
@@ -118,6 +134,7 @@ impl SubagentRuntime {
         handle: &Arc<DriverHandle>,
         spec: SubagentActivationSpec,
         signal: CancellationToken,
+        span: tracing::Span,
     ) -> Result<Option<MessageId>, SubagentError> {
         let child = handle.child;
         let request = ContinuableCreateRequest {
@@ -205,6 +222,7 @@ impl SubagentRuntime {
             signal,
             resumed: false,
             epoch: 1,
+            span,
         };
         let task = self.inner.tasks.spawn(driver.run());
         *lock(&handle.task) = Some(task);
@@ -218,6 +236,7 @@ impl SubagentRuntime {
         spec: SubagentActivationSpec,
         run_id: SubagentRunId,
         signal: CancellationToken,
+        span: tracing::Span,
     ) -> Result<Option<MessageId>, SubagentError> {
         let child = handle.child;
         let descriptor = self
@@ -231,7 +250,7 @@ impl SubagentRuntime {
         let request = ResolvedStartRequest {
             run_id: child,
             parent: handle.parent,
-            label: spec.label,
+            label: spec.label.clone(),
             request: spec.request,
             descriptor,
             signal: signal.clone(),
@@ -280,8 +299,9 @@ impl SubagentRuntime {
             run_id,
             provider: spec.provider,
             signal,
+            span: span.clone(),
         };
-        let task = self.inner.tasks.spawn(driver.run());
+        let task = self.inner.tasks.spawn(driver.run().instrument(span));
         *lock(&handle.task) = Some(task);
         Ok(None)
     }

@@ -17,7 +17,7 @@ use serde_json::Value;
 use subagent_core::{Event, SubagentDescriptor, SubagentError, SubagentRunId, SubagentRunInfo};
 use subagent_projections::Command;
 use tokio_util::sync::CancellationToken;
-use tracing::warn;
+use tracing::{warn, Instrument};
 
 use crate::activation::DriverHandle;
 use crate::agent::{Agent, AgentSpec};
@@ -66,13 +66,21 @@ pub(crate) struct LocalDriver {
     pub(crate) resumed: bool,
     /// The epoch this driver runs.
     pub(crate) epoch: u64,
+    /// The activation's span (`subagents.activation`), which the driver
+    /// runs in and every turn's span is a child of.
+    pub(crate) span: tracing::Span,
 }
 
 impl LocalDriver {
     pub(crate) async fn run(self) {
-        if let Err(failure) = self.drive().await {
-            self.fail(failure).await;
+        let span = self.span.clone();
+        async {
+            if let Err(failure) = self.drive().await {
+                self.fail(failure).await;
+            }
         }
+        .instrument(span)
+        .await;
     }
 
     /// Records that this activation failed and takes it out of the registry:
@@ -86,6 +94,7 @@ impl LocalDriver {
         let child = self.handle.child;
         let runtime = &self.runtime;
         let Failure { doing, error } = failure;
+        crate::telemetry::record_error(&self.span, error.code().as_str());
         warn!(child = %child, epoch = self.epoch, error = %error, "{doing} failed");
         let children: Vec<Arc<DriverHandle>> = lock(&runtime.inner.drivers)
             .values()
@@ -214,13 +223,26 @@ impl LocalDriver {
                     }
                 }
             }
-            let ran = self.run_turn(agent.as_mut(), &mut turns).await?;
+            let turn_span = crate::telemetry::invoke_agent_span(
+                &self.runtime.inner.engine.state(),
+                child,
+                &self.label,
+            );
+            let ran = self
+                .run_turn(agent.as_mut(), &mut turns)
+                .instrument(turn_span.clone())
+                .await?;
             if let Some(at) = ran.interrupted_at {
                 // Sends accepted before the interrupt do not wake it; one
                 // accepted after it already did.
                 turns.parked = *wakes.borrow_and_update() <= at;
             }
-            self.finish_turn(&live, ran.end, ran.assistant).await?;
+            if ran.end.stop_reason != subagent_core::SubagentStopReason::Completed {
+                crate::telemetry::record_error(&turn_span, ran.end.stop_reason.as_str());
+            }
+            self.finish_turn(&live, ran.end, ran.assistant)
+                .instrument(turn_span)
+                .await?;
         }
     }
 

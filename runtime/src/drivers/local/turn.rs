@@ -2,15 +2,18 @@
 //! while its transcript, steering claims and tool calls are recorded, then
 //! ending the turn durably and, on the epoch's first, settling it.
 
+use subagent_core::telemetry::attr;
 use subagent_core::{content::ContentBlock, Event, SubagentError, SubagentRunId};
 use subagent_projections::{Command, TurnOutput};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
+use tracing::{Instrument, Span};
 
 use crate::agent::{
     Agent, Announced, ToolCall, ToolOutput, ToolPort, TranscriptItem, TurnEnd, TurnInput,
 };
 use crate::runtime::lock;
+use crate::telemetry::{execute_tool_span, record_error};
 use crate::tools::ToolRequest;
 
 use crate::drivers::{announce_settled, end_info};
@@ -36,8 +39,15 @@ pub(super) struct TurnRan {
 #[derive(Default)]
 pub(super) struct Announcements {
     answers: std::collections::HashMap<String, Announced>,
-    open: std::collections::HashSet<String>,
+    /// Each permitted call still open, with its `execute_tool` span, which
+    /// ends when the call's result is recorded.
+    open: std::collections::HashMap<String, Span>,
 }
+
+/// `error.type` of a tool call the runtime refused.
+const REFUSED: &str = "refused";
+/// `error.type` of a tool call that ran and failed.
+const TOOL_ERROR: &str = "tool_error";
 
 /// The driver's state across turns.
 pub(super) struct TurnState {
@@ -86,6 +96,7 @@ impl LocalDriver {
                 _ => None,
             })
             .unwrap_or(0);
+        tracing::Span::current().record(attr::TURN, turn);
         let messages = match self.claimed_contents(&claimed, &mut turns.scan_from) {
             Ok(messages) => messages,
             Err(err) => {
@@ -130,10 +141,20 @@ impl LocalDriver {
                     }
                     match request {
                         ToolRequest::Execute(call, reply) => {
-                            let _ = reply.send(self.call_tool(turn, call, &cancel).await?);
+                            let span = execute_tool_span(&call.name, &call.call_id);
+                            let output = self.call_tool(turn, call, &cancel).instrument(span.clone()).await?;
+                            if output.is_error {
+                                record_error(&span, if output.refused { REFUSED } else { TOOL_ERROR });
+                            }
+                            let _ = reply.send(output);
                         }
                         ToolRequest::Announce(call, reply) => {
-                            let _ = reply.send(self.announce_tool(turn, call, &mut announced).await?);
+                            let span = execute_tool_span(&call.name, &call.call_id);
+                            let answer = self.announce_tool(turn, call, &mut announced, &span).instrument(span.clone()).await?;
+                            if matches!(answer, Announced::Refused(_)) {
+                                record_error(&span, REFUSED);
+                            }
+                            let _ = reply.send(answer);
                         }
                     }
                 }
@@ -150,9 +171,10 @@ impl LocalDriver {
         }
         // A permitted call whose result the agent never reported ends with
         // its turn: every recorded call has a recorded result.
-        let mut open: Vec<String> = announced.open.drain().collect();
-        open.sort();
-        for call_id in open {
+        let mut open: Vec<(String, Span)> = announced.open.drain().collect();
+        open.sort_by(|left, right| left.0.cmp(&right.0));
+        for (call_id, span) in open {
+            record_error(&span, TOOL_ERROR);
             self.transcribe(Event::ToolReturned {
                 turn,
                 call_id,
@@ -162,6 +184,7 @@ impl LocalDriver {
                 is_error: true,
                 refused: false,
             })
+            .instrument(span)
             .await?;
         }
         Ok(TurnRan {
@@ -204,6 +227,9 @@ impl LocalDriver {
             _ => None,
         });
         if let Some(result) = settled {
+            if result.stop_reason != subagent_core::SubagentStopReason::Completed {
+                record_error(&self.span, result.stop_reason.as_str());
+            }
             let end = end_info(live.run_id, &self.provider, child, true, &result);
             announce_settled(&self.runtime, &self.handle, Some(end), Ok(result));
         }
@@ -237,17 +263,24 @@ impl LocalDriver {
                 output,
                 is_error,
             } => {
-                if !announced.open.remove(&call_id) {
+                let Some(span) = announced.open.remove(&call_id) else {
                     tracing::debug!(child = %self.handle.child, call_id, "dropping a tool result for a call not permitted and open in this turn");
                     return Ok(());
+                };
+                if is_error {
+                    record_error(&span, TOOL_ERROR);
                 }
-                Event::ToolReturned {
-                    turn,
-                    call_id,
-                    output,
-                    is_error,
-                    refused: false,
-                }
+                // Recorded in the call's span, which ends with it.
+                return self
+                    .transcribe(Event::ToolReturned {
+                        turn,
+                        call_id,
+                        output,
+                        is_error,
+                        refused: false,
+                    })
+                    .instrument(span)
+                    .await;
             }
         };
         self.transcribe(entry).await
@@ -263,6 +296,7 @@ impl LocalDriver {
         turn: u64,
         call: ToolCall,
         announced: &mut Announcements,
+        span: &Span,
     ) -> Result<Announced, SubagentError> {
         if let Some(answer) = announced.answers.get(&call.call_id) {
             return Ok(answer.clone());
@@ -271,7 +305,7 @@ impl LocalDriver {
         let answer = match self.decide_call(turn, &call).await? {
             Some(refusal) => Announced::Refused(refusal),
             None => {
-                announced.open.insert(call_id.clone());
+                announced.open.insert(call_id.clone(), span.clone());
                 Announced::Permitted
             }
         };

@@ -1,0 +1,274 @@
+//! Telemetry vocabulary: the one place span names, span attribute names and
+//! metric names are defined, and [`TraceContext`], the W3C trace context an
+//! event keeps so a replay can rebuild the tree of spans.
+//!
+//! Names follow the OpenTelemetry GenAI semantic conventions where one
+//! exists (`invoke_agent`, `execute_tool`, `gen_ai.*`, `error.type`); the
+//! runtime's own concepts are under `subagents.*`. Metric names follow the
+//! Prometheus conventions (`_total` counters, `_seconds` durations).
+//!
+//! Which span a recorded trace context names, by event (what a replay
+//! rebuilds the tree of spans from):
+//! - a root's `SessionCreated`: the root's `create_agent` span, which
+//!   starts the tree's one trace;
+//! - `ActivationRequested` (and everything its command records): the new
+//!   activation's own span, whose parent is
+//!   `Projections::span_parent` at that point of the log: the parent
+//!   session's turn in progress, else its live activation, else the root;
+//! - `TurnStarted` and the turn's transcript: the `invoke_agent` span, a
+//!   child of the activation's;
+//! - `ToolCalled` and `ToolReturned`: the `execute_tool` span, a child of
+//!   the turn's.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// Span names. A span's OpenTelemetry name adds the agent's or tool's name
+/// where the GenAI conventions say so (`invoke_agent {gen_ai.agent.name}`).
+pub mod span {
+    /// A host root is recorded (GenAI `create_agent`).
+    pub const CREATE_AGENT: &str = "create_agent";
+    /// One activation of a child: from its reservation to its release.
+    pub const ACTIVATION: &str = "subagents.activation";
+    /// One external run: from its request to its settlement.
+    pub const RUN: &str = "subagents.run";
+    /// One turn of an agent (GenAI `invoke_agent`).
+    pub const INVOKE_AGENT: &str = "invoke_agent";
+    /// One tool call (GenAI `execute_tool`).
+    pub const EXECUTE_TOOL: &str = "execute_tool";
+    /// One message delivered to a session's inbox.
+    pub const DELIVER_MESSAGE: &str = "subagents.message";
+    /// One engine command: decide, append, fold.
+    pub const COMMAND: &str = "subagents.command";
+    /// One command's append, from enqueue to durable.
+    pub const APPEND: &str = "subagents.append";
+    /// One group commit of the log's writer (debug level).
+    pub const GROUP_COMMIT: &str = "subagents.group_commit";
+}
+
+/// Span attribute names.
+pub mod attr {
+    /// GenAI: the operation (`create_agent`, `invoke_agent`, `execute_tool`).
+    pub const OPERATION_NAME: &str = "gen_ai.operation.name";
+    /// GenAI: the agent's human-readable name: the session's label.
+    pub const AGENT_NAME: &str = "gen_ai.agent.name";
+    /// GenAI: the agent's id: the session id.
+    pub const AGENT_ID: &str = "gen_ai.agent.id";
+    /// GenAI: the conversation: the root session of the tree.
+    pub const CONVERSATION_ID: &str = "gen_ai.conversation.id";
+    /// GenAI: input tokens of a turn, where the agent reported usage.
+    pub const USAGE_INPUT_TOKENS: &str = "gen_ai.usage.input_tokens";
+    /// GenAI: output tokens of a turn, where the agent reported usage.
+    pub const USAGE_OUTPUT_TOKENS: &str = "gen_ai.usage.output_tokens";
+    /// GenAI: the tool's name.
+    pub const TOOL_NAME: &str = "gen_ai.tool.name";
+    /// GenAI: the agent's id for the tool call.
+    pub const TOOL_CALL_ID: &str = "gen_ai.tool.call.id";
+    /// OpenTelemetry: why it failed: a stop reason other than `completed`,
+    /// or an error code (`subagent/unknown-provider`, ...).
+    pub const ERROR_TYPE: &str = "error.type";
+    /// The session's parent session.
+    pub const PARENT_ID: &str = "subagents.parent.id";
+    /// The provider that started the child.
+    pub const PROVIDER: &str = "subagents.provider";
+    /// The activation's epoch.
+    pub const EPOCH: &str = "subagents.activation.epoch";
+    /// The turn's number within its session.
+    pub const TURN: &str = "subagents.turn";
+    /// The engine command (`start`, `begin_turn`, ...).
+    pub const COMMAND: &str = "subagents.command";
+    /// How many events a command recorded.
+    pub const EVENTS: &str = "subagents.events";
+    /// How many appends one group commit made durable together.
+    pub const GROUP_SIZE: &str = "subagents.append.group_size";
+    /// How a message was delivered (`steer`, `queue`, `wake`, ...).
+    pub const DELIVERY: &str = "subagents.message.delivery";
+    /// The message's target session.
+    pub const TARGET: &str = "subagents.message.target";
+}
+
+/// Metric names (Prometheus).
+pub mod metric {
+    /// Gauge: live activations, by `mode` (`continuable`, `external`).
+    pub const LIVE_ACTIVATIONS: &str = "subagents_live_activations";
+    /// Counter: activations and runs started, by `mode`.
+    pub const STARTS: &str = "subagents_starts_total";
+    /// Counter: activations and runs settled, by `stop_reason`.
+    pub const SETTLES: &str = "subagents_settles_total";
+    /// Counter: commands refused, by error `code`.
+    pub const REFUSALS: &str = "subagents_refusals_total";
+    /// Histogram: seconds from a command's append to its durability.
+    pub const APPEND_SECONDS: &str = "subagents_append_duration_seconds";
+    /// Histogram: appends per group commit.
+    pub const GROUP_SIZE: &str = "subagents_append_group_size";
+    /// Gauge: the log's head position.
+    pub const LOG_HEAD: &str = "subagents_log_head";
+    /// Gauge: events since the newest projections checkpoint.
+    pub const CHECKPOINT_AGE_EVENTS: &str = "subagents_checkpoint_age_events";
+    /// Gauge: open SSE event subscriptions of the gateway.
+    pub const SSE_SUBSCRIBERS: &str = "subagents_sse_subscribers";
+    /// Label: a session's mode.
+    pub const LABEL_MODE: &str = "mode";
+    /// Label: a settlement's stop reason.
+    pub const LABEL_STOP_REASON: &str = "stop_reason";
+    /// Label: an error code.
+    pub const LABEL_CODE: &str = "code";
+}
+
+/// A W3C trace context: the span an event was recorded in. Stored on the
+/// event's envelope as a `traceparent` string
+/// (`00-{trace-id}-{span-id}-{flags}`), absent when no span was being
+/// exported.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct TraceContext {
+    /// The trace: 16 bytes, never all zero.
+    pub trace_id: [u8; 16],
+    /// The span within it: 8 bytes, never all zero.
+    pub span_id: [u8; 8],
+    /// Whether the span was sampled (the W3C `sampled` flag).
+    pub sampled: bool,
+}
+
+/// Why a `traceparent` did not parse.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("malformed traceparent {0:?}")]
+pub struct MalformedTraceparent(pub String);
+
+impl TraceContext {
+    /// The context, unless either id is all zero (W3C: invalid).
+    #[must_use]
+    pub fn new(trace_id: [u8; 16], span_id: [u8; 8], sampled: bool) -> Option<Self> {
+        (trace_id != [0; 16] && span_id != [0; 8]).then_some(TraceContext {
+            trace_id,
+            span_id,
+            sampled,
+        })
+    }
+
+    /// The trace id as 32 lower-case hex digits.
+    #[must_use]
+    pub fn trace_id_hex(&self) -> String {
+        hex(&self.trace_id)
+    }
+
+    /// The span id as 16 lower-case hex digits.
+    #[must_use]
+    pub fn span_id_hex(&self) -> String {
+        hex(&self.span_id)
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    use fmt::Write;
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for byte in bytes {
+        let _ = write!(out, "{byte:02x}");
+    }
+    out
+}
+
+fn unhex<const N: usize>(text: &str) -> Option<[u8; N]> {
+    if text.len() != N * 2
+        || !text
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    {
+        return None;
+    }
+    let mut out = [0u8; N];
+    for (index, byte) in out.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(&text[index * 2..index * 2 + 2], 16).ok()?;
+    }
+    Some(out)
+}
+
+impl fmt::Display for TraceContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "00-{}-{}-{:02x}",
+            self.trace_id_hex(),
+            self.span_id_hex(),
+            u8::from(self.sampled)
+        )
+    }
+}
+
+impl FromStr for TraceContext {
+    type Err = MalformedTraceparent;
+
+    /// Parses a version-00 `traceparent`: lower-case hex, non-zero ids.
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let malformed = || MalformedTraceparent(text.chars().take(80).collect());
+        let mut parts = text.split('-');
+        let (Some("00"), Some(trace), Some(span), Some(flags), None) = (
+            parts.next(),
+            parts.next(),
+            parts.next(),
+            parts.next(),
+            parts.next(),
+        ) else {
+            return Err(malformed());
+        };
+        let trace_id = unhex::<16>(trace).ok_or_else(malformed)?;
+        let span_id = unhex::<8>(span).ok_or_else(malformed)?;
+        let [flags] = unhex::<1>(flags).ok_or_else(malformed)?;
+        TraceContext::new(trace_id, span_id, flags & 1 == 1).ok_or_else(malformed)
+    }
+}
+
+impl Serialize for TraceContext {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for TraceContext {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = <std::borrow::Cow<'de, str>>::deserialize(deserializer)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SAMPLE: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+
+    #[test]
+    fn a_traceparent_round_trips() {
+        let context: TraceContext = SAMPLE.parse().unwrap();
+        assert_eq!(context.trace_id_hex(), "4bf92f3577b34da6a3ce929d0e0e4736");
+        assert_eq!(context.span_id_hex(), "00f067aa0ba902b7");
+        assert!(context.sampled);
+        assert_eq!(context.to_string(), SAMPLE);
+        let json = serde_json::to_string(&context).unwrap();
+        assert_eq!(json, format!("\"{SAMPLE}\""));
+        assert_eq!(
+            serde_json::from_str::<TraceContext>(&json).unwrap(),
+            context
+        );
+    }
+
+    #[test]
+    fn malformed_traceparents_are_refused() {
+        for bad in [
+            "",
+            "00",
+            "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
+            "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e473-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-extra",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-zz",
+            "00-+bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+        ] {
+            assert!(bad.parse::<TraceContext>().is_err(), "{bad:?} parsed");
+            assert!(serde_json::from_str::<TraceContext>(&format!("{bad:?}")).is_err());
+        }
+    }
+}

@@ -1,0 +1,207 @@
+//! The runtime's spans: how each one is opened and parented, and the trace
+//! context the engine keeps on the events it records.
+//!
+//! Spans are `tracing` spans; a host that installs `tracing-opentelemetry`
+//! exports them, and without it they cost a disabled-span check. Names and
+//! attributes are [`subagent_core::telemetry`]'s constants.
+//!
+//! The shape of a trace, one per root: `create_agent` (the root) →
+//! `subagents.activation` of each child → `invoke_agent` (each turn) →
+//! `execute_tool` (each call). A grandchild's activation is a child of its
+//! parent's turn in progress when it starts, else of its parent's
+//! activation. Activations run in tasks of their own, so their parent is
+//! set explicitly, by the log's rule
+//! ([`Projections::span_parent`](subagent_projections::Projections::span_parent)),
+//! which a replay applies again to rebuild the tree; the caller's span (a
+//! tool call, a host request) is kept as a link.
+
+use opentelemetry::trace::{SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId, TraceState};
+use subagent_core::telemetry::{attr, span};
+use subagent_core::{SessionId, TraceContext};
+use subagent_projections::Projections;
+use tracing::Span;
+use tracing_opentelemetry::OpenTelemetrySpanExt;
+
+/// The trace context of the span the caller is in, when it is exported.
+#[must_use]
+pub(crate) fn current_trace() -> Option<TraceContext> {
+    trace_of(&Span::current())
+}
+
+/// The trace context of `span`, when an OpenTelemetry layer exports it.
+#[must_use]
+pub(crate) fn trace_of(span: &Span) -> Option<TraceContext> {
+    if span.is_disabled() {
+        return None;
+    }
+    let context = span.context();
+    let otel = context.span();
+    let span_context = otel.span_context();
+    if !span_context.is_valid() {
+        return None;
+    }
+    TraceContext::new(
+        span_context.trace_id().to_bytes(),
+        span_context.span_id().to_bytes(),
+        span_context.is_sampled(),
+    )
+}
+
+fn remote(parent: TraceContext) -> SpanContext {
+    SpanContext::new(
+        TraceId::from_bytes(parent.trace_id),
+        SpanId::from_bytes(parent.span_id),
+        if parent.sampled {
+            TraceFlags::SAMPLED
+        } else {
+            TraceFlags::default()
+        },
+        true,
+        TraceState::default(),
+    )
+}
+
+/// Makes `parent` the parent of `span`, which must not have been entered
+/// or asked for its context yet; a caller's span outside the tree is kept
+/// as a link.
+fn parent_on(span: &Span, parent: Option<TraceContext>, caller: Option<TraceContext>) {
+    if let Some(parent) = parent {
+        let context = opentelemetry::Context::new().with_remote_span_context(remote(parent));
+        // Fails only for a disabled span or one without the layer: nothing to parent.
+        let _ = span.set_parent(context);
+    }
+    if let Some(caller) = caller.filter(|caller| Some(*caller) != parent) {
+        span.add_link(remote(caller));
+    }
+}
+
+/// The root of `session`'s tree.
+fn root_of(state: &Projections, session: SessionId) -> SessionId {
+    let mut root = session;
+    // Bounded by the corpus, so a damaged cycle cannot loop.
+    for _ in 0..=state.sessions.len() {
+        match state.sessions.get(&root).and_then(|record| record.parent) {
+            Some(parent) => root = parent,
+            None => break,
+        }
+    }
+    root
+}
+
+/// The span of a root's creation (GenAI `create_agent`): the parent of
+/// every activation in its tree that no in-tree span started. It starts a
+/// trace of its own, one per root; the caller's span is kept as a link.
+pub(crate) fn create_agent_span(session: SessionId, label: &str) -> Span {
+    let caller = current_trace();
+    let span = tracing::info_span!(
+        parent: None,
+        span::CREATE_AGENT,
+        "otel.name" = format!("{} {label}", span::CREATE_AGENT),
+        { attr::OPERATION_NAME } = span::CREATE_AGENT,
+        { attr::AGENT_NAME } = label,
+        { attr::AGENT_ID } = %session,
+        { attr::CONVERSATION_ID } = %session,
+    );
+    parent_on(&span, None, caller);
+    span
+}
+
+/// What an activation or run span is opened with.
+pub(crate) struct ActivationSpan<'a> {
+    /// The child.
+    pub(crate) child: SessionId,
+    /// Its parent session.
+    pub(crate) parent: SessionId,
+    /// Its label.
+    pub(crate) label: &'a str,
+    /// The provider that started it.
+    pub(crate) provider: &'a str,
+    /// The epoch (1 for a run).
+    pub(crate) epoch: u64,
+    /// Whether it is an external run rather than a continuable activation.
+    pub(crate) external: bool,
+}
+
+impl ActivationSpan<'_> {
+    /// Opens the span, parented by the log's rule on `state` as it is
+    /// before the activation is requested; the command that requests it
+    /// must run in the span (so its `ActivationRequested` records it).
+    pub(crate) fn open(self, state: &Projections) -> Span {
+        let root = root_of(state, self.parent);
+        let caller = current_trace();
+        let span = if self.external {
+            tracing::info_span!(
+                parent: None,
+                span::RUN,
+                "otel.name" = format!("{} {}", span::RUN, self.label),
+                { attr::AGENT_NAME } = self.label,
+                { attr::AGENT_ID } = %self.child,
+                { attr::CONVERSATION_ID } = %root,
+                { attr::PARENT_ID } = %self.parent,
+                { attr::PROVIDER } = self.provider,
+                { attr::ERROR_TYPE } = tracing::field::Empty,
+            )
+        } else {
+            tracing::info_span!(
+                parent: None,
+                span::ACTIVATION,
+                "otel.name" = format!("{} {}", span::ACTIVATION, self.label),
+                { attr::AGENT_NAME } = self.label,
+                { attr::AGENT_ID } = %self.child,
+                { attr::CONVERSATION_ID } = %root,
+                { attr::PARENT_ID } = %self.parent,
+                { attr::PROVIDER } = self.provider,
+                { attr::EPOCH } = self.epoch,
+                { attr::ERROR_TYPE } = tracing::field::Empty,
+            )
+        };
+        parent_on(&span, state.span_parent(self.parent), caller);
+        span
+    }
+}
+
+/// The span of one turn (GenAI `invoke_agent`), a child of the current
+/// (activation) span.
+pub(crate) fn invoke_agent_span(state: &Projections, session: SessionId, label: &str) -> Span {
+    let root = root_of(state, session);
+    tracing::info_span!(
+        span::INVOKE_AGENT,
+        "otel.name" = format!("{} {label}", span::INVOKE_AGENT),
+        { attr::OPERATION_NAME } = span::INVOKE_AGENT,
+        { attr::AGENT_NAME } = label,
+        { attr::AGENT_ID } = %session,
+        { attr::CONVERSATION_ID } = %root,
+        { attr::TURN } = tracing::field::Empty,
+        { attr::USAGE_INPUT_TOKENS } = tracing::field::Empty,
+        { attr::USAGE_OUTPUT_TOKENS } = tracing::field::Empty,
+        { attr::ERROR_TYPE } = tracing::field::Empty,
+    )
+}
+
+/// The span of one tool call (GenAI `execute_tool`), a child of the
+/// current (turn) span.
+pub(crate) fn execute_tool_span(name: &str, call_id: &str) -> Span {
+    tracing::info_span!(
+        span::EXECUTE_TOOL,
+        "otel.name" = format!("{} {name}", span::EXECUTE_TOOL),
+        { attr::OPERATION_NAME } = span::EXECUTE_TOOL,
+        { attr::TOOL_NAME } = name,
+        { attr::TOOL_CALL_ID } = call_id,
+        { attr::ERROR_TYPE } = tracing::field::Empty,
+    )
+}
+
+/// The span of one message delivery.
+pub(crate) fn deliver_message_span(target: SessionId) -> Span {
+    tracing::info_span!(
+        span::DELIVER_MESSAGE,
+        { attr::TARGET } = %target,
+        { attr::DELIVERY } = tracing::field::Empty,
+        { attr::ERROR_TYPE } = tracing::field::Empty,
+    )
+}
+
+/// Records why `span` failed.
+pub(crate) fn record_error(span: &Span, error_type: &str) {
+    span.record(attr::ERROR_TYPE, error_type);
+}

@@ -1,0 +1,430 @@
+//! Spans, exported through `tracing-opentelemetry` to the SDK's in-memory
+//! exporter: one trace per root, shaped like the delegation tree, with the
+//! GenAI names and attributes; and the same tree rebuilt from the log alone
+//! (`subagent_replay::spans`).
+//!
+//! One test in its own binary: the subscriber is process-global (the
+//! runtime's tasks run on every worker thread).
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use opentelemetry::trace::{SpanId, TraceId, TracerProvider as _};
+use opentelemetry::Value;
+use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
+use serde_json::json;
+use subagent_core::telemetry::{attr, span};
+use subagent_core::{Delivery, Event, SessionId, SubagentActivationSpec, SubagentStopReason};
+use subagent_replay::{spans, SpanKind};
+use subagent_runtime::scripted::Step;
+use subagent_runtime::{
+    AgentHost, AgentSpec, BoxFuture, LiveAgent, Script, ScriptedHost, SubagentRuntime, ToolCall,
+    ToolDefinition, ToolOutput,
+};
+use tokio_util::sync::CancellationToken;
+use tracing_subscriber::layer::SubscriberExt;
+
+use common::{records, Harness};
+
+/// A scripted host whose `delegate` tool starts a child of the calling
+/// session (labelled by the call's `label` input): delegation from inside
+/// a turn, as a real agent does it.
+struct DelegatingHost {
+    scripted: ScriptedHost,
+    runtime: OnceLock<SubagentRuntime>,
+    agents: Mutex<HashMap<SessionId, LiveAgent>>,
+}
+
+impl AgentHost for DelegatingHost {
+    fn create(
+        &self,
+        spec: AgentSpec,
+    ) -> BoxFuture<'static, Result<Box<dyn subagent_runtime::Agent>, subagent_core::SubagentError>>
+    {
+        self.scripted.create(spec)
+    }
+
+    fn tools(&self) -> Vec<ToolDefinition> {
+        let mut tools = self.scripted.tools();
+        tools.push(ToolDefinition::new("delegate", "start a child"));
+        tools
+    }
+
+    fn execute_tool(
+        &self,
+        session: SessionId,
+        call: ToolCall,
+        cancel: CancellationToken,
+    ) -> BoxFuture<'static, ToolOutput> {
+        if call.name != "delegate" {
+            return self.scripted.execute_tool(session, call, cancel);
+        }
+        let runtime = self.runtime.get().cloned();
+        let agent = self.agents.lock().unwrap().get(&session).cloned();
+        let label = call.input["label"].as_str().unwrap_or("unnamed").to_owned();
+        Box::pin(async move {
+            let (Some(runtime), Some(agent)) = (runtime, agent) else {
+                return ToolOutput::error("no live agent for the caller");
+            };
+            let spec =
+                SubagentActivationSpec::with_text_prompt("spawn", &label, "dig", Delivery::Parent);
+            match runtime.start_activation(&agent, spec, cancel).await {
+                Ok(child) => ToolOutput {
+                    output: vec![subagent_core::ContentBlock::text(
+                        child.child_id().to_string(),
+                    )],
+                    is_error: false,
+                    refused: false,
+                },
+                Err(err) => ToolOutput::error(err.to_string()),
+            }
+        })
+    }
+}
+
+fn say(text: &str) -> Script {
+    Script {
+        turns: vec![vec![Step::Say(text.into())]],
+    }
+}
+
+fn string_attr(span: &SpanData, key: &str) -> Option<String> {
+    span.attributes
+        .iter()
+        .find(|kv| kv.key.as_str() == key)
+        .map(|kv| match &kv.value {
+            Value::String(text) => text.as_str().to_owned(),
+            other => other.to_string(),
+        })
+}
+
+fn agent_id(span: &SpanData) -> Option<String> {
+    string_attr(span, attr::AGENT_ID)
+}
+
+/// The nearest ancestor of `span` (itself excluded) that is an activation
+/// or a root's creation: which session the tree nests it under.
+fn owning_session<'a>(
+    span: &SpanData,
+    by_id: &'a HashMap<SpanId, &'a SpanData>,
+) -> Option<&'a SpanData> {
+    let mut parent = span.parent_span_id;
+    for _ in 0..by_id.len() {
+        let up = by_id.get(&parent)?;
+        if up.name.starts_with(span::ACTIVATION) || up.name.starts_with(span::CREATE_AGENT) {
+            return Some(up);
+        }
+        parent = up.parent_span_id;
+    }
+    None
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_exports_one_trace_per_root_shaped_like_its_tree() {
+    let exporter = InMemorySpanExporter::default();
+    let provider = SdkTracerProvider::builder()
+        .with_simple_exporter(exporter.clone())
+        .build();
+    let subscriber = tracing_subscriber::registry()
+        .with(tracing_opentelemetry::layer().with_tracer(provider.tracer("subagents-test")));
+    tracing::subscriber::set_global_default(subscriber).expect("the only subscriber");
+
+    // "lead" delegates to "digger" from inside its turn; the host starts
+    // "late" below lead itself; "broken" fails; a second root has "solo".
+    let scripted = ScriptedHost::new(say("done"))
+        .with(
+            "lead",
+            Script {
+                turns: vec![vec![
+                    Step::Say("delegating".into()),
+                    Step::Tool {
+                        name: "delegate".into(),
+                        input: json!({"label": "digger"}),
+                        output: String::new(),
+                    },
+                    Step::Tool {
+                        name: "read_file".into(),
+                        input: json!({"path": "notes"}),
+                        output: "the notes".into(),
+                    },
+                    Step::Say("delegated".into()),
+                ]],
+            },
+        )
+        .with(
+            "broken",
+            Script {
+                turns: vec![vec![Step::Fail("the model is down".into())]],
+            },
+        );
+    let host = Arc::new(DelegatingHost {
+        scripted,
+        runtime: OnceLock::new(),
+        agents: Mutex::new(HashMap::new()),
+    });
+    let h = Harness::open(Arc::clone(&host)).await;
+    let _ = host.runtime.set(h.runtime.clone());
+    let second_root = h.runtime.open_root("second").await.unwrap();
+
+    let start = |parent: LiveAgent, label: &'static str| {
+        let runtime = h.runtime.clone();
+        async move {
+            runtime
+                .start_activation(
+                    &parent,
+                    SubagentActivationSpec::with_text_prompt(
+                        "spawn",
+                        label,
+                        "go",
+                        Delivery::Caller,
+                    ),
+                    CancellationToken::new(),
+                )
+                .await
+                .unwrap()
+        }
+    };
+    let lead = start(h.root.clone(), "lead").await;
+    host.agents
+        .lock()
+        .unwrap()
+        .insert(lead.child_id(), lead.agent());
+    let late = start(lead.agent(), "late").await;
+    let broken = start(h.root.clone(), "broken").await;
+    let solo = start(second_root.clone(), "solo").await;
+    for activation in [&lead, &late, &solo] {
+        let result = activation.result().await.unwrap();
+        assert_eq!(result.stop_reason, SubagentStopReason::Completed);
+    }
+    let failed = broken.result().await.unwrap();
+    assert_eq!(failed.stop_reason, SubagentStopReason::Error);
+    // The grandchild lead's tool started settles too.
+    let digger_of = |state: &subagent_projections::Projections| {
+        state
+            .sessions
+            .values()
+            .find(|record| record.label == "digger")
+            .map(|record| record.id)
+    };
+    common::until("lead's tool to start digger, and digger to settle", || {
+        let state = h.fold();
+        digger_of(&state).is_some_and(|digger| {
+            state
+                .activations
+                .get(&digger)
+                .is_some_and(|a| a.last_result.is_some())
+        })
+    })
+    .await;
+    let digger = digger_of(&h.fold()).unwrap();
+    // Disposing ends the activations, and with them their spans.
+    h.runtime.close().await.unwrap();
+    provider.force_flush().unwrap();
+    let exported = exporter.get_finished_spans().unwrap();
+
+    let by_id: HashMap<SpanId, &SpanData> = exported
+        .iter()
+        .map(|span| (span.span_context.span_id(), span))
+        .collect();
+    let of_session = |session: SessionId, name: &str| -> Vec<&SpanData> {
+        exported
+            .iter()
+            .filter(|s| s.name.starts_with(name) && agent_id(s) == Some(session.to_string()))
+            .collect()
+    };
+    let root_span = of_session(h.root.session(), span::CREATE_AGENT);
+    let second_span = of_session(second_root.session(), span::CREATE_AGENT);
+    assert_eq!(root_span.len(), 1, "one create_agent span per root");
+    assert_eq!(second_span.len(), 1);
+    let (trace_one, trace_two): (TraceId, TraceId) = (
+        root_span[0].span_context.trace_id(),
+        second_span[0].span_context.trace_id(),
+    );
+    assert_ne!(trace_one, trace_two, "each root has a trace of its own");
+    assert_eq!(
+        root_span[0].name,
+        format!("{} {}", span::CREATE_AGENT, common::ROOT_LABEL)
+    );
+
+    // Every runtime span of a tree is in its root's trace.
+    for span_data in &exported {
+        if let Some(conversation) = string_attr(span_data, attr::CONVERSATION_ID) {
+            let expected = if conversation == second_root.session().to_string() {
+                trace_two
+            } else {
+                assert_eq!(conversation, h.root.session().to_string());
+                trace_one
+            };
+            assert_eq!(
+                span_data.span_context.trace_id(),
+                expected,
+                "{}",
+                span_data.name
+            );
+        }
+    }
+
+    // Shaped like the tree: each child's activation nests under its
+    // parent session's span.
+    let tree = [
+        (lead.child_id(), h.root.session(), "lead"),
+        (late.child_id(), lead.child_id(), "late"),
+        (digger, lead.child_id(), "digger"),
+        (broken.child_id(), h.root.session(), "broken"),
+        (solo.child_id(), second_root.session(), "solo"),
+    ];
+    for (child, parent, label) in tree {
+        let activations = of_session(child, span::ACTIVATION);
+        assert_eq!(activations.len(), 1, "{label}: one activation span");
+        let activation = activations[0];
+        assert_eq!(activation.name, format!("{} {label}", span::ACTIVATION));
+        assert_eq!(
+            string_attr(activation, attr::AGENT_NAME).as_deref(),
+            Some(label)
+        );
+        assert_eq!(
+            string_attr(activation, attr::PARENT_ID),
+            Some(parent.to_string())
+        );
+        let owner =
+            owning_session(activation, &by_id).unwrap_or_else(|| panic!("{label} is nested"));
+        assert_eq!(
+            agent_id(owner),
+            Some(parent.to_string()),
+            "{label} nests under its parent"
+        );
+        // Each turn is a child of its activation.
+        let turns = of_session(child, span::INVOKE_AGENT);
+        assert!(!turns.is_empty(), "{label} ran a turn");
+        let mut numbers: Vec<String> = turns
+            .iter()
+            .filter_map(|turn| string_attr(turn, attr::TURN))
+            .collect();
+        numbers.sort();
+        let expected: Vec<String> = (1..=turns.len()).map(|n| n.to_string()).collect();
+        assert_eq!(numbers, expected, "{label}: each turn numbered once");
+        for turn in turns {
+            assert_eq!(turn.parent_span_id, activation.span_context.span_id());
+            assert_eq!(turn.name, format!("{} {label}", span::INVOKE_AGENT));
+            assert_eq!(
+                string_attr(turn, attr::OPERATION_NAME).as_deref(),
+                Some(span::INVOKE_AGENT)
+            );
+        }
+    }
+
+    // The grandchild lead's tool started is a child of lead's turn (the
+    // tool call's span is kept as a link), and the host-started one of
+    // lead's activation, which was idle by then or not: either way under lead.
+    let lead_turn = *of_session(lead.child_id(), span::INVOKE_AGENT)
+        .iter()
+        .find(|turn| string_attr(turn, attr::TURN).as_deref() == Some("1"))
+        .expect("lead's first turn");
+    let digger_span = of_session(digger, span::ACTIVATION)[0];
+    assert_eq!(digger_span.parent_span_id, lead_turn.span_context.span_id());
+    let tools: Vec<&SpanData> = exported
+        .iter()
+        .filter(|s| s.name.starts_with(span::EXECUTE_TOOL))
+        .collect();
+    let delegate = tools
+        .iter()
+        .find(|s| string_attr(s, attr::TOOL_NAME).as_deref() == Some("delegate"))
+        .expect("the delegate call has a span");
+    assert_eq!(delegate.name, "execute_tool delegate");
+    assert_eq!(delegate.parent_span_id, lead_turn.span_context.span_id());
+    assert_eq!(
+        string_attr(delegate, attr::OPERATION_NAME).as_deref(),
+        Some(span::EXECUTE_TOOL)
+    );
+    assert!(string_attr(delegate, attr::TOOL_CALL_ID).is_some());
+    assert!(
+        digger_span
+            .links
+            .iter()
+            .any(|link| link.span_context.span_id() == delegate.span_context.span_id()),
+        "digger links the call that started it"
+    );
+    assert!(tools
+        .iter()
+        .any(|s| string_attr(s, attr::TOOL_NAME).as_deref() == Some("read_file")));
+
+    // A failure names its type on the turn and on the activation.
+    let broken_activation = of_session(broken.child_id(), span::ACTIVATION)[0];
+    let broken_turn = of_session(broken.child_id(), span::INVOKE_AGENT)[0];
+    assert_eq!(
+        string_attr(broken_turn, attr::ERROR_TYPE).as_deref(),
+        Some("error")
+    );
+    assert_eq!(
+        string_attr(broken_activation, attr::ERROR_TYPE).as_deref(),
+        Some("error")
+    );
+    assert_eq!(string_attr(lead_turn, attr::ERROR_TYPE), None);
+
+    // Commands and appends are spans too, inside the tree's spans.
+    let commands: Vec<&SpanData> = exported
+        .iter()
+        .filter(|s| s.name == span::COMMAND)
+        .collect();
+    assert!(commands
+        .iter()
+        .any(
+            |s| string_attr(s, attr::COMMAND).as_deref() == Some("begin_turn")
+                && s.span_context.trace_id() == trace_one
+        ));
+    assert!(exported.iter().any(|s| s.name == span::APPEND
+        && by_id
+            .get(&s.parent_span_id)
+            .is_some_and(|p| p.name == span::COMMAND)));
+    let delivered: Vec<&SpanData> = exported
+        .iter()
+        .filter(|s| s.name == span::DELIVER_MESSAGE)
+        .collect();
+    assert!(delivered.is_empty(), "no message was sent in this run");
+
+    // The log alone rebuilds the same tree of spans.
+    let log_records = records(&h.log);
+    let rebuilt = spans(&log_records);
+    let kinds = |kind: fn(&SpanKind) -> bool| rebuilt.iter().filter(|s| kind(&s.kind)).count();
+    assert_eq!(kinds(|k| *k == SpanKind::Root), 2);
+    assert_eq!(
+        kinds(|k| matches!(k, SpanKind::Activation { .. })),
+        tree.len()
+    );
+    assert!(kinds(|k| *k == SpanKind::Tool) >= 2);
+    for span_record in &rebuilt {
+        let id = SpanId::from_bytes(span_record.context.span_id);
+        let exported_span = by_id
+            .get(&id)
+            .unwrap_or_else(|| panic!("rebuilt span {:?} was exported", span_record.kind));
+        assert_eq!(
+            exported_span.span_context.trace_id().to_bytes(),
+            span_record.context.trace_id
+        );
+        let parent = span_record.parent_span_id.map(SpanId::from_bytes);
+        let exported_parent = (exported_span.parent_span_id != SpanId::INVALID)
+            .then_some(exported_span.parent_span_id);
+        assert_eq!(
+            parent, exported_parent,
+            "{:?} of {}",
+            span_record.kind, span_record.session
+        );
+    }
+    // Every event that names a span carries its trace context.
+    for record in &log_records {
+        if matches!(
+            record.event,
+            Event::ActivationRequested { .. }
+                | Event::TurnStarted { .. }
+                | Event::ToolCalled { .. }
+        ) {
+            assert!(
+                record.trace.is_some(),
+                "{:?} has no trace",
+                record.event.type_name()
+            );
+        }
+    }
+}
