@@ -88,7 +88,7 @@ fn spec() -> SubagentActivationSpec {
 }
 
 /// One run: (activations per second, latencies).
-async fn runtime_run(
+pub(super) async fn runtime_run(
     log: Arc<dyn EventLog>,
     starters: usize,
     total: usize,
@@ -256,6 +256,9 @@ pub(super) fn run(args: &ActivationArgs, out: &mut dyn Write) -> BenchResult {
             ),
         )?;
         out.flush()?;
+    }
+    if matches!(logs, Logs::Rocks) {
+        super::tracing_overhead::run(args.runs, scaled, out)?;
     }
     Ok(())
 }

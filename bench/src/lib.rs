@@ -21,6 +21,7 @@ mod replay;
 mod served;
 mod sse;
 mod stats;
+mod tracing_overhead;
 mod workload;
 
 pub use acp::AcpArgs;

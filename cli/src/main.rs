@@ -18,6 +18,7 @@ mod salvage_cmd;
 mod serve_cmd;
 mod shipped;
 mod target;
+mod telemetry;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -85,6 +86,9 @@ enum Command {
         /// current directory.
         #[arg(long, value_name = "COMMAND", value_parser = acp_command)]
         acp: Option<subagent_acp::AcpCommand>,
+        /// Span export (off by default).
+        #[command(flatten)]
+        telemetry: telemetry::TelemetryArgs,
     },
     /// Serve the runtime over HTTP: the spec's remote methods, roots,
     /// children, reads and a live event stream (see the README).
@@ -118,7 +122,8 @@ fn main() -> ExitCode {
             store,
             hold_ms,
             acp,
-        } => demo::run(&data, store.as_ref(), hold_ms, acp, &mut out),
+            telemetry,
+        } => demo::run(&data, store.as_ref(), hold_ms, acp, &telemetry, &mut out),
         Command::Serve(args) => serve_cmd::run(&args, &mut out),
         Command::Log(args) => log_cmd::run(&args, &mut out),
         Command::Inspect(command) => inspect::run(command, &mut out),

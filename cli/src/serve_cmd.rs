@@ -53,6 +53,9 @@ pub(crate) struct ServeArgs {
     /// `research` needs `--persona-var project=subagents`).
     #[arg(long = "persona-var", value_name = "NAME=VALUE", value_parser = persona_var)]
     persona_vars: Vec<(String, String)>,
+    /// Span export (off by default).
+    #[command(flatten)]
+    telemetry: crate::telemetry::TelemetryArgs,
 }
 
 /// Parses `NAME=VALUE` (the name not empty).
@@ -79,6 +82,14 @@ pub(crate) fn run(args: &ServeArgs, out: &mut dyn Write) -> CliResult {
     let shared: Arc<dyn EventLog> = target.open_writable(Durability::Sync)?;
     std::fs::create_dir_all(&args.data)?;
     let (token, created) = Token::load_or_create(&args.data)?;
+    // Declared before the runtime, so it is dropped after it: the last
+    // spans are flushed once the server stopped.
+    let _exporting = crate::telemetry::install(
+        &args
+            .telemetry
+            .export(&crate::telemetry::OtelEnvironment::from_process()),
+        None,
+    )?;
     let tokio = tokio::runtime::Runtime::new()?;
     tokio.block_on(async {
         let (runtime, recovery) =

@@ -3,10 +3,10 @@
 //! The spec's remote face: `prompt` and `interruptByParent` over HTTP, plus
 //! the host operations a person needs to drive a runtime without writing
 //! Rust (open, reopen and close a root; start and dispose a child), reads of
-//! trees, transcripts and past state, and the log as a live Server-Sent
-//! Events stream. [`router`] gives an `axum::Router` over a
-//! [`SubagentRuntime`], so a host mounts it in its own server; [`serve`]
-//! runs one (`subagents serve`).
+//! trees, transcripts and past state, the log as a live Server-Sent Events
+//! stream, and Prometheus metrics (`GET /metrics`). [`router`] gives an
+//! `axum::Router` over a [`SubagentRuntime`], so a host mounts it in its own
+//! server; [`serve`] runs one (`subagents serve`).
 //!
 //! Deny by default: every route, the unknown ones included, first passes
 //! the [`access`] guard (an Origin allow-list, then the bearer
@@ -27,11 +27,14 @@
 //! | `routes::children` | start and dispose a child of a held root |
 //! | `routes::reads` | children, descendants, transcript, state at a position |
 //! | `routes::events` | the log as Server-Sent Events, resumable by position |
+//! | `routes::scrape` | `GET /metrics`, the Prometheus scrape |
+//! | `metrics` | the one Prometheus recorder, the scrape's gauges, open streams |
 //! | [`openapi`] | the OpenAPI 3.1 document and the one route list |
 
 pub mod access;
 pub mod error;
 pub mod limits;
+mod metrics;
 pub mod openapi;
 mod routes;
 mod server;

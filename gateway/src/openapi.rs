@@ -26,6 +26,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/v1/attachments/{id}"),
     ("get", "/v1/events"),
     ("get", "/v1/openapi.json"),
+    ("get", "/metrics"),
     ("get", "/"),
     ("get", "/console/app.js"),
     ("get", "/console/style.css"),
@@ -205,6 +206,14 @@ fn paths() -> Value {
             "summary": "This document.",
             "responses": {
                 "200": {"description": "The document.", "content": {"application/json": {"schema": {"type": "object"}}}},
+                "default": answer("A refusal.", Some("Error")),
+            },
+        }},
+        "/metrics": {"get": {
+            "operationId": "metrics",
+            "summary": "Prometheus metrics: starts, settlements and refusals, append latency and group size, live activations, the log's head, checkpoint age, open event streams.",
+            "responses": {
+                "200": {"description": "The metrics in the Prometheus text format.", "content": {"text/plain; version=0.0.4": {"schema": {"type": "string"}}}},
                 "default": answer("A refusal.", Some("Error")),
             },
         }},

@@ -15,7 +15,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::access::{self, Access};
 use crate::limits::{self, BodyCap, Limits};
-use crate::routes::{attachments, children, console, events, history, reads, remote, roots};
+use crate::metrics::Metrics;
+use crate::routes::{
+    attachments, children, console, events, history, reads, remote, roots, scrape,
+};
 use crate::token::Token;
 
 /// What a gateway needs besides its runtime.
@@ -39,6 +42,9 @@ pub(crate) struct Gateway {
     pub(crate) limits: Limits,
     /// Cancelled when the server shuts down: live event streams end.
     pub(crate) shutdown: CancellationToken,
+    /// The process's Prometheus recorder and this gateway's count of open
+    /// event streams (`GET /metrics`).
+    pub(crate) metrics: Metrics,
 }
 
 impl Gateway {
@@ -52,8 +58,14 @@ impl Gateway {
 }
 
 /// The gateway's routes over `runtime`. Mount it as it is (its paths start
-/// with `/v1/`) or nest it under a prefix. `shutdown` ends live event
-/// streams, so a graceful shutdown does not wait for them.
+/// with `/v1/`, but for the console's page and `/metrics`) or nest it under
+/// a prefix. `shutdown` ends live event streams, so a graceful shutdown does
+/// not wait for them.
+///
+/// The first router built in a process installs a Prometheus recorder as
+/// the global `metrics` recorder, which `GET /metrics` renders; later
+/// routers share it. A host that installed its own recorder first keeps
+/// it: the runtime's counters go there, and `/metrics` reports the gauges.
 pub fn router(
     runtime: SubagentRuntime,
     config: GatewayConfig,
@@ -64,6 +76,7 @@ pub fn router(
         roots: Mutex::new(HashMap::new()),
         limits: config.limits.clone(),
         shutdown,
+        metrics: Metrics::install(),
     });
     let access = Arc::new(Access::new(config.token, config.allowed_origins));
     let bounded = Router::new()
@@ -95,6 +108,7 @@ pub fn router(
         .route("/console/style.css", get(console::style))
         .route("/v1/attachments/{id}", get(attachments::get))
         .route("/v1/openapi.json", get(reads::openapi))
+        .route("/metrics", get(scrape::metrics))
         .layer(axum::middleware::from_fn_with_state(
             config.limits.request_timeout,
             limits::time_limit,

@@ -37,7 +37,7 @@ use subagent_store::append_check::{
 };
 use subagent_store::{AppendOutcome, Durability, IdLocation, StoreError, StreamAppend};
 use tokio::sync::{mpsc, oneshot};
-use tracing::{debug, warn};
+use tracing::{debug, warn, Instrument};
 use uuid::Uuid;
 
 use crate::error::{db_error, pool_error, signed, unsigned};
@@ -73,7 +73,8 @@ pub(crate) async fn run(inner: Arc<Inner>, mut requests: mpsc::UnboundedReceiver
             }
             continue;
         }
-        if let Err(err) = commit_group(&inner, batch).await {
+        let span = subagent_store::telemetry::group_commit(batch.len());
+        if let Err(err) = commit_group(&inner, batch).instrument(span).await {
             warn!(error = %err, "group commit failed; nothing of it is acknowledged; refusing further appends through this handle");
             failed = Some(err);
         }

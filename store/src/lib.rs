@@ -24,6 +24,7 @@ pub mod memory;
 pub mod record;
 pub mod rocks;
 pub mod subscription;
+pub mod telemetry;
 
 #[cfg(feature = "conformance")]
 pub mod conformance;

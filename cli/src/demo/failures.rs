@@ -12,8 +12,8 @@ use std::sync::Arc;
 
 use tokio::sync::watch;
 use tracing::field::{Field, Visit};
-use tracing::span::{Attributes, Id, Record};
-use tracing::{Event, Level, Metadata, Subscriber};
+use tracing::{Event, Level, Subscriber};
+use tracing_subscriber::layer::{Context, Layer};
 
 /// The first failure reported since the watch was made. Cheap to clone.
 #[derive(Clone)]
@@ -64,7 +64,7 @@ impl FailureWatch {
     }
 }
 
-/// A `tracing` subscriber that turns warning and error events into
+/// A `tracing` layer that turns warning and error events into
 /// `warning:` lines on stderr, and reports as a failure every error event
 /// and every warning that carries an `error` field (a driver that failed, a
 /// commit or a checkpoint that could not be written). A warning without one
@@ -114,20 +114,13 @@ impl Visit for Line {
     }
 }
 
-impl Subscriber for FailureRecorder {
-    fn enabled(&self, metadata: &Metadata<'_>) -> bool {
-        *metadata.level() <= Level::WARN
-    }
-
-    fn new_span(&self, _: &Attributes<'_>) -> Id {
-        Id::from_u64(1)
-    }
-
-    fn record(&self, _: &Id, _: &Record<'_>) {}
-
-    fn record_follows_from(&self, _: &Id, _: &Id) {}
-
-    fn event(&self, event: &Event<'_>) {
+impl<S: Subscriber> Layer<S> for FailureRecorder {
+    // Filters by level here rather than in `enabled`, which would filter
+    // the whole subscriber (and so the spans an exporter layer wants).
+    fn on_event(&self, event: &Event<'_>, _: Context<'_, S>) {
+        if *event.metadata().level() > Level::WARN {
+            return;
+        }
         let mut line = Line::default();
         event.record(&mut line);
         let text = if line.fields.is_empty() {
@@ -140,25 +133,26 @@ impl Subscriber for FailureRecorder {
             self.watch.report(text);
         }
     }
-
-    fn enter(&self, _: &Id) {}
-
-    fn exit(&self, _: &Id) {}
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tracing_subscriber::layer::SubscriberExt;
+
+    fn recording(watch: &FailureWatch) -> impl Subscriber {
+        tracing_subscriber::registry().with(FailureRecorder::new(watch.clone()))
+    }
 
     #[test]
     fn a_warning_with_an_error_and_any_error_event_are_failures() {
         let watch = FailureWatch::default();
-        tracing::subscriber::with_default(FailureRecorder::new(watch.clone()), || {
+        tracing::subscriber::with_default(recording(&watch), || {
             tracing::info!(error = "ignored", "below the warning level");
             tracing::warn!(reason = "stale", "discarding the projections checkpoint");
         });
         assert_eq!(watch.first(), None);
-        tracing::subscriber::with_default(FailureRecorder::new(watch.clone()), || {
+        tracing::subscriber::with_default(recording(&watch), || {
             tracing::warn!(
                 error = %"storage failure: IO error: No space left on device: While appending to file: /d/000004.log",
                 "local driver failed"
@@ -177,7 +171,7 @@ mod tests {
     #[test]
     fn an_error_event_without_an_error_field_is_a_failure() {
         let watch = FailureWatch::default();
-        tracing::subscriber::with_default(FailureRecorder::new(watch.clone()), || {
+        tracing::subscriber::with_default(recording(&watch), || {
             tracing::error!(reason = "disk full", "append failed; the engine stops");
         });
         assert_eq!(

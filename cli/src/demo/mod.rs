@@ -211,11 +211,16 @@ pub(crate) fn run(
     store: Option<&LogTarget>,
     hold_ms: u64,
     acp: Option<AcpCommand>,
+    telemetry: &crate::telemetry::TelemetryArgs,
     out: &mut dyn Write,
 ) -> CliResult {
     let failures = FailureWatch::default();
-    // Only the first subscriber of the process is installed; the demo runs once.
-    let _ = tracing::subscriber::set_global_default(FailureRecorder::new(failures.clone()));
+    // Declared first, so it is dropped last: the last spans are flushed
+    // once the runtime is gone.
+    let _exporting = crate::telemetry::install(
+        &telemetry.export(&crate::telemetry::OtelEnvironment::from_process()),
+        Some(Box::new(FailureRecorder::new(failures.clone()))),
+    )?;
     let target = store
         .cloned()
         .unwrap_or_else(|| LogTarget::Dir(data.to_owned()));

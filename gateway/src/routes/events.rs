@@ -10,6 +10,9 @@
 //!
 //! A slow consumer does not stall the runtime: the subscription reads from
 //! the log at the consumer's pace, behind whatever the runtime appends.
+//!
+//! Each open stream is counted (`subagents_sse_subscribers` on
+//! `GET /metrics`) until it is dropped, which a client going away does.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -29,6 +32,7 @@ use tokio_util::sync::WaitForCancellationFutureOwned;
 
 use super::query;
 use crate::error::GatewayError;
+use crate::metrics::Subscriber;
 use crate::server::Gateway;
 
 /// `?root=ID&after=N`.
@@ -89,15 +93,19 @@ pub(crate) async fn stream(
     let events = UntilShutdown {
         events: Box::pin(events),
         shutdown: Box::pin(gateway.shutdown.clone().cancelled_owned()),
+        _subscriber: gateway.metrics.subscriber(),
     };
     Ok(Sse::new(events).keep_alive(KeepAlive::default()))
 }
 
 /// A stream that ends when the server shuts down, so a graceful shutdown
-/// does not wait for subscribers.
+/// does not wait for subscribers. It holds the subscription's place in the
+/// open-stream count, given back when the stream is dropped: at its end, at
+/// shutdown, or when the client goes away.
 struct UntilShutdown<S> {
     events: Pin<Box<S>>,
     shutdown: Pin<Box<WaitForCancellationFutureOwned>>,
+    _subscriber: Subscriber,
 }
 
 impl<S: Stream> Stream for UntilShutdown<S> {

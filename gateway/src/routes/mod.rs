@@ -10,6 +10,7 @@ pub(crate) mod history;
 pub(crate) mod reads;
 pub(crate) mod remote;
 pub(crate) mod roots;
+pub(crate) mod scrape;
 
 use axum::http::Uri;
 use serde::de::DeserializeOwned;

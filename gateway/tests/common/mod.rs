@@ -53,8 +53,30 @@ impl Server {
         limits: Limits,
         capacity: CapacityLimits,
     ) -> Server {
+        Server::hosting(log, scripts(), limits, capacity).await
+    }
+
+    /// A server whose children play `host`'s scripts, with the default
+    /// limits.
+    pub(crate) async fn scripted(host: ScriptedHost) -> Server {
+        Server::hosting(
+            Arc::new(MemoryLog::new()),
+            host,
+            Limits::default(),
+            CapacityLimits::default(),
+        )
+        .await
+    }
+
+    /// A server over `log` whose children play `host`'s scripts.
+    pub(crate) async fn hosting(
+        log: Arc<dyn EventLog>,
+        host: ScriptedHost,
+        limits: Limits,
+        capacity: CapacityLimits,
+    ) -> Server {
         let shared = Arc::clone(&log);
-        let (runtime, _) = SubagentRuntime::open_with(shared, Arc::new(scripts()), capacity)
+        let (runtime, _) = SubagentRuntime::open_with(shared, Arc::new(host), capacity)
             .await
             .expect("runtime opens");
         runtime

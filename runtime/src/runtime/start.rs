@@ -45,11 +45,16 @@ impl SubagentRuntime {
         spec: SubagentActivationSpec,
         signal: CancellationToken,
     ) -> Result<SubagentActivation, SubagentError> {
-        self.authorize(parent)?;
-        let provider = self
-            .provider(&spec.provider)
-            .ok_or_else(|| SubagentError::UnknownProvider(spec.provider.clone()))?;
-        refuse_oversized_prompt(&spec.request.prompt)?;
+        // Refusals before any command are counted here; the engine counts
+        // those of its commands.
+        let checked = self.authorize(parent).and_then(|()| {
+            let provider = self
+                .provider(&spec.provider)
+                .ok_or_else(|| SubagentError::UnknownProvider(spec.provider.clone()))?;
+            refuse_oversized_prompt(&spec.request.prompt)?;
+            Ok(provider)
+        });
+        let provider = checked.inspect_err(|err| crate::metrics::refused(err.code()))?;
         let child = match (spec.child_id, provider.is_continuable()) {
             (Some(reserved), true) => reserved,
             _ => SessionId::new(),

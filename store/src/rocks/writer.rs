@@ -141,6 +141,7 @@ impl Writer {
     }
 
     fn commit_group(&mut self, group: Vec<AppendRequest>) {
+        let _span = crate::telemetry::group_commit(group.len()).entered();
         if let Some(failure) = &self.failed {
             for request in group {
                 let _ = request.reply.send(Err(failure.clone()));
