@@ -4,51 +4,42 @@
 //! span ids, parents, attributes, the trace context kept on every event),
 //! but exports nothing: the overhead a host pays for tracing before its
 //! exporter's own cost. Runs alternate off and on, each on a fresh log and
-//! a fresh async runtime whose threads have that subscriber as default.
+//! a fresh async runtime; each checks that its events carry a trace
+//! context exactly when tracing was on.
 
 use std::io::Write;
 use std::sync::Arc;
 
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_sdk::trace::SdkTracerProvider;
-use subagent_store::{Durability, EventLog, RocksLog, RocksOptions};
-use tracing::Dispatch;
-use tracing_subscriber::filter::LevelFilter;
+use subagent_store::{Durability, EventLog, EventLogExt, RocksLog, RocksOptions};
+use std::sync::atomic::{AtomicBool, Ordering};
+use tracing::Level;
+use tracing_subscriber::filter::filter_fn;
 use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::Layer as _;
 
 use super::stats::Summary;
 use crate::BenchResult;
 
-/// A subscriber that builds spans as an exporting host's would, minus the
-/// exporter.
-fn tracing_dispatch(provider: &SdkTracerProvider) -> Dispatch {
+/// Whether the installed subscriber builds spans now.
+static TRACING_ON: AtomicBool = AtomicBool::new(false);
+
+/// Installs, as the process's default, a subscriber that builds every
+/// `info` span as an exporting host's would, minus the exporter, while
+/// [`TRACING_ON`] is set; while it is not, its filter disables every span
+/// and event, which is what no subscriber costs plus one atomic load.
+/// (A scoped default per run does not work: per-layer filters cache their
+/// interest per callsite across dispatchers.)
+fn install(provider: &SdkTracerProvider) -> BenchResult {
     let layer = tracing_opentelemetry::layer()
         .with_tracer(provider.tracer("subagents-bench"))
-        .with_filter(LevelFilter::INFO);
-    Dispatch::new(tracing_subscriber::registry().with(layer))
-}
-
-/// A multi-threaded async runtime whose threads (and the caller's, inside
-/// [`with_dispatch`]) use `dispatch`, or no subscriber at all.
-fn runtime_with(dispatch: Option<Dispatch>) -> std::io::Result<tokio::runtime::Runtime> {
-    let mut builder = tokio::runtime::Builder::new_multi_thread();
-    builder.enable_all();
-    if let Some(dispatch) = dispatch {
-        builder.on_thread_start(move || {
-            // The worker's default for its whole life; the thread ends with
-            // the runtime.
-            std::mem::forget(tracing::dispatcher::set_default(&dispatch));
-        });
-    }
-    builder.build()
-}
-
-fn with_dispatch<T>(dispatch: Option<&Dispatch>, work: impl FnOnce() -> T) -> T {
-    match dispatch {
-        Some(dispatch) => tracing::dispatcher::with_default(dispatch, work),
-        None => work(),
-    }
+        .with_filter(filter_fn(|metadata| {
+            TRACING_ON.load(Ordering::Relaxed) && *metadata.level() <= Level::INFO
+        }));
+    tracing::subscriber::set_global_default(tracing_subscriber::registry().with(layer))
+        .map_err(|err| format!("installing the tracing subscriber: {err}"))?;
+    Ok(())
 }
 
 /// Prints the overhead table: Sync with 1 starter, Buffered with 64.
@@ -64,7 +55,7 @@ pub(super) fn run(runs: usize, scaled: impl Fn(f64) -> usize, out: &mut dyn Writ
     )?;
     out.flush()?;
     let provider = SdkTracerProvider::builder().build();
-    let traced = tracing_dispatch(&provider);
+    install(&provider)?;
     for (durability, starters, total) in [
         (Durability::Sync, 1, scaled(100.0)),
         (Durability::Buffered, 64, scaled(6400.0)),
@@ -73,14 +64,33 @@ pub(super) fn run(runs: usize, scaled: impl Fn(f64) -> usize, out: &mut dyn Writ
         let mut off = Vec::new();
         let mut on = Vec::new();
         for _ in 0..runs {
-            for (dispatch, rates) in [(None, &mut off), (Some(&traced), &mut on)] {
+            for (traced, rates) in [(false, &mut off), (true, &mut on)] {
+                TRACING_ON.store(traced, Ordering::Relaxed);
+                tracing::callsite::rebuild_interest_cache();
                 let dir = tempfile::tempdir()?;
                 let log: Arc<dyn EventLog> =
                     Arc::new(RocksLog::open(dir.path(), RocksOptions { durability })?);
-                let tokio = runtime_with(dispatch.cloned())?;
-                let (rate, _) = with_dispatch(dispatch, || {
-                    tokio.block_on(super::activations::runtime_run(log, starters, total))
-                })?;
+                let tokio = tokio::runtime::Builder::new_multi_thread()
+                    .enable_all()
+                    .build()?;
+                let (rate, _) = tokio.block_on(super::activations::runtime_run(
+                    Arc::clone(&log),
+                    starters,
+                    total,
+                ))?;
+                // The two sides did what they say: spans were built (their
+                // context is on the events) only with tracing on.
+                let with_context = log
+                    .read_all(1)
+                    .filter(|record| record.as_ref().is_ok_and(|r| r.trace.is_some()))
+                    .count();
+                if (with_context > 0) != traced {
+                    return Err(format!(
+                        "tracing {} recorded {with_context} events with a trace context",
+                        if traced { "on" } else { "off" }
+                    )
+                    .into());
+                }
                 rates.push(rate);
             }
         }
