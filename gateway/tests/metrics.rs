@@ -303,7 +303,10 @@ async fn a_scrape_reports_a_known_workload_exactly() {
             .iter()
             .find(|record| record["event"]["type"] == "ActivationSettled")
             .unwrap();
-        assert_eq!(settled["event"]["data"]["result"]["stopReason"], *stop_reason);
+        assert_eq!(
+            settled["event"]["data"]["result"]["stopReason"],
+            *stop_reason
+        );
     }
     // A settlement is counted once it is durable, a moment after it can be
     // read: wait for the three.
