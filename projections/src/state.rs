@@ -479,15 +479,7 @@ impl Projections {
         if let Some(trace) = live.and_then(|live| live.turn_trace.or(live.trace)) {
             return Some(trace);
         }
-        let mut root = parent;
-        // Bounded by the corpus, so a damaged cycle cannot loop.
-        for _ in 0..=self.sessions.len() {
-            match self.sessions.get(&root).and_then(|record| record.parent) {
-                Some(up) => root = up,
-                None => break,
-            }
-        }
-        self.sessions.get(&root).and_then(|record| record.trace)
+        self.lineage(parent).last().and_then(|root| root.trace)
     }
 
     /// Activity of a session (inactive when it was never activated).

@@ -311,6 +311,25 @@ impl Engine {
         command: Command,
         attachments: Vec<Attachment>,
     ) -> Result<Vec<RecordedEvent>, SubagentError> {
+        self.commit_opening(command, attachments)
+            .await
+            .map(|committed| committed.records)
+    }
+
+    /// As [`commit_with`](Self::commit_with), also returning the span of
+    /// the activation or run the command requested (a start, or a message
+    /// that cold-resumes its target), which the events were recorded in
+    /// and the new activation's driver runs in. Its parent is decided on
+    /// the same projections as the command
+    /// ([`requested_activation_span`](crate::telemetry::requested_activation_span)).
+    ///
+    /// # Errors
+    /// As [`commit`](Self::commit).
+    pub(crate) async fn commit_opening(
+        &self,
+        command: Command,
+        attachments: Vec<Attachment>,
+    ) -> Result<Committed, SubagentError> {
         // The caller's span, before the command's own is entered: the span
         // the events are recorded in.
         let caller = crate::telemetry::current_trace();
@@ -326,9 +345,9 @@ impl Engine {
             .instrument(span.clone())
             .await;
         match &outcome {
-            Ok(records) => {
-                span.record(attr::EVENTS, records.len());
-                crate::metrics::recorded(records);
+            Ok(committed) => {
+                span.record(attr::EVENTS, committed.records.len());
+                crate::metrics::recorded(&committed.records);
             }
             Err(err) => {
                 let code = err.code();
@@ -339,26 +358,30 @@ impl Engine {
         outcome
     }
 
-    /// [`commit_with`](Self::commit_with) inside the command's span, every
-    /// event keeping `caller`, the span it was recorded in.
+    /// [`commit_opening`](Self::commit_opening) inside the command's span,
+    /// every event keeping the span it was recorded in: the activation
+    /// span the command opens, else `caller`.
     async fn commit_traced(
         &self,
         command: Command,
         attachments: Vec<Attachment>,
         caller: Option<TraceContext>,
-    ) -> Result<Vec<RecordedEvent>, SubagentError> {
+    ) -> Result<Committed, SubagentError> {
         if self.failed.load(Ordering::Acquire) {
             return Err(self.refusal());
         }
-        let (ticket, records, checkpoint_due) = {
+        let (ticket, records, checkpoint_due, opened) = {
             let mut pipeline = self.pipeline();
             if pipeline.sealed {
                 return Err(SubagentError::Closed);
             }
             let decision = decide(&pipeline.state, command)?;
             if decision.is_empty() {
-                return Ok(Vec::new());
+                return Ok(Committed::default());
             }
+            let opened =
+                crate::telemetry::requested_activation_span(&pipeline.state, &decision, caller);
+            let trace = opened.as_ref().map_or(caller, crate::telemetry::trace_of);
             let mut parts = Vec::with_capacity(decision.len());
             let mut records = Vec::new();
             let mut next_versions = Vec::with_capacity(decision.len());
@@ -367,7 +390,7 @@ impl Engine {
                 let events: Vec<NewEvent> = events
                     .into_iter()
                     .map(|event| NewEvent {
-                        trace: caller,
+                        trace,
                         ..NewEvent::new(event)
                     })
                     .collect();
@@ -404,7 +427,7 @@ impl Engine {
             pipeline.since_checkpoint += records.len() as u64;
             let due =
                 self.checkpoint_every > 0 && pipeline.since_checkpoint >= self.checkpoint_every;
-            (ticket, records, due)
+            (ticket, records, due, opened)
         };
         let enqueued = std::time::Instant::now();
         let append = tracing::info_span!(span::APPEND, { attr::EVENTS } = records.len());
@@ -424,7 +447,7 @@ impl Engine {
         if checkpoint_due {
             self.checkpoint_in_background();
         }
-        Ok(records)
+        Ok(Committed { records, opened })
     }
 
     /// Stops the engine after an append failed with `fault`, which every
@@ -453,6 +476,15 @@ impl Engine {
     pub(crate) fn seal(&self) {
         self.pipeline().sealed = true;
     }
+}
+
+/// What a durable command recorded.
+#[derive(Default)]
+pub(crate) struct Committed {
+    /// Its events, in log order; empty when it recorded nothing (a retry).
+    pub(crate) records: Vec<RecordedEvent>,
+    /// The span of the activation or run it requested, if any.
+    pub(crate) opened: Option<tracing::Span>,
 }
 
 /// A short-lived read of the projections.

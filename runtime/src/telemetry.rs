@@ -17,7 +17,7 @@
 
 use opentelemetry::trace::{SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId, TraceState};
 use subagent_core::telemetry::{attr, span};
-use subagent_core::{SessionId, TraceContext};
+use subagent_core::{Event, SessionId, StreamId, TraceContext};
 use subagent_projections::Projections;
 use tracing::Span;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
@@ -77,15 +77,10 @@ fn parent_on(span: &Span, parent: Option<TraceContext>, caller: Option<TraceCont
 
 /// The root of `session`'s tree.
 fn root_of(state: &Projections, session: SessionId) -> SessionId {
-    let mut root = session;
-    // Bounded by the corpus, so a damaged cycle cannot loop.
-    for _ in 0..=state.sessions.len() {
-        match state.sessions.get(&root).and_then(|record| record.parent) {
-            Some(parent) => root = parent,
-            None => break,
-        }
-    }
-    root
+    state
+        .lineage(session)
+        .last()
+        .map_or(session, |root| root.id)
 }
 
 /// The span of a root's creation (GenAI `create_agent`): the parent of
@@ -106,30 +101,88 @@ pub(crate) fn create_agent_span(session: SessionId, label: &str) -> Span {
     span
 }
 
+/// The span of the activation or run `decision` requests, if it requests
+/// one: opened while the engine decides it, parented by the log's rule
+/// ([`Projections::span_parent`]) on `state`, the projections the decision
+/// is made on, so a replay, which applies the rule on the state just
+/// before the request, finds the same parent. (The two states differ only
+/// by the decision's earlier events, which never touch the parent's
+/// activation or the root: a start catalogs the child on the parent's
+/// stream, a resume accepts a message on the child's.) `caller`, the span
+/// the command was issued in, is kept as a link.
+pub(crate) fn requested_activation_span(
+    state: &Projections,
+    decision: &[(StreamId, Vec<Event>)],
+    caller: Option<TraceContext>,
+) -> Option<Span> {
+    for (stream, events) in decision {
+        let Some(child) = stream.session() else {
+            continue;
+        };
+        // A start creates the child in the same decision; a resume finds
+        // it in the projections.
+        let mut created = None;
+        for event in events {
+            let (epoch, external) = match event {
+                Event::SessionCreated {
+                    parent,
+                    label,
+                    provider,
+                    ..
+                } => {
+                    created = Some((*parent, label.as_str(), provider.as_deref()));
+                    continue;
+                }
+                Event::ActivationRequested { epoch, .. } => (*epoch, false),
+                Event::RunRequested { .. } => (1, true),
+                _ => continue,
+            };
+            let (parent, label, provider) = created.or_else(|| {
+                state.sessions.get(&child).map(|record| {
+                    (
+                        record.parent,
+                        record.label.as_str(),
+                        record.provider.as_deref(),
+                    )
+                })
+            })?;
+            let parent = parent.unwrap_or(child);
+            let span = ActivationSpan {
+                child,
+                parent,
+                label,
+                provider: provider.unwrap_or_default(),
+                epoch,
+                external,
+            }
+            .create(root_of(state, parent));
+            parent_on(&span, state.span_parent(parent), caller);
+            return Some(span);
+        }
+    }
+    None
+}
+
 /// What an activation or run span is opened with.
-pub(crate) struct ActivationSpan<'a> {
+struct ActivationSpan<'a> {
     /// The child.
-    pub(crate) child: SessionId,
+    child: SessionId,
     /// Its parent session.
-    pub(crate) parent: SessionId,
+    parent: SessionId,
     /// Its label.
-    pub(crate) label: &'a str,
+    label: &'a str,
     /// The provider that started it.
-    pub(crate) provider: &'a str,
+    provider: &'a str,
     /// The epoch (1 for a run).
-    pub(crate) epoch: u64,
+    epoch: u64,
     /// Whether it is an external run rather than a continuable activation.
-    pub(crate) external: bool,
+    external: bool,
 }
 
 impl ActivationSpan<'_> {
-    /// Opens the span, parented by the log's rule on `state` as it is
-    /// before the activation is requested; the command that requests it
-    /// must run in the span (so its `ActivationRequested` records it).
-    pub(crate) fn open(self, state: &Projections) -> Span {
-        let root = root_of(state, self.parent);
-        let caller = current_trace();
-        let span = if self.external {
+    /// The span, not yet parented, in `root`'s conversation.
+    fn create(self, root: SessionId) -> Span {
+        if self.external {
             tracing::info_span!(
                 parent: None,
                 span::RUN,
@@ -154,9 +207,7 @@ impl ActivationSpan<'_> {
                 { attr::EPOCH } = self.epoch,
                 { attr::ERROR_TYPE } = tracing::field::Empty,
             )
-        };
-        parent_on(&span, state.span_parent(self.parent), caller);
-        span
+        }
     }
 }
 

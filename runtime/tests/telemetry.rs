@@ -9,7 +9,7 @@
 mod common;
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 
 use opentelemetry::trace::{SpanId, TraceId, TracerProvider as _};
 use opentelemetry::Value;
@@ -34,7 +34,10 @@ use common::{records, Harness};
 struct DelegatingHost {
     scripted: ScriptedHost,
     runtime: OnceLock<SubagentRuntime>,
-    agents: Mutex<HashMap<SessionId, LiveAgent>>,
+    /// The live agents the test has handed over, by session: the
+    /// `delegate` call waits for its caller's, which the test inserts only
+    /// once `start_activation` returned (the turn may already be running).
+    agents: tokio::sync::watch::Sender<HashMap<SessionId, LiveAgent>>,
 }
 
 impl AgentHost for DelegatingHost {
@@ -62,11 +65,18 @@ impl AgentHost for DelegatingHost {
             return self.scripted.execute_tool(session, call, cancel);
         }
         let runtime = self.runtime.get().cloned();
-        let agent = self.agents.lock().unwrap().get(&session).cloned();
+        let mut agents = self.agents.subscribe();
         let label = call.input["label"].as_str().unwrap_or("unnamed").to_owned();
         Box::pin(async move {
-            let (Some(runtime), Some(agent)) = (runtime, agent) else {
-                return ToolOutput::error("no live agent for the caller");
+            let Some(runtime) = runtime else {
+                return ToolOutput::error("no runtime yet");
+            };
+            let agent = match agents
+                .wait_for(|agents| agents.contains_key(&session))
+                .await
+            {
+                Ok(agents) => agents[&session].clone(),
+                Err(_) => return ToolOutput::error("no live agent for the caller"),
             };
             let spec =
                 SubagentActivationSpec::with_text_prompt("spawn", &label, "dig", Delivery::Parent);
@@ -137,20 +147,26 @@ async fn a_run_exports_one_trace_per_root_shaped_like_its_tree() {
         .with(
             "lead",
             Script {
-                turns: vec![vec![
-                    Step::Say("delegating".into()),
-                    Step::Tool {
-                        name: "delegate".into(),
-                        input: json!({"label": "digger"}),
-                        output: String::new(),
-                    },
-                    Step::Tool {
-                        name: "read_file".into(),
-                        input: json!({"path": "notes"}),
-                        output: "the notes".into(),
-                    },
-                    Step::Say("delegated".into()),
-                ]],
+                turns: vec![
+                    vec![
+                        Step::Say("delegating".into()),
+                        Step::Tool {
+                            name: "delegate".into(),
+                            input: json!({"label": "digger"}),
+                            output: String::new(),
+                        },
+                        Step::Tool {
+                            name: "read_file".into(),
+                            input: json!({"path": "notes"}),
+                            output: "the notes".into(),
+                        },
+                        Step::Say("delegated".into()),
+                    ],
+                    // Digger's settlement notice may land while lead's first
+                    // turn runs, and then lead takes a second turn to read it:
+                    // one that delegates nothing (a script's last turn repeats).
+                    vec![Step::Say("noted".into())],
+                ],
             },
         )
         .with(
@@ -162,7 +178,7 @@ async fn a_run_exports_one_trace_per_root_shaped_like_its_tree() {
     let host = Arc::new(DelegatingHost {
         scripted,
         runtime: OnceLock::new(),
-        agents: Mutex::new(HashMap::new()),
+        agents: tokio::sync::watch::Sender::new(HashMap::new()),
     });
     let h = Harness::open(Arc::clone(&host)).await;
     let _ = host.runtime.set(h.runtime.clone());
@@ -187,10 +203,9 @@ async fn a_run_exports_one_trace_per_root_shaped_like_its_tree() {
         }
     };
     let lead = start(h.root.clone(), "lead").await;
-    host.agents
-        .lock()
-        .unwrap()
-        .insert(lead.child_id(), lead.agent());
+    host.agents.send_modify(|agents| {
+        agents.insert(lead.child_id(), lead.agent());
+    });
     let late = start(lead.agent(), "late").await;
     let broken = start(h.root.clone(), "broken").await;
     let solo = start(second_root.clone(), "solo").await;
@@ -389,9 +404,20 @@ async fn a_run_exports_one_trace_per_root_shaped_like_its_tree() {
     let rebuilt = spans(&log_records);
     let kinds = |kind: fn(&SpanKind) -> bool| rebuilt.iter().filter(|s| kind(&s.kind)).count();
     assert_eq!(kinds(|k| *k == SpanKind::Root), 2);
+    let rebuilt_activations: Vec<(SessionId, SpanKind, u64)> = rebuilt
+        .iter()
+        .filter(|s| matches!(s.kind, SpanKind::Activation { .. }))
+        .map(|s| (s.session, s.kind, s.position))
+        .collect();
     assert_eq!(
-        kinds(|k| matches!(k, SpanKind::Activation { .. })),
-        tree.len()
+        rebuilt_activations.len(),
+        tree.len(),
+        "{rebuilt_activations:?}\n{}",
+        log_records
+            .iter()
+            .map(|r| format!("{} {} {}", r.position, r.stream, r.event.type_name()))
+            .collect::<Vec<_>>()
+            .join("\n")
     );
     assert!(kinds(|k| *k == SpanKind::Tool) >= 2);
     for span_record in &rebuilt {

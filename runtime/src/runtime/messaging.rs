@@ -263,48 +263,26 @@ impl SubagentRuntime {
         };
         let _materializing = Materializing::enter(&self.inner.gate)?;
         // A message that resumes its target is recorded in the resumed
-        // activation's span, as every activation request is.
-        let resumed_span = resumes.then(|| self.resumed_span(target)).flatten();
-        let commit = self.inner.engine.commit_with(command, attachments);
-        let records = match &resumed_span {
-            Some(span) => commit.instrument(span.clone()).await?,
-            None => commit.await?,
-        };
-        let resumed = records
+        // activation's span, which the engine opens as it decides.
+        let committed = self
+            .inner
+            .engine
+            .commit_opening(command, attachments)
+            .await?;
+        let resumed = committed
+            .records
             .iter()
             .any(|record| matches!(record.event, Event::ActivationRequested { .. }));
         Ok(if resumed {
-            let span = resumed_span
-                .or_else(|| self.resumed_span(target))
-                .unwrap_or_else(tracing::Span::none);
+            let span = committed.opened.unwrap_or_else(tracing::Span::none);
             self.cold_resume(target, permits, span);
             Delivered::ColdResumed
-        } else if !records.is_empty() {
+        } else if !committed.records.is_empty() {
             self.wake(target);
             Delivered::Woken
         } else {
             Delivered::Nothing
         })
-    }
-
-    /// The span of `child`'s next activation (a cold resume), opened on
-    /// the projections as they are before it is requested; `None` for an
-    /// unknown session.
-    fn resumed_span(&self, child: SessionId) -> Option<tracing::Span> {
-        let state = self.inner.engine.state();
-        let record = state.sessions.get(&child)?;
-        let epoch = state.activations.get(&child).map_or(0, |a| a.epoch) + 1;
-        Some(
-            crate::telemetry::ActivationSpan {
-                child,
-                parent: record.parent.unwrap_or(child),
-                label: &record.label,
-                provider: record.provider.as_deref().unwrap_or_default(),
-                epoch,
-                external: false,
-            }
-            .open(&state),
-        )
     }
 
     /// Tells `session`'s live driver, if any, that its inbox gained a

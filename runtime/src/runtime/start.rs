@@ -65,31 +65,27 @@ impl SubagentRuntime {
         self.authorize(parent)?;
         let materializing = Materializing::enter(&self.inner.gate)?;
         let settings = self.inner.deployment.snapshot();
-        // The child's span, opened before its request so the request is
-        // recorded in it; the start runs in it too.
-        let span = crate::telemetry::ActivationSpan {
-            child,
-            parent: parent.session,
-            label: &spec.label,
-            provider: &spec.provider,
-            epoch: 1,
-            external: !provider.is_continuable(),
-        }
-        .open(&self.inner.engine.state());
-        self.inner
+        // The child's span, opened by the engine as it decides the start
+        // (the request is recorded in it); the start runs in it too.
+        let span = self
+            .inner
             .engine
-            .commit(Command::StartChild(StartChild {
-                parent: parent.session,
-                child,
-                provider: spec.provider.clone(),
-                label: spec.label.clone(),
-                options: spec.request.options.clone(),
-                delivery: spec.delivery,
-                run_id,
-                settings,
-            }))
-            .instrument(span.clone())
-            .await?;
+            .commit_opening(
+                Command::StartChild(StartChild {
+                    parent: parent.session,
+                    child,
+                    provider: spec.provider.clone(),
+                    label: spec.label.clone(),
+                    options: spec.request.options.clone(),
+                    delivery: spec.delivery,
+                    run_id,
+                    settings,
+                }),
+                Vec::new(),
+            )
+            .await?
+            .opened
+            .unwrap_or_else(tracing::Span::none);
         // A new child's first activation is epoch 1.
         let handle = DriverHandle::new(child, parent.session, 1);
         *lock(&handle.permits) = Some(permits);
