@@ -40,9 +40,9 @@ pub mod span {
     pub const EXECUTE_TOOL: &str = "execute_tool";
     /// One message delivered to a session's inbox.
     pub const DELIVER_MESSAGE: &str = "subagents.message";
-    /// One engine command: decide, append, fold.
+    /// One engine command: decide, append, fold (debug level).
     pub const COMMAND: &str = "subagents.command";
-    /// One command's append, from enqueue to durable.
+    /// One command's append, from enqueue to durable (debug level).
     pub const APPEND: &str = "subagents.append";
     /// One group commit of the log's writer (debug level).
     pub const GROUP_COMMIT: &str = "subagents.group_commit";

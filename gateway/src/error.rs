@@ -120,12 +120,15 @@ pub fn status_of(code: ErrorCode) -> StatusCode {
         | C::RootHeld
         | C::OutOfOrder
         | C::DuplicateProvider
-        | C::StoreConflict => StatusCode::CONFLICT,
+        | C::StoreConflict
+        | C::StoreFenced
+        | C::StoreLeaseHeld => StatusCode::CONFLICT,
         C::GatewayPayloadTooLarge | C::EventTooLarge | C::StoreEventTooLarge => {
             StatusCode::PAYLOAD_TOO_LARGE
         }
         C::AttachmentInvalid
         | C::InvalidTimeZone
+        | C::StoreInvalidLease
         | C::CapabilityUnsupported
         | C::UnknownProvider
         | C::InvalidOutputSchema

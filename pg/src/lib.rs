@@ -20,12 +20,19 @@
 //! - the schema is created and migrated by the code ([`SCHEMA_VERSION`]),
 //!   and a schema newer than the code is refused;
 //! - a lost connection is [`StoreError::Unavailable`](subagent_store::StoreError::Unavailable);
-//!   the pool reconnects on the next use.
+//!   the pool reconnects on the next use;
+//! - each tree can be leased to one host at a time
+//!   ([`PgLog::acquire_lease`], on the server's clock), and an append that
+//!   presents a stale lease's fence
+//!   ([`EventLog::append_fenced`](subagent_store::EventLog::append_fenced))
+//!   is [`StoreError::Fenced`](subagent_store::StoreError::Fenced), with
+//!   nothing written.
 //!
 //! Modules: [`PgOptions`] (`options`), whole-schema moves for an
 //! all-or-nothing import ([`rename_schema`], `admin`), the schema and its migrations
 //! (`schema`), the synchronous bridge over the log's own tokio runtime
-//! (`bridge`), group commit (`writer`), the head watch with LISTEN/NOTIFY
+//! (`bridge`), group commit and the fence check (`writer`), tree leases
+//! (`leases`), the head watch with LISTEN/NOTIFY
 //! and polling (`head`), reads and test hooks (`log`), the index listing
 //! (`indexes`), driver errors as store errors (`error`), and behind the
 //! `testing` feature a real PostgreSQL server for tests (`testing::TestServer`).
@@ -35,6 +42,7 @@ mod bridge;
 mod error;
 mod head;
 mod indexes;
+mod leases;
 mod log;
 mod options;
 mod schema;

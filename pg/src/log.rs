@@ -11,8 +11,8 @@ use subagent_store::indexes::IndexDamage;
 use subagent_store::log::{check_attachment, good_prefix};
 use subagent_store::subscription::{self, Subscription};
 use subagent_store::{
-    record, Durability, EventLog, IdLocation, IndexEntries, LogIndex, StoreError, StreamAppend,
-    TransactionTicket,
+    record, Durability, EventLog, Fence, IdLocation, IndexEntries, LogIndex, StoreError,
+    StreamAppend, TransactionTicket,
 };
 use tokio::sync::{mpsc, watch, Notify};
 use tokio_postgres::NoTls;
@@ -212,7 +212,7 @@ impl PgLog {
     }
 
     /// Runs `work` with the shared state on the log's runtime and waits.
-    fn run<T, F, Fut>(&self, work: F) -> Result<T, StoreError>
+    pub(crate) fn run<T, F, Fut>(&self, work: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
         F: FnOnce(Arc<Inner>) -> Fut,
@@ -389,10 +389,22 @@ impl EventLog for PgLog {
         parts: Vec<StreamAppend>,
         attachments: Vec<Attachment>,
     ) -> TransactionTicket {
+        self.append_fenced(parts, attachments, Vec::new())
+    }
+
+    /// Checks every fence against its tree's lease inside the append's
+    /// transaction (`crate::leases`).
+    fn append_fenced(
+        &self,
+        parts: Vec<StreamAppend>,
+        attachments: Vec<Attachment>,
+        fences: Vec<Fence>,
+    ) -> TransactionTicket {
         let (reply, ticket) = TransactionTicket::channel();
         let request = AppendRequest {
             parts,
             attachments,
+            fences,
             reply,
         };
         match &self.shared.requests {

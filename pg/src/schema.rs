@@ -15,7 +15,9 @@
 //!   family);
 //! - `event_ids`: the event-id index, id → stream, position, version;
 //! - `blobs`: attachments by SHA-256 digest;
-//! - `checkpoints`: projection checkpoints by name.
+//! - `checkpoints`: projection checkpoints by name;
+//! - `leases` (migration 2): a root's tree, its holder, its fencing token
+//!   and when it lapses, on the server's clock ([`subagent_store::lease`]).
 //!
 //! The two indexes are tables of their own, not columns of `events`, so
 //! they can disagree with the records exactly as the RocksDB families can
@@ -24,17 +26,14 @@
 //! Migrations are an ordered list; connecting applies the missing ones in
 //! one transaction under a transaction-scoped advisory lock, so two
 //! processes connecting at once cannot race, and a stored version newer
-//! than [`SCHEMA_VERSION`] is refused before anything is written. The next
-//! step (migration 2) is the `subagents_leases` table: a root's tree, its
-//! holder and a fencing token that every append for the tree checks inside
-//! its transaction, after taking the counter lock.
+//! than [`SCHEMA_VERSION`] is refused before anything is written.
 
 use subagent_store::StoreError;
 
 use crate::error::{db_error, unsigned};
 
 /// The schema version this build creates and reads.
-pub const SCHEMA_VERSION: u64 = 1;
+pub const SCHEMA_VERSION: u64 = 2;
 
 /// The migrations, in order: `MIGRATIONS[i]` takes the tables from version
 /// `i` to `i + 1`. `{s}` is the schema.
@@ -69,6 +68,15 @@ const MIGRATIONS: &[&str] = &[
     CREATE TABLE {s}.checkpoints (
         name text PRIMARY KEY,
         bytes bytea NOT NULL
+    );
+    "#,
+    // 2: tree leases and their fencing tokens.
+    r#"
+    CREATE TABLE {s}.leases (
+        root uuid PRIMARY KEY,
+        holder text NOT NULL CHECK (holder <> ''),
+        token bigint NOT NULL CHECK (token > 0),
+        expires_at timestamptz NOT NULL
     );
     "#,
 ];
@@ -230,6 +238,10 @@ pub(crate) async fn migrate(
     Ok(())
 }
 
+/// A lease's milliseconds left on the server's clock, zero once lapsed.
+const LEFT_MS: &str =
+    "GREATEST(0, CEIL(EXTRACT(EPOCH FROM (expires_at - clock_timestamp())) * 1000))::bigint";
+
 /// Every statement a log runs, with its schema spliced in once.
 #[derive(Debug)]
 pub(crate) struct Sql {
@@ -269,6 +281,23 @@ pub(crate) struct Sql {
     pub(crate) set_id_entry: String,
     pub(crate) delete_id_entry: String,
     pub(crate) write_blob: String,
+    /// Takes a lease ($1 root, $2 holder, $3 term in ms) that is free,
+    /// lapsed or the holder's own, bumping its token; no row when another
+    /// holder's has not lapsed.
+    pub(crate) take_lease: String,
+    /// Extends a lease ($1 root, $2 token, $3 term in ms) whose token is
+    /// still current; no row otherwise.
+    pub(crate) renew_lease: String,
+    /// Lets a lease ($1 root, $2 token) lapse now; no row when stale.
+    pub(crate) release_lease: String,
+    /// A lease's holder, token and milliseconds left ($1 root).
+    pub(crate) read_lease: String,
+    /// Every lease, by root.
+    pub(crate) list_leases: String,
+    /// The tokens of the leases an append presents fences for ($1 roots),
+    /// share-locked until the append's transaction ends: a takeover's
+    /// token bump waits for an append that already passed its check.
+    pub(crate) fence_tokens: String,
 }
 
 impl Sql {
@@ -378,6 +407,32 @@ impl Sql {
             ),
             delete_id_entry: format!("DELETE FROM {s}.event_ids WHERE event_id = $1"),
             write_blob: format!("UPDATE {s}.blobs SET bytes = $2 WHERE digest = $1"),
+            take_lease: format!(
+                "INSERT INTO {s}.leases AS held (root, holder, token, expires_at) \
+                 VALUES ($1, $2, 1, clock_timestamp() + $3::bigint * interval '1 millisecond') \
+                 ON CONFLICT (root) DO UPDATE SET holder = EXCLUDED.holder, \
+                 token = held.token + 1, expires_at = EXCLUDED.expires_at \
+                 WHERE held.expires_at <= clock_timestamp() OR held.holder = EXCLUDED.holder \
+                 RETURNING token"
+            ),
+            renew_lease: format!(
+                "UPDATE {s}.leases SET expires_at = clock_timestamp() + $3::bigint * interval '1 millisecond' \
+                 WHERE root = $1 AND token = $2 RETURNING token"
+            ),
+            release_lease: format!(
+                "UPDATE {s}.leases SET expires_at = clock_timestamp() \
+                 WHERE root = $1 AND token = $2 RETURNING token"
+            ),
+            read_lease: format!(
+                "SELECT holder, token, {LEFT_MS} FROM {s}.leases WHERE root = $1"
+            ),
+            list_leases: format!(
+                "SELECT root, holder, token, {LEFT_MS} FROM {s}.leases ORDER BY root"
+            ),
+            fence_tokens: format!(
+                "SELECT root, token, holder FROM {s}.leases \
+                 WHERE root = ANY($1::uuid[]) FOR SHARE"
+            ),
         }
     }
 }

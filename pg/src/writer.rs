@@ -9,14 +9,17 @@
 //! 2. read, in two statements, the current version of every stream and the
 //!    location of every event id the group names (after the lock, so they
 //!    include everything committed before);
-//! 3. check each request with the store's own
+//! 3. share-lock the leases the group's fences name and read their
+//!    tokens (a takeover's token bump then waits for this transaction);
+//! 4. check each request's fences (a stale one is `Fenced`), then check it
+//!    with the store's own
 //!    [`check_transaction`](subagent_store::append_check::check_transaction)
 //!    against those, layered with what the requests before it in the group
 //!    will write, then number ([`place`]) and encode
 //!    ([`encode_records`], the size limit) it. A request a check refuses
 //!    writes nothing and gets its own error; the others go on. A full retry
 //!    is answered with its original placement (`deduplicated`);
-//! 4. insert every record, stream and id index entry and attachment, move
+//! 5. insert every record, stream and id index entry and attachment, move
 //!    the counter to the new head and `pg_notify` it, then `COMMIT`.
 //!
 //! Tickets complete only after `COMMIT` returns. A database failure fails
@@ -31,11 +34,11 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use subagent_core::{Attachment, EventId, StreamId};
+use subagent_core::{Attachment, EventId, SessionId, StreamId};
 use subagent_store::append_check::{
     check_transaction, encode_records, next_position, place, TransactionVerdict,
 };
-use subagent_store::{AppendOutcome, Durability, IdLocation, StoreError, StreamAppend};
+use subagent_store::{AppendOutcome, Durability, Fence, IdLocation, StoreError, StreamAppend};
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, warn, Instrument};
 use uuid::Uuid;
@@ -58,8 +61,14 @@ pub(crate) struct AppendRequest {
     pub(crate) parts: Vec<StreamAppend>,
     /// Stored in the same transaction as `parts`' events, when those are written.
     pub(crate) attachments: Vec<Attachment>,
+    /// The leases the writer holds for the trees `parts` touch, checked in
+    /// the transaction; empty for a plain append.
+    pub(crate) fences: Vec<Fence>,
     pub(crate) reply: Reply,
 }
+
+/// One request's work: its parts, attachments and fences.
+type Work = (Vec<StreamAppend>, Vec<Attachment>, Vec<Fence>);
 
 /// Runs until every sender is dropped and the queue is drained.
 pub(crate) async fn run(inner: Arc<Inner>, mut requests: mpsc::UnboundedReceiver<AppendRequest>) {
@@ -105,6 +114,9 @@ struct Durable {
     versions: HashMap<String, u64>,
     /// Event id → where it is, or why its entry does not decode.
     ids: HashMap<EventId, Result<IdLocation, StoreError>>,
+    /// Root → the token and holder of its lease, for the roots the group's
+    /// fences name (share-locked until the transaction ends).
+    leases: HashMap<SessionId, (u64, String)>,
 }
 
 /// What the group will write, layered over [`Durable`].
@@ -134,7 +146,7 @@ async fn commit_group(inner: &Inner, group: Vec<AppendRequest>) -> Result<(), St
     let mut work = Vec::with_capacity(group.len());
     let mut replies = Vec::with_capacity(group.len());
     for request in group {
-        work.push((request.parts, request.attachments));
+        work.push((request.parts, request.attachments, request.fences));
         replies.push(request.reply);
     }
     let mut verdicts = Vec::with_capacity(work.len());
@@ -173,7 +185,7 @@ async fn commit_group(inner: &Inner, group: Vec<AppendRequest>) -> Result<(), St
 /// `head`, `Ok(None)` when there was nothing to write.
 async fn transact(
     inner: &Inner,
-    work: Vec<(Vec<StreamAppend>, Vec<Attachment>)>,
+    work: Vec<Work>,
     verdicts: &mut Vec<Verdict>,
 ) -> Result<Option<u64>, StoreError> {
     let sql = &inner.sql;
@@ -210,13 +222,14 @@ async fn transact(
         reason: format!("the counter row says {value}"),
     })?;
 
-    let durable = prefetch(&transaction, sql, &work).await?;
+    let durable = prefetch(&transaction, inner, &work).await?;
     let mut next = next_position(head);
     let mut overlay = Overlay::default();
     let mut staged = Staged::default();
     let recorded_at = unix_millis();
-    for (parts, attachments) in work {
-        let result = match next {
+    for (parts, attachments, fences) in work {
+        // A fenced-out request is refused before anything of it is staged.
+        let result = check_fences(&durable, &fences).and_then(|()| match next {
             Ok(ref mut position) => stage(
                 &durable,
                 &mut overlay,
@@ -227,7 +240,7 @@ async fn transact(
                 attachments,
             ),
             Err(ref exhausted) => Err(exhausted.clone()),
-        };
+        });
         let needs_commit = match &result {
             Ok(outcomes) => outcomes
                 .iter()
@@ -253,24 +266,32 @@ async fn transact(
     Ok(Some(new_head))
 }
 
-/// Reads the versions of the group's streams and the locations of its ids.
+/// Reads the versions of the group's streams, the locations of its ids and
+/// the tokens of the leases its fences name.
 async fn prefetch(
     transaction: &deadpool_postgres::Transaction<'_>,
-    sql: &crate::schema::Sql,
-    work: &[(Vec<StreamAppend>, Vec<Attachment>)],
+    inner: &Inner,
+    work: &[Work],
 ) -> Result<Durable, StoreError> {
+    let sql = &inner.sql;
     let fail = |doing: &'static str| move |err: tokio_postgres::Error| db_error(doing, &err);
     let mut streams: Vec<String> = work
         .iter()
-        .flat_map(|(parts, _)| parts.iter().map(|part| part.stream.to_string()))
+        .flat_map(|(parts, _, _)| parts.iter().map(|part| part.stream.to_string()))
         .collect();
     streams.sort_unstable();
     streams.dedup();
     let mut ids: Vec<Uuid> = work
         .iter()
-        .flat_map(|(parts, _)| parts.iter().flat_map(|part| &part.events))
+        .flat_map(|(parts, _, _)| parts.iter().flat_map(|part| &part.events))
         .map(|new| *new.event_id.as_uuid())
         .collect();
+    let mut roots: Vec<Uuid> = work
+        .iter()
+        .flat_map(|(_, _, fences)| fences.iter().map(|fence| *fence.root.as_uuid()))
+        .collect();
+    roots.sort_unstable();
+    roots.dedup();
     ids.sort_unstable();
     ids.dedup();
     let versions_statement = transaction
@@ -289,6 +310,31 @@ async fn prefetch(
     )
     .map_err(fail("reading stream versions and event ids"))?;
     let mut durable = Durable::default();
+    if !roots.is_empty() {
+        // After the counter lock, in sorted order: every appender locks
+        // the same rows in the same order, so they cannot deadlock.
+        let fence_statement = transaction
+            .prepare_cached(&sql.fence_tokens)
+            .await
+            .map_err(fail("preparing the fence check"))?;
+        let fence_params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&roots];
+        for row in transaction
+            .query(&fence_statement, &fence_params)
+            .await
+            .map_err(fail("locking the leases of the group's fences"))?
+        {
+            let root: Uuid = row.try_get(0).map_err(fail("reading a lease"))?;
+            let token: i64 = row.try_get(1).map_err(fail("reading a lease"))?;
+            let holder: String = row.try_get(2).map_err(fail("reading a lease"))?;
+            let token = unsigned(token, |value| StoreError::Damaged {
+                path: inner.place(),
+                reason: format!("a lease's fencing token is {value}"),
+            })?;
+            durable
+                .leases
+                .insert(SessionId::from_uuid(root), (token, holder));
+        }
+    }
     for row in version_rows {
         let stream: String = row.try_get(0).map_err(fail("reading a stream version"))?;
         let version: i64 = row.try_get(1).map_err(fail("reading a stream version"))?;
@@ -305,6 +351,26 @@ async fn prefetch(
         durable.ids.insert(event_id, location);
     }
     Ok(durable)
+}
+
+/// Refuses a request whose fences are not the current tokens of their
+/// trees' leases (no lease at all is token 0).
+fn check_fences(durable: &Durable, fences: &[Fence]) -> Result<(), StoreError> {
+    for fence in fences {
+        let (current, holder) = durable
+            .leases
+            .get(&fence.root)
+            .map_or((0, ""), |(token, holder)| (*token, holder.as_str()));
+        if current != fence.token {
+            return Err(StoreError::Fenced {
+                root: fence.root,
+                presented: fence.token,
+                current,
+                holder: holder.to_owned(),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Checks one request against the durable state and the group so far, and

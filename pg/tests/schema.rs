@@ -63,6 +63,7 @@ async fn migrations_are_applied_once_and_kept() {
             "counter",
             "event_ids",
             "events",
+            "leases",
             "streams",
             "subagents_schema"
         ]
@@ -87,6 +88,38 @@ async fn migrations_are_applied_once_and_kept() {
         stored_version(&client, &schema).await,
         vec![SCHEMA_VERSION as i64]
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_1_schema_is_migrated_to_leases_keeping_its_events() {
+    let schema = unique_schema("from1");
+    let client = sql().await;
+    let log = PgLog::connect(server().options(&schema)).expect("connect");
+    log.append(
+        StreamId::Runtime,
+        ExpectedVersion::NoStream,
+        vec![provider_removed()],
+    )
+    .await
+    .expect("append");
+    drop(log);
+    // Back to what version 1 created: no leases table.
+    client
+        .batch_execute(&format!(
+            "DROP TABLE \"{schema}\".leases; UPDATE \"{schema}\".subagents_schema SET version = 1"
+        ))
+        .await
+        .expect("downgrade");
+    assert!(!tables_of(&client, &schema)
+        .await
+        .contains(&"leases".to_owned()));
+    let log = PgLog::connect(server().options(&schema)).expect("connect a version 1 schema");
+    assert_eq!(stored_version(&client, &schema).await, vec![2]);
+    assert!(tables_of(&client, &schema)
+        .await
+        .contains(&"leases".to_owned()));
+    assert_eq!(log.head(), 1, "the events are kept");
+    assert!(log.leases().expect("list").is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -334,7 +334,7 @@ impl Engine {
         // the events are recorded in.
         let caller = crate::telemetry::current_trace();
         let name = command.name();
-        let span = tracing::info_span!(
+        let span = tracing::debug_span!(
             span::COMMAND,
             { attr::COMMAND } = name,
             { attr::EVENTS } = tracing::field::Empty,
@@ -430,7 +430,7 @@ impl Engine {
             (ticket, records, due, opened)
         };
         let enqueued = std::time::Instant::now();
-        let append = tracing::info_span!(span::APPEND, { attr::EVENTS } = records.len());
+        let append = tracing::debug_span!(span::APPEND, { attr::EVENTS } = records.len());
         let outcomes = match ticket.instrument(append).await {
             Ok(outcomes) => outcomes,
             Err(err) => return Err(self.fail(SubagentError::internal_from(err))),

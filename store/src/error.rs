@@ -1,7 +1,7 @@
 //! [`StoreError`]: every way an append or a read can fail, each with a stable
 //! code. A rejected append never changes the log.
 
-use subagent_core::{ErrorCode, EventId, StreamId};
+use subagent_core::{ErrorCode, EventId, SessionId, StreamId};
 use thiserror::Error;
 
 use crate::log::ExpectedVersion;
@@ -134,6 +134,37 @@ pub enum StoreError {
     /// The log was closed (its writer has stopped).
     #[error("the log is closed")]
     Closed,
+    /// An append presented the fence of a lease another holder has since
+    /// taken (or one that never existed): its writer lost the tree.
+    /// Nothing of the append was written.
+    #[error("an append for tree {root} presented fencing token {presented}, but the tree's lease is at {current} (held by {holder:?}): this writer lost the tree")]
+    Fenced {
+        /// The tree's root.
+        root: SessionId,
+        /// The token the append presented.
+        presented: u64,
+        /// The lease's current token (0: no lease).
+        current: u64,
+        /// The lease's current holder (empty: no lease).
+        holder: String,
+    },
+    /// Another holder's lease on the tree has not lapsed.
+    #[error("tree {root} is leased to {holder:?} for {remaining:?} more")]
+    LeaseHeld {
+        /// The tree's root.
+        root: SessionId,
+        /// The holder.
+        holder: String,
+        /// How long until it lapses, on the server's clock.
+        remaining: std::time::Duration,
+    },
+    /// A lease request no lease may have (see
+    /// [`check_lease_request`](crate::lease::check_lease_request)).
+    #[error("invalid lease request: {reason}")]
+    InvalidLease {
+        /// What is wrong.
+        reason: &'static str,
+    },
     /// The database server of a networked backend (PostgreSQL) could not
     /// be reached, or the connection to it was lost. Nothing of an append
     /// that fails this way is acknowledged; whether it was committed is
@@ -169,6 +200,9 @@ impl StoreError {
             StoreError::Io(_) => ErrorCode::StoreIo,
             StoreError::Closed => ErrorCode::StoreClosed,
             StoreError::Unavailable { .. } => ErrorCode::StoreUnavailable,
+            StoreError::Fenced { .. } => ErrorCode::StoreFenced,
+            StoreError::LeaseHeld { .. } => ErrorCode::StoreLeaseHeld,
+            StoreError::InvalidLease { .. } => ErrorCode::StoreInvalidLease,
         }
     }
 }

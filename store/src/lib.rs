@@ -15,10 +15,14 @@
 //!   ([`StoreError::EventTooLarge`]) and changes nothing;
 //! - the indexes can be listed and looked up ([`indexes`]), so a verifier can
 //!   check them against the records.
+//!
+//! A backend several hosts share also keeps tree leases ([`lease`]): an
+//! append that presents a stale [`Fence`] is refused, writing nothing.
 
 pub mod append_check;
 pub mod error;
 pub mod indexes;
+pub mod lease;
 pub mod log;
 pub mod memory;
 pub mod record;
@@ -34,6 +38,7 @@ pub mod filling;
 pub use append_check::IdLocation;
 pub use error::StoreError;
 pub use indexes::{IndexDamage, IndexEntries, IndexEntry, LogIndex};
+pub use lease::{Fence, Lease, LeaseRecord};
 pub use log::{
     AppendOutcome, AppendTicket, Durability, EventLog, EventLogExt, ExpectedVersion, RecordIter,
     StreamAppend, TransactionTicket,

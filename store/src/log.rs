@@ -19,6 +19,7 @@ use tokio::sync::oneshot;
 use crate::append_check::IdLocation;
 use crate::error::StoreError;
 use crate::indexes::{IndexEntries, LogIndex};
+use crate::lease::Fence;
 use crate::subscription::Subscription;
 
 /// The optimistic-concurrency precondition of an append.
@@ -230,6 +231,29 @@ pub trait EventLog: Send + Sync + 'static {
         parts: Vec<StreamAppend>,
         attachments: Vec<Attachment>,
     ) -> TransactionTicket;
+
+    /// As [`append_with_attachments`](Self::append_with_attachments), by a
+    /// writer that holds the leases of the trees it appends to
+    /// ([`crate::lease`]). A backend several hosts share checks every fence
+    /// against its tree's lease inside the append's transaction and
+    /// refuses the append, writing nothing, when a token is stale.
+    ///
+    /// The default appends it as a plain append: a single-writer backend
+    /// (RocksDB's directory lock, an in-memory log) has no other holder to
+    /// fence out.
+    ///
+    /// # Errors (through the ticket)
+    /// As [`append_atomic`](Self::append_atomic), plus
+    /// [`StoreError::Fenced`] from a shared backend.
+    fn append_fenced(
+        &self,
+        parts: Vec<StreamAppend>,
+        attachments: Vec<Attachment>,
+        fences: Vec<Fence>,
+    ) -> TransactionTicket {
+        drop(fences);
+        self.append_with_attachments(parts, attachments)
+    }
 
     /// The bytes stored under `id`, checked against it; `None` when the blob
     /// store has no such attachment.

@@ -276,6 +276,14 @@ declare_errors! {
     /// `StoreError::Unavailable`: a networked log's database server could
     /// not be reached, or the connection was lost.
     StoreUnavailable = "store/unavailable",
+    /// `StoreError::Fenced`: an append presented a stale lease's fencing
+    /// token; its writer lost the tree.
+    StoreFenced = "store/fenced",
+    /// `StoreError::LeaseHeld`: another holder's lease on the tree has not
+    /// lapsed.
+    StoreLeaseHeld = "store/lease-held",
+    /// `StoreError::InvalidLease`: a lease request with a bad holder or term.
+    StoreInvalidLease = "store/invalid-lease",
     /// `ReplayError::PositionPastHead`: a position beyond the log's head.
     ReplayPositionPastHead = "replay/position-past-head",
     /// `ReplayError::UnknownSession`: a session the log does not know.
