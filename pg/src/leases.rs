@@ -14,7 +14,7 @@ use subagent_core::SessionId;
 use subagent_store::lease::{check_lease_request, term_millis};
 use subagent_store::{Lease, LeaseRecord, StoreError};
 
-use crate::error::{db_error, signed, unsigned};
+use crate::error::{db_error, unsigned};
 use crate::log::Inner;
 use crate::PgLog;
 
@@ -39,36 +39,41 @@ impl PgLog {
         self.run(move |inner| async move {
             let client = inner.client("taking a lease").await?;
             let fail = |err: tokio_postgres::Error| db_error("taking a lease", &err);
-            let taken = client
-                .query_opt(
-                    inner.sql.take_lease.as_str(),
-                    &[root.as_uuid(), &holder, &term_millis(term)],
-                )
-                .await
-                .map_err(fail)?;
-            match taken {
-                Some(row) => Ok(Lease {
-                    root,
-                    token: token_of(&inner, row.try_get(0).map_err(fail)?)?,
-                    holder,
-                    term,
-                }),
-                None => {
-                    let held = current(&inner, &client, root).await?;
-                    Err(match held {
-                        Some(held) => StoreError::LeaseHeld {
+            // A lease that lapses between the refused take and the read of
+            // its holder is taken on the second try.
+            let mut retried = false;
+            loop {
+                let taken = client
+                    .query_opt(
+                        inner.sql.take_lease.as_str(),
+                        &[root.as_uuid(), &holder, &term_millis(term)],
+                    )
+                    .await
+                    .map_err(fail)?;
+                if let Some(row) = taken {
+                    return Ok(Lease {
+                        root,
+                        token: token_of(&inner, row.try_get(0).map_err(fail)?)?,
+                        holder,
+                        term,
+                    });
+                }
+                match current(&inner, &client, root).await? {
+                    Some(held) if held.remaining.is_zero() && !retried => retried = true,
+                    Some(held) => {
+                        return Err(StoreError::LeaseHeld {
                             root,
                             holder: held.holder,
                             remaining: held.remaining,
-                        },
-                        // Released and deleted between the two statements
-                        // cannot happen (leases are never deleted); a
-                        // vanished row is damage.
-                        None => StoreError::Damaged {
+                        })
+                    }
+                    // Leases are never deleted: a vanished row is damage.
+                    None => {
+                        return Err(StoreError::Damaged {
                             path: inner.place(),
                             reason: format!("the lease of {root} vanished while it was taken"),
-                        },
-                    })
+                        })
+                    }
                 }
             }
         })
@@ -79,14 +84,18 @@ impl PgLog {
     /// other holder can have appended for the tree.)
     ///
     /// # Errors
-    /// [`StoreError::Fenced`] when another holder took the tree; a
-    /// database failure.
+    /// [`StoreError::Fenced`] when another holder took the tree;
+    /// [`StoreError::InvalidLease`] for a holder or term no lease may
+    /// have; a database failure.
     pub fn renew_lease(&self, lease: &Lease) -> Result<Lease, StoreError> {
+        check_lease_request(&lease.holder, lease.term)?;
         let lease = lease.clone();
         self.run(move |inner| async move {
             let client = inner.client("renewing a lease").await?;
             let fail = |err: tokio_postgres::Error| db_error("renewing a lease", &err);
-            let token = signed("fencing token", lease.token)?;
+            let Some(token) = stored_token(lease.token) else {
+                return Err(fenced(&inner, &client, &lease).await);
+            };
             let renewed = client
                 .query_opt(
                     inner.sql.renew_lease.as_str(),
@@ -106,14 +115,18 @@ impl PgLog {
     /// until someone takes the tree.
     ///
     /// # Errors
-    /// [`StoreError::Fenced`] when another holder took the tree already; a
-    /// database failure.
+    /// [`StoreError::Fenced`] when another holder took the tree already;
+    /// [`StoreError::InvalidLease`] for a holder or term no lease may
+    /// have; a database failure.
     pub fn release_lease(&self, lease: &Lease) -> Result<(), StoreError> {
+        check_lease_request(&lease.holder, lease.term)?;
         let lease = lease.clone();
         self.run(move |inner| async move {
             let client = inner.client("releasing a lease").await?;
             let fail = |err: tokio_postgres::Error| db_error("releasing a lease", &err);
-            let token = signed("fencing token", lease.token)?;
+            let Some(token) = stored_token(lease.token) else {
+                return Err(fenced(&inner, &client, &lease).await);
+            };
             let released = client
                 .query_opt(
                     inner.sql.release_lease.as_str(),
@@ -152,6 +165,11 @@ impl PgLog {
                 .collect()
         })
     }
+}
+
+/// `token` as stored; `None` for one no lease can have (so it is stale).
+fn stored_token(token: u64) -> Option<i64> {
+    i64::try_from(token).ok()
 }
 
 /// A stored token, which is positive (the table's check).

@@ -552,6 +552,10 @@ impl EventLog for PgLog {
         subscription::follow(self.clone(), self.watch_head(), from_position)
     }
 
+    fn subscribe_stream(&self, stream: StreamId, from_version: u64) -> Subscription {
+        subscription::follow_stream(self.clone(), self.watch_head(), stream, from_version)
+    }
+
     fn durability(&self) -> Durability {
         self.shared.inner.durability
     }

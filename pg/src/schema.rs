@@ -283,7 +283,9 @@ pub(crate) struct Sql {
     pub(crate) write_blob: String,
     /// Takes a lease ($1 root, $2 holder, $3 term in ms) that is free,
     /// lapsed or the holder's own, bumping its token; no row when another
-    /// holder's has not lapsed.
+    /// holder's has not lapsed. The term runs from when the row is written
+    /// (after any wait for an append holding it), not from when the
+    /// statement started.
     pub(crate) take_lease: String,
     /// Extends a lease ($1 root, $2 token, $3 term in ms) whose token is
     /// still current; no row otherwise.
@@ -411,7 +413,8 @@ impl Sql {
                 "INSERT INTO {s}.leases AS held (root, holder, token, expires_at) \
                  VALUES ($1, $2, 1, clock_timestamp() + $3::bigint * interval '1 millisecond') \
                  ON CONFLICT (root) DO UPDATE SET holder = EXCLUDED.holder, \
-                 token = held.token + 1, expires_at = EXCLUDED.expires_at \
+                 token = held.token + 1, \
+                 expires_at = clock_timestamp() + $3::bigint * interval '1 millisecond' \
                  WHERE held.expires_at <= clock_timestamp() OR held.holder = EXCLUDED.holder \
                  RETURNING token"
             ),
@@ -431,7 +434,7 @@ impl Sql {
             ),
             fence_tokens: format!(
                 "SELECT root, token, holder FROM {s}.leases \
-                 WHERE root = ANY($1::uuid[]) FOR SHARE"
+                 WHERE root = ANY($1::uuid[]) ORDER BY root FOR SHARE"
             ),
         }
     }

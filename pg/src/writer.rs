@@ -164,8 +164,13 @@ async fn commit_group(inner: &Inner, group: Vec<AppendRequest>) -> Result<(), St
     for reply in replies {
         let answer = match (verdicts.next(), &committed) {
             (Some((_, verdict)), Err(err)) if verdict.needs_commit => Err(err.clone()),
+            // A fenced request rests on no staged write (its lease row is
+            // share-locked, and nothing of it was staged): it keeps its
+            // own answer, so a host always learns it lost the tree.
             (Some((index, verdict)), Err(err))
-                if verdict.result.is_err() && first_staged.is_some_and(|first| index > first) =>
+                if verdict.result.is_err()
+                    && !matches!(verdict.result, Err(StoreError::Fenced { .. }))
+                    && first_staged.is_some_and(|first| index > first) =>
             {
                 Err(err.clone())
             }
@@ -311,8 +316,8 @@ async fn prefetch(
     .map_err(fail("reading stream versions and event ids"))?;
     let mut durable = Durable::default();
     if !roots.is_empty() {
-        // After the counter lock, in sorted order: every appender locks
-        // the same rows in the same order, so they cannot deadlock.
+        // After the counter lock, which already serializes the appenders
+        // (their share locks would not conflict anyway); in root order.
         let fence_statement = transaction
             .prepare_cached(&sql.fence_tokens)
             .await
@@ -354,14 +359,15 @@ async fn prefetch(
 }
 
 /// Refuses a request whose fences are not the current tokens of their
-/// trees' leases (no lease at all is token 0).
+/// trees' leases. A tree without a lease refuses every fence (reported as
+/// token 0): no token was ever handed out for it, and a share lock cannot
+/// hold off a first take that is still uncommitted.
 fn check_fences(durable: &Durable, fences: &[Fence]) -> Result<(), StoreError> {
     for fence in fences {
-        let (current, holder) = durable
-            .leases
-            .get(&fence.root)
-            .map_or((0, ""), |(token, holder)| (*token, holder.as_str()));
-        if current != fence.token {
+        let lease = durable.leases.get(&fence.root);
+        if lease.is_none_or(|(token, _)| *token != fence.token) {
+            let (current, holder) =
+                lease.map_or((0, ""), |(token, holder)| (*token, holder.as_str()));
             return Err(StoreError::Fenced {
                 root: fence.root,
                 presented: fence.token,

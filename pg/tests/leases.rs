@@ -50,6 +50,39 @@ async fn append_for(
 
 const LONG: Duration = Duration::from_secs(60);
 
+/// How many records the log holds, read from the table (a handle's cached
+/// head may lag another handle's commit).
+fn records_in(log: &PgLog) -> usize {
+    let records: Vec<_> = log
+        .read_all(1)
+        .collect::<Result<_, _>>()
+        .expect("read the log");
+    records.len()
+}
+
+/// Waits until a session is blocked on a lock in a statement that names
+/// `"{schema}".{table}`: the moment a test's ordering relies on, observed
+/// rather than slept for. `client` must not be inside a transaction (the
+/// activity view is a snapshot per transaction).
+async fn until_waiting_on(client: &Client, schema: &str, table: &str) {
+    let pattern = format!("%\"{schema}\".{table}%");
+    for _ in 0..1000 {
+        let row = client
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity \
+                 WHERE wait_event_type = 'Lock' AND query LIKE $1",
+                &[&pattern],
+            )
+            .await
+            .expect("read pg_stat_activity");
+        if row.get::<_, i64>(0) > 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("nothing waited on a lock in {table} within 10 s");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_holder_at_a_time_and_every_take_bumps_the_token() {
     let schema = unique_schema("lease");
@@ -137,7 +170,7 @@ async fn after_the_lease_lapses_the_new_holder_fences_the_old_one_out() {
         })
     );
     assert_eq!(refused.unwrap_err().code().as_str(), "store/fenced");
-    assert_eq!(host_b.head(), 1);
+    assert_eq!(records_in(&host_b), 1);
     assert_eq!(host_b.stream_version(&StreamId::Session(root)), Ok(1));
     assert!(matches!(
         host_a.renew_lease(&lease_a),
@@ -193,7 +226,21 @@ async fn a_released_lease_is_taken_at_once_and_a_fence_without_a_lease_is_stale(
             holder: String::new(),
         })
     );
-    assert_eq!(host_a.head(), 1);
+    // Token 0 is no exception: without a lease, every fence is stale.
+    assert!(matches!(
+        append_for(
+            &host_a,
+            unleased,
+            1,
+            vec![Fence {
+                root: unleased,
+                token: 0
+            }]
+        )
+        .await,
+        Err(StoreError::Fenced { current: 0, .. })
+    ));
+    assert_eq!(records_in(&host_a), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -205,24 +252,39 @@ async fn a_fenced_out_request_fails_alone_in_its_group() {
     log.acquire_lease(stale_root, "host-a", LONG)
         .expect("retake");
     let good = log.acquire_lease(good_root, "host-a", LONG).expect("take");
-    // Enqueued together, so the writer may fold them into one transaction:
-    // the stale one is refused and the others land.
     let part = |root: SessionId, number: u64| StreamAppend {
         stream: StreamId::Session(root),
         expected: ExpectedVersion::Any,
         events: vec![turn(number)],
     };
+    // The writer's first transaction waits for a counter another session
+    // holds, so the four appends queued meanwhile form its next group.
+    let blocker = sql().await;
+    blocker.batch_execute("BEGIN").await.expect("begin");
+    blocker
+        .batch_execute(&format!(
+            "SELECT head FROM \"{schema}\".counter WHERE id = 1 FOR UPDATE"
+        ))
+        .await
+        .expect("hold the counter");
+    let first = log.append_with_attachments(vec![part(good_root, 0)], Vec::new());
+    until_waiting_on(&sql().await, &schema, "counter").await;
     let tickets = [
         log.append_fenced(vec![part(good_root, 1)], Vec::new(), vec![good.fence()]),
         log.append_fenced(vec![part(stale_root, 2)], Vec::new(), vec![stale.fence()]),
         log.append_fenced(vec![part(good_root, 3)], Vec::new(), vec![good.fence()]),
         log.append_with_attachments(vec![part(stale_root, 4)], Vec::new()),
     ];
+    blocker
+        .batch_execute("ROLLBACK")
+        .await
+        .expect("release the counter");
+    assert_eq!(first.await.map(|outcomes| outcomes[0].last_position), Ok(1));
     let mut results = Vec::new();
     for ticket in tickets {
         results.push(ticket.await.map(|outcomes| outcomes[0].last_position));
     }
-    assert_eq!(results[0], Ok(1));
+    assert_eq!(results[0], Ok(2));
     assert!(matches!(
         results[1],
         Err(StoreError::Fenced {
@@ -231,9 +293,9 @@ async fn a_fenced_out_request_fails_alone_in_its_group() {
             ..
         })
     ));
-    assert_eq!(results[2], Ok(2));
+    assert_eq!(results[2], Ok(3));
     // An unfenced append is not checked (a single-host writer, or tooling).
-    assert_eq!(results[3], Ok(3));
+    assert_eq!(results[3], Ok(4));
     assert_eq!(log.stream_version(&StreamId::Session(stale_root)), Ok(1));
 }
 
@@ -259,9 +321,10 @@ async fn an_append_waiting_to_write_when_the_tree_is_taken_over_is_refused() {
         let fence = lease_a.fence();
         tokio::spawn(async move { append_for(&host_a, root, 1, vec![fence]).await })
     };
-    tokio::time::sleep(term + Duration::from_millis(100)).await;
+    until_waiting_on(&sql().await, &schema, "counter").await;
     assert!(!late.is_finished(), "the append waits for the counter");
-    // The takeover does not need the counter lock.
+    // The lease lapses meanwhile; the takeover needs no counter lock.
+    tokio::time::sleep(term + Duration::from_millis(50)).await;
     let lease_b = host_b
         .acquire_lease(root, "host-b", LONG)
         .expect("take over");
@@ -281,7 +344,7 @@ async fn an_append_waiting_to_write_when_the_tree_is_taken_over_is_refused() {
         ),
         "{refused:?}"
     );
-    assert_eq!(host_b.head(), 0, "nothing of it was written");
+    assert_eq!(records_in(&host_b), 0, "nothing of it was written");
     assert_eq!(
         append_for(&host_b, root, 2, vec![lease_b.fence()]).await,
         Ok(1)
@@ -292,10 +355,10 @@ async fn an_append_waiting_to_write_when_the_tree_is_taken_over_is_refused() {
 async fn a_takeover_waits_for_an_append_that_passed_its_fence_check() {
     let schema = unique_schema("order");
     let (host_a, host_b) = (connect(&schema), connect(&schema));
+    let watcher = sql().await;
     let root = SessionId::new();
-    let lease_a = host_a
-        .acquire_lease(root, "host-a", Duration::from_millis(50))
-        .expect("take");
+    let term = Duration::from_millis(50);
+    let lease_a = host_a.acquire_lease(root, "host-a", term).expect("take");
     // Another session blocks inserts into the records: host A's append
     // takes the counter, passes its fence check, and waits to write.
     let blocker = sql().await;
@@ -309,29 +372,68 @@ async fn a_takeover_waits_for_an_append_that_passed_its_fence_check() {
         let fence = lease_a.fence();
         tokio::spawn(async move { append_for(&host_a, root, 1, vec![fence]).await })
     };
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    assert!(!append.is_finished(), "the append waits to write");
+    until_waiting_on(&watcher, &schema, "events").await;
+    tokio::time::sleep(term + Duration::from_millis(50)).await;
     // The lease has lapsed, but the append that passed its check still
-    // holds the lease row: the takeover waits for it to commit.
+    // share-locks the lease row: the takeover's token bump waits for it.
     let takeover = {
         let host_b = host_b.clone();
         tokio::task::spawn_blocking(move || host_b.acquire_lease(root, "host-b", LONG))
     };
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(
-        !takeover.is_finished(),
-        "the token bump waits for the checked append"
-    );
+    until_waiting_on(&watcher, &schema, "leases").await;
+    assert!(!takeover.is_finished());
     blocker.batch_execute("ROLLBACK").await.expect("unblock");
     assert_eq!(append.await.expect("the append's task"), Ok(1));
     let lease_b = takeover.await.expect("task").expect("take over");
     assert_eq!(lease_b.token, lease_a.token + 1);
+    // The term runs from the take, not from before its wait.
+    assert!(host_b.leases().expect("list")[0].remaining > Duration::from_secs(50));
     // And after it, the old fence is stale.
     assert!(matches!(
         append_for(&host_a, root, 2, vec![lease_a.fence()]).await,
         Err(StoreError::Fenced { .. })
     ));
-    assert_eq!(host_b.head(), 1);
+    assert_eq!(records_in(&host_b), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fence_check_waiting_on_a_takeover_reads_the_new_token() {
+    let schema = unique_schema("reread");
+    let host_a = connect(&schema);
+    let root = SessionId::new();
+    let lease_a = host_a.acquire_lease(root, "host-a", LONG).expect("take");
+    // A takeover in progress: its token bump written but not committed.
+    let takeover = sql().await;
+    takeover.batch_execute("BEGIN").await.expect("begin");
+    takeover
+        .execute(
+            format!(
+                "UPDATE \"{schema}\".leases SET token = token + 1, holder = 'host-b' \
+                 WHERE root = $1"
+            )
+            .as_str(),
+            &[root.as_uuid()],
+        )
+        .await
+        .expect("bump the token");
+    let append = {
+        let host_a = host_a.clone();
+        let fence = lease_a.fence();
+        tokio::spawn(async move { append_for(&host_a, root, 1, vec![fence]).await })
+    };
+    // The append's fence check waits on the row, then reads it again.
+    until_waiting_on(&sql().await, &schema, "leases").await;
+    takeover.batch_execute("COMMIT").await.expect("commit");
+    assert_eq!(
+        append.await.expect("the append's task"),
+        Err(StoreError::Fenced {
+            root,
+            presented: 1,
+            current: 2,
+            holder: "host-b".into(),
+        })
+    );
+    assert_eq!(records_in(&host_a), 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -353,4 +455,32 @@ async fn bad_lease_requests_are_refused_and_write_nothing() {
         assert_eq!(refused.unwrap_err().code().as_str(), "store/invalid-lease");
     }
     assert!(log.leases().expect("list").is_empty());
+    // A lease with a forged term or token is refused too.
+    let lease = log.acquire_lease(root, "host", LONG).expect("take");
+    let forged_term = subagent_store::Lease {
+        term: Duration::ZERO,
+        ..lease.clone()
+    };
+    assert!(matches!(
+        log.renew_lease(&forged_term),
+        Err(StoreError::InvalidLease { .. })
+    ));
+    assert!(matches!(
+        log.release_lease(&forged_term),
+        Err(StoreError::InvalidLease { .. })
+    ));
+    let forged_token = subagent_store::Lease {
+        token: u64::MAX,
+        ..lease.clone()
+    };
+    for refused in [
+        log.renew_lease(&forged_token).map(drop),
+        log.release_lease(&forged_token),
+    ] {
+        assert!(
+            matches!(refused, Err(StoreError::Fenced { current: 1, .. })),
+            "{refused:?}"
+        );
+    }
+    assert_eq!(log.leases().expect("list")[0].token, lease.token);
 }

@@ -370,7 +370,10 @@ impl Engine {
         if self.failed.load(Ordering::Acquire) {
             return Err(self.refusal());
         }
-        let (ticket, records, checkpoint_due, opened) = {
+        // Declared before the lock's guard, so a refusal after the span was
+        // opened drops (ends, exports) it only once the lock is released.
+        let opened: Option<tracing::Span>;
+        let (ticket, records, checkpoint_due) = {
             let mut pipeline = self.pipeline();
             if pipeline.sealed {
                 return Err(SubagentError::Closed);
@@ -379,7 +382,7 @@ impl Engine {
             if decision.is_empty() {
                 return Ok(Committed::default());
             }
-            let opened =
+            opened =
                 crate::telemetry::requested_activation_span(&pipeline.state, &decision, caller);
             let trace = opened.as_ref().map_or(caller, crate::telemetry::trace_of);
             let mut parts = Vec::with_capacity(decision.len());
@@ -427,7 +430,7 @@ impl Engine {
             pipeline.since_checkpoint += records.len() as u64;
             let due =
                 self.checkpoint_every > 0 && pipeline.since_checkpoint >= self.checkpoint_every;
-            (ticket, records, due, opened)
+            (ticket, records, due)
         };
         let enqueued = std::time::Instant::now();
         let append = tracing::debug_span!(span::APPEND, { attr::EVENTS } = records.len());

@@ -87,6 +87,9 @@ impl EventLog for FillingLog {
     fn subscribe(&self, from: u64) -> Subscription {
         self.inner.subscribe(from)
     }
+    fn subscribe_stream(&self, stream: StreamId, from: u64) -> Subscription {
+        self.inner.subscribe_stream(stream, from)
+    }
     fn durability(&self) -> Durability {
         self.inner.durability()
     }

@@ -337,6 +337,11 @@ pub trait EventLog: Send + Sync + 'static {
     /// [`Subscription`]).
     fn subscribe(&self, from_position: u64) -> Subscription;
 
+    /// Catch-up-then-live subscription to `stream` alone, from
+    /// `from_version` (see [`crate::subscription::follow_stream`]): it
+    /// reads and decodes only that stream's events.
+    fn subscribe_stream(&self, stream: StreamId, from_version: u64) -> Subscription;
+
     /// The log's durability setting.
     fn durability(&self) -> Durability;
 

@@ -281,6 +281,15 @@ impl EventLog for MemoryLog {
         subscription::follow(self.clone(), self.shared.head.subscribe(), from_position)
     }
 
+    fn subscribe_stream(&self, stream: StreamId, from_version: u64) -> Subscription {
+        subscription::follow_stream(
+            self.clone(),
+            self.shared.head.subscribe(),
+            stream,
+            from_version,
+        )
+    }
+
     fn durability(&self) -> Durability {
         Durability::Volatile
     }

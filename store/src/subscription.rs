@@ -5,12 +5,17 @@
 //! the head as appends become durable. Because it always reads by position
 //! from the log itself (the head watch only says *that* something changed),
 //! it can neither skip nor repeat an event, whatever the timing.
+//!
+//! A stream subscription ([`follow_stream`]) reads one stream by version
+//! from the stream index instead, up to the same head: a subscriber that
+//! wants one session's events reads and decodes only those, where a whole-
+//! log subscriber would decode every event of every stream to filter it.
 
 use std::collections::VecDeque;
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 
-use subagent_core::RecordedEvent;
+use subagent_core::{RecordedEvent, StreamId};
 use tokio::sync::watch;
 use tokio_stream::Stream;
 use tokio_util::sync::ReusableBoxFuture;
@@ -45,8 +50,14 @@ pub enum SubscriptionItem {
 /// open again).
 pub struct Subscription {
     log: Box<dyn EventLog>,
-    /// The next position to deliver.
+    /// What it reads: the whole log, or one stream.
+    scope: Scope,
+    /// The next position (whole log) or stream version (one stream) to
+    /// deliver.
     next: u64,
+    /// Every event up to this position is delivered (or, for a stream, is
+    /// known not to be in it).
+    covered: u64,
     /// The head the reads go up to.
     target: u64,
     /// Read and not yet delivered.
@@ -66,9 +77,21 @@ async fn head_change(mut head: watch::Receiver<u64>) -> HeadChange {
     (changed, head)
 }
 
+/// What a subscription reads.
+enum Scope {
+    /// Every event, by position.
+    All,
+    /// One stream's events, by version.
+    Stream(StreamId),
+}
+
 impl Subscription {
     /// Reads the next page up to `target` into `page`, or notes the failure.
     fn read_page(&mut self) {
+        if let Scope::Stream(stream) = self.scope {
+            self.read_stream_page(stream);
+            return;
+        }
         match self.log.read_all_page(self.next, READ_PAGE) {
             Ok(records) if records.is_empty() => {
                 self.failure = Some(StoreError::Corrupt {
@@ -80,6 +103,7 @@ impl Subscription {
                 for record in records {
                     let position = record.position;
                     self.page.push_back(record);
+                    self.covered = position;
                     match position.checked_add(1) {
                         Some(after) => self.next = after,
                         None => {
@@ -94,6 +118,49 @@ impl Subscription {
                 }
             }
             Err(err) => self.failure = Some(err),
+        }
+    }
+
+    /// Reads the next page of `stream` up to `target` into `page`: once a
+    /// page ends short, or passes `target` (a record written but not yet
+    /// durable), everything up to `target` is covered.
+    fn read_stream_page(&mut self, stream: StreamId) {
+        let records = match self.log.read_stream_page(&stream, self.next, READ_PAGE) {
+            Ok(records) => records,
+            Err(err) => {
+                self.failure = Some(err);
+                return;
+            }
+        };
+        let full = records.len() >= READ_PAGE;
+        for record in records {
+            if record.position > self.target {
+                self.covered = self.target;
+                return;
+            }
+            if record.stream != stream || record.version != self.next {
+                self.failure = Some(StoreError::CorruptIndex {
+                    index: "streams",
+                    reason: format!(
+                        "{stream} version {} read back as {} version {} at position {}",
+                        self.next, record.stream, record.version, record.position
+                    ),
+                });
+                return;
+            }
+            let Some(after) = record.version.checked_add(1) else {
+                self.failure = Some(StoreError::NumberingExhausted {
+                    what: "stream version",
+                    value: u64::MAX,
+                });
+                return;
+            };
+            self.next = after;
+            self.covered = record.position;
+            self.page.push_back(record);
+        }
+        if !full {
+            self.covered = self.target;
         }
     }
 }
@@ -114,15 +181,13 @@ impl Stream for Subscription {
                 this.ended = true;
                 return Poll::Ready(Some(Err(failure)));
             }
-            if this.next <= this.target {
+            if this.covered < this.target {
                 this.read_page();
                 continue;
             }
             if !this.caught_up {
                 this.caught_up = true;
-                return Poll::Ready(Some(Ok(SubscriptionItem::CaughtUp {
-                    head: this.next - 1,
-                })));
+                return Poll::Ready(Some(Ok(SubscriptionItem::CaughtUp { head: this.covered })));
             }
             let (changed, mut head) = ready!(this.changes.poll(cx));
             if changed.is_err() {
@@ -143,9 +208,38 @@ pub fn follow<L: EventLog>(
     from_position: u64,
 ) -> Subscription {
     let target = *head.borrow_and_update();
+    let next = from_position.max(1);
     Subscription {
         log: Box::new(log),
-        next: from_position.max(1),
+        scope: Scope::All,
+        next,
+        covered: next - 1,
+        target,
+        page: VecDeque::new(),
+        failure: None,
+        caught_up: false,
+        ended: false,
+        changes: ReusableBoxFuture::new(head_change(head)),
+    }
+}
+
+/// A subscription over `stream` of `log` from `from_version`, following
+/// `head`: the stream's events in version order, [`SubscriptionItem::CaughtUp`]
+/// once every event durable at the start is delivered, then the stream's
+/// later events as they become durable. Each head change costs one read
+/// of the stream index, however many events of other streams it brought.
+pub fn follow_stream<L: EventLog>(
+    log: L,
+    mut head: watch::Receiver<u64>,
+    stream: StreamId,
+    from_version: u64,
+) -> Subscription {
+    let target = *head.borrow_and_update();
+    Subscription {
+        log: Box::new(log),
+        scope: Scope::Stream(stream),
+        next: from_version.max(1),
+        covered: 0,
         target,
         page: VecDeque::new(),
         failure: None,

@@ -11,7 +11,6 @@ use subagent_core::{
 use subagent_projections::machine::{cold_resumes, prompt_receipt};
 use subagent_projections::prompt_digest;
 use subagent_projections::Command;
-use subagent_store::EventLogExt;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -419,32 +418,22 @@ impl SubagentRuntime {
     /// `subagent/unauthorized` for a stale handle; `subagent/closed`.
     pub fn inbox(&self, agent: &LiveAgent) -> Result<mpsc::Receiver<InboxMessage>, SubagentError> {
         self.authorize(agent)?;
-        let stream = StreamId::Session(agent.session);
-        // Subscribe first: everything after `head` arrives live, everything
-        // up to it is read from the stream.
-        let head = self.log().head();
-        let mut subscription = self.log().subscribe(head + 1);
-        let log = Arc::clone(self.log());
+        // The session's own stream, history then live: it reads and
+        // decodes only this session's events, whatever else is appended.
+        let mut subscription = self
+            .log()
+            .subscribe_stream(StreamId::Session(agent.session), 1);
         let shutdown = self.inner.shutdown.clone();
         let (sender, receiver) = mpsc::channel(256);
         self.inner
             .tasks
             .spawn(shutdown.run_until_cancelled_owned(async move {
                 use tokio_stream::StreamExt;
-                for record in log.read_stream(stream, 1) {
-                    let Ok(record) = record else { return };
-                    if record.position > head {
-                        break;
-                    }
-                    if !forward_message(&sender, record.event).await {
-                        return;
-                    }
-                }
                 while let Some(Ok(item)) = subscription.next().await {
                     let subagent_store::SubscriptionItem::Event(record) = item else {
                         continue;
                     };
-                    if record.stream == stream && !forward_message(&sender, record.event).await {
+                    if !forward_message(&sender, record.event).await {
                         return;
                     }
                 }

@@ -91,6 +91,7 @@ macro_rules! conformance_suite {
             racing_exact_version_appends_admit_exactly_one_winner,
             reads_start_anywhere_and_cross_pages,
             subscription_catches_up_then_goes_live,
+            stream_subscription_sees_its_stream_alone_once_in_order,
             reopen_keeps_everything,
             a_flipped_byte_is_reported_as_corrupt,
             atomic_appends_write_every_part_or_none,

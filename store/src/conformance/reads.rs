@@ -102,6 +102,115 @@ pub async fn subscription_catches_up_then_goes_live<H: Harness>(mut harness: H) 
     assert_eq!(tail, vec![98, 99, 100]);
 }
 
+/// A stream subscription delivers its stream's events alone, by version,
+/// across pages, says "caught up" once, then follows live appends to it
+/// while other streams are appended to, without gap or duplicate.
+pub async fn stream_subscription_sees_its_stream_alone_once_in_order<H: Harness>(mut harness: H) {
+    let log = harness.open();
+    let (mine, other, empty) = (session_stream(), session_stream(), session_stream());
+    // History past one read page, interleaved with another stream.
+    let page = crate::log::READ_PAGE as u64;
+    let mut number = 0;
+    while log.stream_version(&mine).unwrap() <= page {
+        for stream in [mine, other] {
+            let events = (0..64)
+                .map(|_| {
+                    number += 1;
+                    turn(number)
+                })
+                .collect();
+            append(&log, stream, ExpectedVersion::Any, events)
+                .await
+                .unwrap();
+        }
+    }
+    let history = log.stream_version(&mine).unwrap();
+    let mut subscription = log.subscribe_stream(mine, 1);
+    let mut quiet = log.subscribe_stream(empty, 1);
+    let writer = {
+        let log = log.clone();
+        tokio::spawn(async move {
+            for index in 0..60u64 {
+                let stream = if index % 3 == 0 { mine } else { other };
+                append(
+                    &log,
+                    stream,
+                    ExpectedVersion::Any,
+                    vec![turn(10_000 + index)],
+                )
+                .await
+                .unwrap();
+            }
+        })
+    };
+    let total = history + 20;
+    let mut versions = Vec::new();
+    let mut caught_up_at = None;
+    while (versions.len() as u64) < total || caught_up_at.is_none() {
+        let item = tokio::time::timeout(Duration::from_secs(10), subscription.next())
+            .await
+            .expect("stream subscription stalled")
+            .expect("stream subscription ended")
+            .expect("stream subscription failed");
+        match item {
+            SubscriptionItem::Event(record) => {
+                assert_eq!(record.stream, mine, "another stream's event");
+                versions.push(record.version);
+            }
+            SubscriptionItem::CaughtUp { head } => {
+                assert!(caught_up_at.is_none(), "caught up twice");
+                let mine_by_then = log
+                    .read_stream(mine, 1)
+                    .filter(|record| record.as_ref().unwrap().position <= head)
+                    .count();
+                assert_eq!(
+                    versions.len(),
+                    mine_by_then,
+                    "caught up at {head} before delivering the stream's history"
+                );
+                assert!(versions.len() as u64 >= history);
+                caught_up_at = Some(head);
+            }
+        }
+    }
+    writer.await.unwrap();
+    assert_eq!(versions, (1..=total).collect::<Vec<_>>());
+    // Nothing more of it is pending.
+    assert!(
+        tokio::time::timeout(Duration::from_millis(100), subscription.next())
+            .await
+            .is_err(),
+        "an event past the stream's end"
+    );
+    // A stream without events catches up at once, then sees its first.
+    match quiet.next().await {
+        Some(Ok(SubscriptionItem::CaughtUp { .. })) => {}
+        other => panic!("an empty stream's subscription began with {other:?}"),
+    }
+    append(&log, empty, ExpectedVersion::NoStream, vec![turn(1)])
+        .await
+        .unwrap();
+    match tokio::time::timeout(Duration::from_secs(10), quiet.next()).await {
+        Ok(Some(Ok(SubscriptionItem::Event(record)))) => {
+            assert_eq!((record.stream, record.version), (empty, 1));
+        }
+        other => panic!("the first event of a quiet stream: {other:?}"),
+    }
+    // From the middle of the stream.
+    let mut tail = log.subscribe_stream(mine, total - 2);
+    let mut from_middle = Vec::new();
+    while let Some(Ok(item)) = tail.next().await {
+        match item {
+            SubscriptionItem::Event(record) => from_middle.push(record.version),
+            SubscriptionItem::CaughtUp { head } => {
+                assert_eq!(head, log.head());
+                break;
+            }
+        }
+    }
+    assert_eq!(from_middle, vec![total - 2, total - 1, total]);
+}
+
 /// Closing and reopening keeps records, versions, head and idempotency.
 pub async fn reopen_keeps_everything<H: Harness>(mut harness: H) {
     let log = harness.open();
