@@ -60,6 +60,15 @@ fn records_in(log: &PgLog) -> usize {
     records.len()
 }
 
+/// A session inside a transaction that has run `statement`, holding the
+/// locks it took until the test commits or rolls back.
+async fn holding(statement: &str) -> Client {
+    let client = sql().await;
+    client.batch_execute("BEGIN").await.expect("begin");
+    client.batch_execute(statement).await.expect(statement);
+    client
+}
+
 /// Waits until a session is blocked on a lock in a statement that names
 /// `"{schema}".{table}`: the moment a test's ordering relies on, observed
 /// rather than slept for. `client` must not be inside a transaction (the
@@ -259,14 +268,10 @@ async fn a_fenced_out_request_fails_alone_in_its_group() {
     };
     // The writer's first transaction waits for a counter another session
     // holds, so the four appends queued meanwhile form its next group.
-    let blocker = sql().await;
-    blocker.batch_execute("BEGIN").await.expect("begin");
-    blocker
-        .batch_execute(&format!(
-            "SELECT head FROM \"{schema}\".counter WHERE id = 1 FOR UPDATE"
-        ))
-        .await
-        .expect("hold the counter");
+    let blocker = holding(&format!(
+        "SELECT head FROM \"{schema}\".counter WHERE id = 1 FOR UPDATE"
+    ))
+    .await;
     let first = log.append_with_attachments(vec![part(good_root, 0)], Vec::new());
     until_waiting_on(&sql().await, &schema, "counter").await;
     let tickets = [
@@ -308,14 +313,10 @@ async fn an_append_waiting_to_write_when_the_tree_is_taken_over_is_refused() {
     let lease_a = host_a.acquire_lease(root, "host-a", term).expect("take");
     // Another transaction holds the counter lock: host A's append is
     // queued behind it, already past the point where it was issued.
-    let blocker = sql().await;
-    blocker.batch_execute("BEGIN").await.expect("begin");
-    blocker
-        .batch_execute(&format!(
-            "SELECT head FROM \"{schema}\".counter WHERE id = 1 FOR UPDATE"
-        ))
-        .await
-        .expect("hold the counter");
+    let blocker = holding(&format!(
+        "SELECT head FROM \"{schema}\".counter WHERE id = 1 FOR UPDATE"
+    ))
+    .await;
     let late = {
         let host_a = host_a.clone();
         let fence = lease_a.fence();
@@ -361,12 +362,7 @@ async fn a_takeover_waits_for_an_append_that_passed_its_fence_check() {
     let lease_a = host_a.acquire_lease(root, "host-a", term).expect("take");
     // Another session blocks inserts into the records: host A's append
     // takes the counter, passes its fence check, and waits to write.
-    let blocker = sql().await;
-    blocker.batch_execute("BEGIN").await.expect("begin");
-    blocker
-        .batch_execute(&format!("LOCK TABLE \"{schema}\".events IN SHARE MODE"))
-        .await
-        .expect("block the inserts");
+    let blocker = holding(&format!("LOCK TABLE \"{schema}\".events IN SHARE MODE")).await;
     let append = {
         let host_a = host_a.clone();
         let fence = lease_a.fence();

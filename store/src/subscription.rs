@@ -202,25 +202,9 @@ impl Stream for Subscription {
 }
 
 /// A subscription over `log` from `from_position`, following `head`.
-pub fn follow<L: EventLog>(
-    log: L,
-    mut head: watch::Receiver<u64>,
-    from_position: u64,
-) -> Subscription {
-    let target = *head.borrow_and_update();
+pub fn follow<L: EventLog>(log: L, head: watch::Receiver<u64>, from_position: u64) -> Subscription {
     let next = from_position.max(1);
-    Subscription {
-        log: Box::new(log),
-        scope: Scope::All,
-        next,
-        covered: next - 1,
-        target,
-        page: VecDeque::new(),
-        failure: None,
-        caught_up: false,
-        ended: false,
-        changes: ReusableBoxFuture::new(head_change(head)),
-    }
+    Subscription::start(Box::new(log), head, Scope::All, next, next - 1)
 }
 
 /// A subscription over `stream` of `log` from `from_version`, following
@@ -230,21 +214,36 @@ pub fn follow<L: EventLog>(
 /// of the stream index, however many events of other streams it brought.
 pub fn follow_stream<L: EventLog>(
     log: L,
-    mut head: watch::Receiver<u64>,
+    head: watch::Receiver<u64>,
     stream: StreamId,
     from_version: u64,
 ) -> Subscription {
-    let target = *head.borrow_and_update();
-    Subscription {
-        log: Box::new(log),
-        scope: Scope::Stream(stream),
-        next: from_version.max(1),
-        covered: 0,
-        target,
-        page: VecDeque::new(),
-        failure: None,
-        caught_up: false,
-        ended: false,
-        changes: ReusableBoxFuture::new(head_change(head)),
+    let next = from_version.max(1);
+    Subscription::start(Box::new(log), head, Scope::Stream(stream), next, 0)
+}
+
+impl Subscription {
+    /// A subscription of `scope` that delivers from `next` on, with
+    /// everything up to position `covered` already accounted for.
+    fn start(
+        log: Box<dyn EventLog>,
+        mut head: watch::Receiver<u64>,
+        scope: Scope,
+        next: u64,
+        covered: u64,
+    ) -> Subscription {
+        let target = *head.borrow_and_update();
+        Subscription {
+            log,
+            scope,
+            next,
+            covered,
+            target,
+            page: VecDeque::new(),
+            failure: None,
+            caught_up: false,
+            ended: false,
+            changes: ReusableBoxFuture::new(head_change(head)),
+        }
     }
 }
