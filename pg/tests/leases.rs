@@ -305,6 +305,69 @@ async fn a_fenced_out_request_fails_alone_in_its_group() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fenced_request_keeps_its_answer_when_its_group_fails_to_commit() {
+    let schema = unique_schema("groupfail");
+    let log = connect(&schema);
+    let (stale_root, good_root) = (SessionId::new(), SessionId::new());
+    let stale = log.acquire_lease(stale_root, "host-a", LONG).expect("take");
+    log.acquire_lease(stale_root, "host-a", LONG)
+        .expect("retake");
+    let good = log.acquire_lease(good_root, "host-a", LONG).expect("take");
+    let part = |root: SessionId, number: u64| StreamAppend {
+        stream: StreamId::Session(root),
+        expected: ExpectedVersion::Any,
+        events: vec![turn(number)],
+    };
+    let watcher = sql().await;
+    // A first group of one fenced-out request waits for the counter, so
+    // the next two form one group behind it; it writes nothing, so it
+    // never reaches the records table, which the next group will.
+    let counter = holding(&format!(
+        "SELECT head FROM \"{schema}\".counter WHERE id = 1 FOR UPDATE"
+    ))
+    .await;
+    let first = log.append_fenced(vec![part(stale_root, 0)], Vec::new(), vec![stale.fence()]);
+    until_waiting_on(&watcher, &schema, "counter").await;
+    let staged = log.append_fenced(vec![part(good_root, 1)], Vec::new(), vec![good.fence()]);
+    let fenced = log.append_fenced(vec![part(stale_root, 2)], Vec::new(), vec![stale.fence()]);
+    let events = holding(&format!("LOCK TABLE \"{schema}\".events IN SHARE MODE")).await;
+    counter
+        .batch_execute("ROLLBACK")
+        .await
+        .expect("release the counter");
+    assert!(matches!(first.await, Err(StoreError::Fenced { .. })));
+    // The second group checked both, staged one, and waits to write it:
+    // its connection is cut there, so its commit fails.
+    until_waiting_on(&watcher, &schema, "events").await;
+    watcher
+        .execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+             WHERE wait_event_type = 'Lock' AND query LIKE $1",
+            &[&format!("%\"{schema}\".events%")],
+        )
+        .await
+        .expect("cut the writer's connection");
+    let staged = staged.await;
+    assert!(
+        matches!(staged, Err(StoreError::Unavailable { .. })),
+        "{staged:?}"
+    );
+    // The fenced one rested on nothing staged: it still learns it lost
+    // the tree, not that the outcome is unknown.
+    assert_eq!(
+        fenced.await,
+        Err(StoreError::Fenced {
+            root: stale_root,
+            presented: 1,
+            current: 2,
+            holder: "host-a".into(),
+        })
+    );
+    events.batch_execute("ROLLBACK").await.expect("unblock");
+    assert_eq!(records_in(&connect(&schema)), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_append_waiting_to_write_when_the_tree_is_taken_over_is_refused() {
     let schema = unique_schema("inflight");
     let (host_a, host_b) = (connect(&schema), connect(&schema));
