@@ -11,7 +11,9 @@ use subagent_pg::testing::{unique_schema, TestServer};
 use subagent_pg::tokio_postgres::{Client, NoTls};
 use subagent_pg::PgLog;
 use subagent_store::conformance::turn;
-use subagent_store::{EventLog, EventLogExt, ExpectedVersion, Fence, StoreError, StreamAppend};
+use subagent_store::{
+    EventLog, EventLogExt, ExpectedVersion, Fence, Lease, StoreError, StreamAppend,
+};
 
 fn server() -> &'static TestServer {
     TestServer::shared().expect("a PostgreSQL test server")
@@ -35,15 +37,7 @@ async fn append_for(
     fences: Vec<Fence>,
 ) -> Result<u64, StoreError> {
     let outcomes = log
-        .append_fenced(
-            vec![StreamAppend {
-                stream: StreamId::Session(root),
-                expected: ExpectedVersion::Any,
-                events: vec![turn(number)],
-            }],
-            Vec::new(),
-            fences,
-        )
+        .append_fenced(vec![turn_in(root, number)], Vec::new(), fences)
         .await?;
     Ok(outcomes[0].last_position)
 }
@@ -58,6 +52,28 @@ fn records_in(log: &PgLog) -> usize {
         .collect::<Result<_, _>>()
         .expect("read the log");
     records.len()
+}
+
+/// Two trees' leases held by one host: the first retaken since, so the
+/// lease returned for it is stale; the second current.
+fn stale_and_good(log: &PgLog) -> (Lease, Lease) {
+    let stale_root = SessionId::new();
+    let stale = log.acquire_lease(stale_root, "host-a", LONG).expect("take");
+    log.acquire_lease(stale_root, "host-a", LONG)
+        .expect("retake");
+    let good = log
+        .acquire_lease(SessionId::new(), "host-a", LONG)
+        .expect("take");
+    (stale, good)
+}
+
+/// One turn event appended to `root`'s stream.
+fn turn_in(root: SessionId, number: u64) -> StreamAppend {
+    StreamAppend {
+        stream: StreamId::Session(root),
+        expected: ExpectedVersion::Any,
+        events: vec![turn(number)],
+    }
 }
 
 /// A session inside a transaction that has run `statement`, holding the
@@ -256,29 +272,25 @@ async fn a_released_lease_is_taken_at_once_and_a_fence_without_a_lease_is_stale(
 async fn a_fenced_out_request_fails_alone_in_its_group() {
     let schema = unique_schema("group");
     let log = connect(&schema);
-    let (stale_root, good_root) = (SessionId::new(), SessionId::new());
-    let stale = log.acquire_lease(stale_root, "host-a", LONG).expect("take");
-    log.acquire_lease(stale_root, "host-a", LONG)
-        .expect("retake");
-    let good = log.acquire_lease(good_root, "host-a", LONG).expect("take");
-    let part = |root: SessionId, number: u64| StreamAppend {
-        stream: StreamId::Session(root),
-        expected: ExpectedVersion::Any,
-        events: vec![turn(number)],
-    };
+    let (stale, good) = stale_and_good(&log);
+    let (stale_root, good_root) = (stale.root, good.root);
     // The writer's first transaction waits for a counter another session
     // holds, so the four appends queued meanwhile form its next group.
     let blocker = holding(&format!(
         "SELECT head FROM \"{schema}\".counter WHERE id = 1 FOR UPDATE"
     ))
     .await;
-    let first = log.append_with_attachments(vec![part(good_root, 0)], Vec::new());
+    let first = log.append_with_attachments(vec![turn_in(good_root, 0)], Vec::new());
     until_waiting_on(&sql().await, &schema, "counter").await;
     let tickets = [
-        log.append_fenced(vec![part(good_root, 1)], Vec::new(), vec![good.fence()]),
-        log.append_fenced(vec![part(stale_root, 2)], Vec::new(), vec![stale.fence()]),
-        log.append_fenced(vec![part(good_root, 3)], Vec::new(), vec![good.fence()]),
-        log.append_with_attachments(vec![part(stale_root, 4)], Vec::new()),
+        log.append_fenced(vec![turn_in(good_root, 1)], Vec::new(), vec![good.fence()]),
+        log.append_fenced(
+            vec![turn_in(stale_root, 2)],
+            Vec::new(),
+            vec![stale.fence()],
+        ),
+        log.append_fenced(vec![turn_in(good_root, 3)], Vec::new(), vec![good.fence()]),
+        log.append_with_attachments(vec![turn_in(stale_root, 4)], Vec::new()),
     ];
     blocker
         .batch_execute("ROLLBACK")
@@ -308,16 +320,8 @@ async fn a_fenced_out_request_fails_alone_in_its_group() {
 async fn a_fenced_request_keeps_its_answer_when_its_group_fails_to_commit() {
     let schema = unique_schema("groupfail");
     let log = connect(&schema);
-    let (stale_root, good_root) = (SessionId::new(), SessionId::new());
-    let stale = log.acquire_lease(stale_root, "host-a", LONG).expect("take");
-    log.acquire_lease(stale_root, "host-a", LONG)
-        .expect("retake");
-    let good = log.acquire_lease(good_root, "host-a", LONG).expect("take");
-    let part = |root: SessionId, number: u64| StreamAppend {
-        stream: StreamId::Session(root),
-        expected: ExpectedVersion::Any,
-        events: vec![turn(number)],
-    };
+    let (stale, good) = stale_and_good(&log);
+    let (stale_root, good_root) = (stale.root, good.root);
     let watcher = sql().await;
     // A first group of one fenced-out request waits for the counter, so
     // the next two form one group behind it; it writes nothing, so it
@@ -326,10 +330,18 @@ async fn a_fenced_request_keeps_its_answer_when_its_group_fails_to_commit() {
         "SELECT head FROM \"{schema}\".counter WHERE id = 1 FOR UPDATE"
     ))
     .await;
-    let first = log.append_fenced(vec![part(stale_root, 0)], Vec::new(), vec![stale.fence()]);
+    let first = log.append_fenced(
+        vec![turn_in(stale_root, 0)],
+        Vec::new(),
+        vec![stale.fence()],
+    );
     until_waiting_on(&watcher, &schema, "counter").await;
-    let staged = log.append_fenced(vec![part(good_root, 1)], Vec::new(), vec![good.fence()]);
-    let fenced = log.append_fenced(vec![part(stale_root, 2)], Vec::new(), vec![stale.fence()]);
+    let staged = log.append_fenced(vec![turn_in(good_root, 1)], Vec::new(), vec![good.fence()]);
+    let fenced = log.append_fenced(
+        vec![turn_in(stale_root, 2)],
+        Vec::new(),
+        vec![stale.fence()],
+    );
     let events = holding(&format!("LOCK TABLE \"{schema}\".events IN SHARE MODE")).await;
     counter
         .batch_execute("ROLLBACK")
