@@ -146,6 +146,11 @@ pub(crate) fn requested_activation_span(
                     )
                 })
             })?;
+            // Without a subscriber building spans, skip the tree walks
+            // below: this runs under the engine's lock on every start.
+            if !tracing::enabled!(tracing::Level::INFO) {
+                return None;
+            }
             let parent = parent.unwrap_or(child);
             let span = ActivationSpan {
                 child,
