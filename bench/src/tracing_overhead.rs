@@ -5,7 +5,9 @@
 //! but exports nothing: the overhead a host pays for tracing before its
 //! exporter's own cost. Runs alternate off and on, each on a fresh log and
 //! a fresh async runtime; each checks that its events carry a trace
-//! context exactly when tracing was on.
+//! context exactly when tracing was on. Beside throughput, each side's
+//! process CPU time per activation: on a shared machine, throughput moves
+//! with what else runs, CPU time much less.
 
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -19,7 +21,7 @@ use tracing_subscriber::filter::filter_fn;
 use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::Layer as _;
 
-use super::stats::Summary;
+use super::stats::{process_cpu_seconds, Summary};
 use crate::BenchResult;
 
 /// Whether the installed subscriber builds spans now.
@@ -42,6 +44,14 @@ fn install(provider: &SdkTracerProvider) -> BenchResult {
     Ok(())
 }
 
+/// One side's runs: activations per second, and process CPU microseconds
+/// per activation.
+#[derive(Default)]
+struct Side {
+    rates: Vec<f64>,
+    cpu_micros: Vec<f64>,
+}
+
 /// Prints the overhead table: Sync with 1 starter, Buffered with 64.
 pub(super) fn run(runs: usize, scaled: impl Fn(f64) -> usize, out: &mut dyn Write) -> BenchResult {
     writeln!(
@@ -50,21 +60,29 @@ pub(super) fn run(runs: usize, scaled: impl Fn(f64) -> usize, out: &mut dyn Writ
     )?;
     writeln!(
         out,
-        "{:<9} {:>8} {:>6}  {:>24} {:>24} {:>9}",
-        "mode", "starters", "count", "tracing off", "tracing on", "on/off"
+        "{:<9} {:>8} {:>6}  {:>24} {:>24} {:>9}  {:>20} {:>20} {:>9}",
+        "mode",
+        "starters",
+        "count",
+        "tracing off",
+        "tracing on",
+        "on/off",
+        "CPU µs/act off",
+        "CPU µs/act on",
+        "on/off"
     )?;
     out.flush()?;
     let provider = SdkTracerProvider::builder().build();
     install(&provider)?;
     for (durability, starters, total) in [
-        (Durability::Sync, 1, scaled(100.0)),
-        (Durability::Buffered, 64, scaled(6400.0)),
+        // Runs of a second or more: shorter ones spread by a third.
+        (Durability::Sync, 1, scaled(200.0)),
+        (Durability::Buffered, 64, scaled(25600.0)),
     ] {
         eprintln!("… measuring tracing overhead, {durability:?} with {starters} starters");
-        let mut off = Vec::new();
-        let mut on = Vec::new();
+        let (mut off, mut on) = (Side::default(), Side::default());
         for _ in 0..runs {
-            for (traced, rates) in [(false, &mut off), (true, &mut on)] {
+            for (traced, side) in [(false, &mut off), (true, &mut on)] {
                 TRACING_ON.store(traced, Ordering::Relaxed);
                 tracing::callsite::rebuild_interest_cache();
                 let dir = tempfile::tempdir()?;
@@ -73,11 +91,13 @@ pub(super) fn run(runs: usize, scaled: impl Fn(f64) -> usize, out: &mut dyn Writ
                 let tokio = tokio::runtime::Builder::new_multi_thread()
                     .enable_all()
                     .build()?;
+                let cpu_before = process_cpu_seconds()?;
                 let (rate, _) = tokio.block_on(super::activations::runtime_run(
                     Arc::clone(&log),
                     starters,
                     total,
                 ))?;
+                let cpu = process_cpu_seconds()? - cpu_before;
                 // The two sides did what they say: spans were built (their
                 // context is on the events) only with tracing on.
                 let with_context = log
@@ -91,19 +111,25 @@ pub(super) fn run(runs: usize, scaled: impl Fn(f64) -> usize, out: &mut dyn Writ
                     )
                     .into());
                 }
-                rates.push(rate);
+                side.rates.push(rate);
+                side.cpu_micros
+                    .push(cpu * 1e6 / (total / starters * starters) as f64);
             }
         }
-        let (off, on) = (Summary::of(&off), Summary::of(&on));
+        let (off_rate, on_rate) = (Summary::of(&off.rates), Summary::of(&on.rates));
+        let (off_cpu, on_cpu) = (Summary::of(&off.cpu_micros), Summary::of(&on.cpu_micros));
         writeln!(
             out,
-            "{:<9} {:>8} {:>6}  {:>24} {:>24} {:>9.3}",
+            "{:<9} {:>8} {:>6}  {:>24} {:>24} {:>9.3}  {:>20} {:>20} {:>9.3}",
             format!("{durability:?}"),
             starters,
             total / starters * starters,
-            off.to_string(),
-            on.to_string(),
-            on.median / off.median,
+            off_rate.to_string(),
+            on_rate.to_string(),
+            on_rate.median / off_rate.median,
+            off_cpu.to_string(),
+            on_cpu.to_string(),
+            on_cpu.median / off_cpu.median,
         )?;
         out.flush()?;
     }

@@ -60,12 +60,33 @@ impl StreamId {
     }
 }
 
+/// The longest stream name: `session-` and a hyphenated uuid.
+const STREAM_NAME_MAX: usize = StreamId::SESSION_PREFIX.len() + uuid::fmt::Hyphenated::LENGTH;
+
+impl StreamId {
+    /// The stream's name, built on the stack, and its length: every
+    /// record's envelope names its stream, so this is on the append path.
+    fn name(&self) -> ([u8; STREAM_NAME_MAX], usize) {
+        let mut name = [0u8; STREAM_NAME_MAX];
+        let text: &[u8] = match self {
+            StreamId::Runtime => b"runtime",
+            StreamId::Session(id) => {
+                let prefix = Self::SESSION_PREFIX.len();
+                name[..prefix].copy_from_slice(Self::SESSION_PREFIX.as_bytes());
+                id.as_uuid().hyphenated().encode_lower(&mut name[prefix..]);
+                return (name, STREAM_NAME_MAX);
+            }
+        };
+        name[..text.len()].copy_from_slice(text);
+        (name, text.len())
+    }
+}
+
 impl fmt::Display for StreamId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            StreamId::Runtime => f.write_str("runtime"),
-            StreamId::Session(id) => write!(f, "{}{id}", Self::SESSION_PREFIX),
-        }
+        let (name, len) = self.name();
+        // ASCII by construction.
+        f.write_str(std::str::from_utf8(&name[..len]).map_err(|_| fmt::Error)?)
     }
 }
 
@@ -87,7 +108,9 @@ impl FromStr for StreamId {
 
 impl Serialize for StreamId {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_str(self)
+        let (name, len) = self.name();
+        serializer
+            .serialize_str(std::str::from_utf8(&name[..len]).map_err(serde::ser::Error::custom)?)
     }
 }
 

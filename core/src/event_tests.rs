@@ -17,6 +17,11 @@ fn stream_ids_round_trip_through_text() {
         StreamId::Session(session).to_string(),
         format!("session-{session}")
     );
+    assert_eq!(StreamId::Runtime.to_string(), "runtime");
+    assert_eq!(
+        serde_json::to_string(&StreamId::Runtime).unwrap(),
+        "\"runtime\""
+    );
 }
 
 #[test]

@@ -150,49 +150,79 @@ impl TraceContext {
     /// The trace id as 32 lower-case hex digits.
     #[must_use]
     pub fn trace_id_hex(&self) -> String {
-        hex(&self.trace_id)
+        hex::encode(self.trace_id)
     }
 
     /// The span id as 16 lower-case hex digits.
     #[must_use]
     pub fn span_id_hex(&self) -> String {
-        hex(&self.span_id)
+        hex::encode(self.span_id)
+    }
+
+    /// The `traceparent` text (`00-{trace-id}-{span-id}-{flags}`), written
+    /// into a fixed buffer: every event recorded in a span carries one, so
+    /// this is on the append path whenever tracing is on.
+    fn traceparent(&self) -> [u8; TRACEPARENT_LEN] {
+        let mut out = *b"00-00000000000000000000000000000000-0000000000000000-00";
+        // The lengths are fixed: both encodes fill slices of exactly twice
+        // their input's length.
+        let _ = hex::encode_to_slice(self.trace_id, &mut out[3..35]);
+        let _ = hex::encode_to_slice(self.span_id, &mut out[36..52]);
+        if self.sampled {
+            out[54] = b'1';
+        }
+        out
     }
 }
 
-fn hex(bytes: &[u8]) -> String {
-    use fmt::Write;
-    let mut out = String::with_capacity(bytes.len() * 2);
-    for byte in bytes {
-        let _ = write!(out, "{byte:02x}");
-    }
-    out
-}
+/// The length of a version-00 `traceparent`.
+const TRACEPARENT_LEN: usize = 55;
 
-fn unhex<const N: usize>(text: &str) -> Option<[u8; N]> {
-    if text.len() != N * 2
-        || !text
-            .bytes()
-            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-    {
+/// Each byte's value as a lower-case hex digit, or [`NOT_HEX`]: upper case
+/// is invalid in a `traceparent` (W3C).
+const HEX_DIGIT: [u8; 256] = {
+    let mut table = [NOT_HEX; 256];
+    let mut digit = 0;
+    while digit < 10 {
+        table[b'0' as usize + digit] = digit as u8;
+        digit += 1;
+    }
+    let mut letter = 0;
+    while letter < 6 {
+        table[b'a' as usize + letter] = 10 + letter as u8;
+        letter += 1;
+    }
+    table
+};
+
+/// [`HEX_DIGIT`]'s mark of a byte that is no lower-case hex digit.
+const NOT_HEX: u8 = 0xff;
+
+/// Decodes `text`, exactly `2 * N` lower-case hex digits, in one pass: a
+/// `traceparent` is parsed for every event read that carries one.
+fn unhex<const N: usize>(text: &[u8]) -> Option<[u8; N]> {
+    if text.len() != 2 * N {
         return None;
     }
     let mut out = [0u8; N];
-    for (index, byte) in out.iter_mut().enumerate() {
-        *byte = u8::from_str_radix(&text[index * 2..index * 2 + 2], 16).ok()?;
+    for (byte, pair) in out.iter_mut().zip(text.chunks_exact(2)) {
+        let (high, low) = (
+            HEX_DIGIT[usize::from(pair[0])],
+            HEX_DIGIT[usize::from(pair[1])],
+        );
+        if high == NOT_HEX || low == NOT_HEX {
+            return None;
+        }
+        *byte = high << 4 | low;
     }
     Some(out)
 }
 
 impl fmt::Display for TraceContext {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "00-{}-{}-{:02x}",
-            self.trace_id_hex(),
-            self.span_id_hex(),
-            u8::from(self.sampled)
-        )
+        let text = self.traceparent();
+        // All ASCII, by construction.
+        f.write_str(std::str::from_utf8(&text).map_err(|_| fmt::Error)?)
     }
 }
 
@@ -202,26 +232,25 @@ impl FromStr for TraceContext {
     /// Parses a version-00 `traceparent`: lower-case hex, non-zero ids.
     fn from_str(text: &str) -> Result<Self, Self::Err> {
         let malformed = || MalformedTraceparent(text.chars().take(80).collect());
-        let mut parts = text.split('-');
-        let (Some("00"), Some(trace), Some(span), Some(flags), None) = (
-            parts.next(),
-            parts.next(),
-            parts.next(),
-            parts.next(),
-            parts.next(),
-        ) else {
+        let bytes = text.as_bytes();
+        if bytes.len() != TRACEPARENT_LEN
+            || !bytes.starts_with(b"00-")
+            || bytes[35] != b'-'
+            || bytes[52] != b'-'
+        {
             return Err(malformed());
-        };
-        let trace_id = unhex::<16>(trace).ok_or_else(malformed)?;
-        let span_id = unhex::<8>(span).ok_or_else(malformed)?;
-        let [flags] = unhex::<1>(flags).ok_or_else(malformed)?;
+        }
+        let trace_id = unhex::<16>(&bytes[3..35]).ok_or_else(malformed)?;
+        let span_id = unhex::<8>(&bytes[36..52]).ok_or_else(malformed)?;
+        let [flags] = unhex::<1>(&bytes[53..]).ok_or_else(malformed)?;
         TraceContext::new(trace_id, span_id, flags & 1 == 1).ok_or_else(malformed)
     }
 }
 
 impl Serialize for TraceContext {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_str(self)
+        let text = self.traceparent();
+        serializer.serialize_str(std::str::from_utf8(&text).map_err(serde::ser::Error::custom)?)
     }
 }
 
@@ -254,6 +283,47 @@ mod tests {
     }
 
     #[test]
+    fn the_sampled_flag_is_bit_zero_and_is_written_back_as_00_or_01() {
+        let unsampled = TraceContext::new([0xab; 16], [0x01; 8], false).unwrap();
+        let text = unsampled.to_string();
+        assert_eq!(
+            text,
+            "00-abababababababababababababababab-0101010101010101-00"
+        );
+        assert_eq!(text.parse::<TraceContext>().unwrap(), unsampled);
+        // Other flag bits are kept by no one; only `sampled` is read.
+        let other_bits: TraceContext = "00-abababababababababababababababab-0101010101010101-03"
+            .parse()
+            .unwrap();
+        assert!(other_bits.sampled);
+        assert!(other_bits.to_string().ends_with("-01"));
+    }
+
+    proptest::proptest! {
+        /// Every valid context round-trips through its text and its JSON;
+        /// any text that parses is written back the same, but for flag
+        /// bits other than `sampled`.
+        #[test]
+        fn traceparents_round_trip(
+            trace_id in proptest::array::uniform16(proptest::num::u8::ANY),
+            span_id in proptest::array::uniform8(proptest::num::u8::ANY),
+            sampled in proptest::bool::ANY,
+            noise in "[0-9a-fA-F-]{0,60}",
+        ) {
+            if let Some(context) = TraceContext::new(trace_id, span_id, sampled) {
+                let text = context.to_string();
+                proptest::prop_assert_eq!(text.parse::<TraceContext>(), Ok(context));
+                let json = serde_json::to_string(&context).unwrap();
+                proptest::prop_assert_eq!(json.clone(), format!("\"{text}\""));
+                proptest::prop_assert_eq!(serde_json::from_str::<TraceContext>(&json).unwrap(), context);
+            }
+            if let Ok(parsed) = noise.parse::<TraceContext>() {
+                proptest::prop_assert_eq!(&parsed.to_string()[..53], &noise[..53]);
+            }
+        }
+    }
+
+    #[test]
     fn malformed_traceparents_are_refused() {
         for bad in [
             "",
@@ -266,6 +336,12 @@ mod tests {
             "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-extra",
             "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-zz",
             "00-+bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736+00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7+01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-1",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-001",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-é",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b-001",
         ] {
             assert!(bad.parse::<TraceContext>().is_err(), "{bad:?} parsed");
             assert!(serde_json::from_str::<TraceContext>(&format!("{bad:?}")).is_err());
