@@ -45,6 +45,11 @@ pub struct ActivationArgs {
     /// with fsync on, started for the run) or a `postgres://` URL.
     #[arg(long, default_value = "rocksdb", value_parser = super::append::store)]
     store: super::append::Store,
+    /// How the tracing-overhead table's OpenTelemetry layer is set up:
+    /// `default` (the layer's defaults, as a host first runs it) or `lean`
+    /// (no busy/idle timings, no OpenTelemetry context attached on enter).
+    #[arg(long, value_enum, default_value_t = super::tracing_overhead::LayerSetup::Default)]
+    tracing_layer: super::tracing_overhead::LayerSetup,
 }
 
 /// Opens a fresh log for one run.
@@ -258,7 +263,7 @@ pub(super) fn run(args: &ActivationArgs, out: &mut dyn Write) -> BenchResult {
         out.flush()?;
     }
     if matches!(logs, Logs::Rocks) {
-        super::tracing_overhead::run(args.runs, scaled, out)?;
+        super::tracing_overhead::run(args.runs, args.tracing_layer, scaled, out)?;
     }
     Ok(())
 }

@@ -24,6 +24,19 @@ use tracing_subscriber::Layer as _;
 use super::stats::{process_cpu_seconds, Summary};
 use crate::BenchResult;
 
+/// How the OpenTelemetry layer is set up (`--tracing-layer`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum LayerSetup {
+    /// `tracing_opentelemetry::layer()` as it comes: each span records its
+    /// busy and idle time, and every enter attaches its OpenTelemetry
+    /// context (so OpenTelemetry-instrumented code inside it sees the span).
+    Default,
+    /// Neither: `with_tracked_inactivity(false)` and
+    /// `with_context_activation(false)`. Spans, parents, links and the
+    /// events' trace context are the same.
+    Lean,
+}
+
 /// Whether the installed subscriber builds spans now.
 static TRACING_ON: AtomicBool = AtomicBool::new(false);
 
@@ -33,9 +46,12 @@ static TRACING_ON: AtomicBool = AtomicBool::new(false);
 /// and event, which is what no subscriber costs plus one atomic load.
 /// (A scoped default per run does not work: per-layer filters cache their
 /// interest per callsite across dispatchers.)
-fn install(provider: &SdkTracerProvider) -> BenchResult {
+fn install(provider: &SdkTracerProvider, setup: LayerSetup) -> BenchResult {
+    let defaults = setup == LayerSetup::Default;
     let layer = tracing_opentelemetry::layer()
         .with_tracer(provider.tracer("subagents-bench"))
+        .with_tracked_inactivity(defaults)
+        .with_context_activation(defaults)
         .with_filter(filter_fn(|metadata| {
             TRACING_ON.load(Ordering::Relaxed) && *metadata.level() <= Level::INFO
         }));
@@ -53,10 +69,19 @@ struct Side {
 }
 
 /// Prints the overhead table: Sync with 1 starter, Buffered with 64.
-pub(super) fn run(runs: usize, scaled: impl Fn(f64) -> usize, out: &mut dyn Write) -> BenchResult {
+pub(super) fn run(
+    runs: usize,
+    setup: LayerSetup,
+    scaled: impl Fn(f64) -> usize,
+    out: &mut dyn Write,
+) -> BenchResult {
+    let layer = match setup {
+        LayerSetup::Default => "the layer's defaults",
+        LayerSetup::Lean => "a lean layer: no timings, no context activation",
+    };
     writeln!(
         out,
-        "\ntracing overhead (spans built as OpenTelemetry does, no exporter), activations/s: median (min–max) of {runs} runs, alternating"
+        "\ntracing overhead (spans built as OpenTelemetry does, {layer}, no exporter), activations/s: median (min–max) of {runs} runs, alternating"
     )?;
     writeln!(
         out,
@@ -73,7 +98,7 @@ pub(super) fn run(runs: usize, scaled: impl Fn(f64) -> usize, out: &mut dyn Writ
     )?;
     out.flush()?;
     let provider = SdkTracerProvider::builder().build();
-    install(&provider)?;
+    install(&provider, setup)?;
     for (durability, starters, total) in [
         // Runs of a second or more: shorter ones spread by a third.
         (Durability::Sync, 1, scaled(200.0)),

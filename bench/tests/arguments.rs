@@ -87,6 +87,10 @@ fn bench_numbers_outside_their_range_are_refused_before_measuring() {
         (vec!["gateway", "--prompts", "0"], "0 is not in 1..=1000000"),
         (vec!["acp", "--runs", "0"], "0 is not in 1..=1000"),
         (vec!["acp", "--turns", "0"], "0 is not in 1..=1000000"),
+        (
+            vec!["activations", "--tracing-layer", "fast"],
+            "[possible values: default, lean]",
+        ),
     ];
     for (part_args, message) in cases {
         let args = part_args;
