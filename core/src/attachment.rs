@@ -47,11 +47,12 @@ impl AttachmentId {
 
 impl fmt::Display for AttachmentId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut digits = [0u8; 64];
+        // Exactly twice the digest's length: the encode cannot fail.
+        let _ = hex::encode_to_slice(self.0, &mut digits);
         f.write_str(ATTACHMENT_SCHEME)?;
-        for byte in self.0 {
-            write!(f, "{byte:02x}")?;
-        }
-        Ok(())
+        // ASCII by construction.
+        f.write_str(std::str::from_utf8(&digits).map_err(|_| fmt::Error)?)
     }
 }
 
@@ -72,24 +73,9 @@ impl FromStr for AttachmentId {
     fn from_str(text: &str) -> Result<Self, Self::Err> {
         let bad = || BadAttachmentId(text.chars().take(80).collect());
         let hex = text.strip_prefix(ATTACHMENT_SCHEME).ok_or_else(bad)?;
-        if hex.len() != 64 {
-            return Err(bad());
-        }
-        let mut digest = [0u8; 32];
-        for (byte, pair) in digest.iter_mut().zip(hex.as_bytes().chunks_exact(2)) {
-            let high = lower_hex_digit(pair[0]).ok_or_else(bad)?;
-            let low = lower_hex_digit(pair[1]).ok_or_else(bad)?;
-            *byte = high << 4 | low;
-        }
-        Ok(AttachmentId(digest))
-    }
-}
-
-fn lower_hex_digit(byte: u8) -> Option<u8> {
-    match byte {
-        b'0'..=b'9' => Some(byte - b'0'),
-        b'a'..=b'f' => Some(byte - b'a' + 10),
-        _ => None,
+        crate::lower_hex::decode::<32>(hex.as_bytes())
+            .map(AttachmentId)
+            .ok_or_else(bad)
     }
 }
 

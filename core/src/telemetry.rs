@@ -178,46 +178,6 @@ impl TraceContext {
 /// The length of a version-00 `traceparent`.
 const TRACEPARENT_LEN: usize = 55;
 
-/// Each byte's value as a lower-case hex digit, or [`NOT_HEX`]: upper case
-/// is invalid in a `traceparent` (W3C).
-const HEX_DIGIT: [u8; 256] = {
-    let mut table = [NOT_HEX; 256];
-    let mut digit = 0;
-    while digit < 10 {
-        table[b'0' as usize + digit] = digit as u8;
-        digit += 1;
-    }
-    let mut letter = 0;
-    while letter < 6 {
-        table[b'a' as usize + letter] = 10 + letter as u8;
-        letter += 1;
-    }
-    table
-};
-
-/// [`HEX_DIGIT`]'s mark of a byte that is no lower-case hex digit.
-const NOT_HEX: u8 = 0xff;
-
-/// Decodes `text`, exactly `2 * N` lower-case hex digits, in one pass: a
-/// `traceparent` is parsed for every event read that carries one.
-fn unhex<const N: usize>(text: &[u8]) -> Option<[u8; N]> {
-    if text.len() != 2 * N {
-        return None;
-    }
-    let mut out = [0u8; N];
-    for (byte, pair) in out.iter_mut().zip(text.chunks_exact(2)) {
-        let (high, low) = (
-            HEX_DIGIT[usize::from(pair[0])],
-            HEX_DIGIT[usize::from(pair[1])],
-        );
-        if high == NOT_HEX || low == NOT_HEX {
-            return None;
-        }
-        *byte = high << 4 | low;
-    }
-    Some(out)
-}
-
 impl fmt::Display for TraceContext {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let text = self.traceparent();
@@ -240,9 +200,9 @@ impl FromStr for TraceContext {
         {
             return Err(malformed());
         }
-        let trace_id = unhex::<16>(&bytes[3..35]).ok_or_else(malformed)?;
-        let span_id = unhex::<8>(&bytes[36..52]).ok_or_else(malformed)?;
-        let [flags] = unhex::<1>(&bytes[53..]).ok_or_else(malformed)?;
+        let trace_id = crate::lower_hex::decode::<16>(&bytes[3..35]).ok_or_else(malformed)?;
+        let span_id = crate::lower_hex::decode::<8>(&bytes[36..52]).ok_or_else(malformed)?;
+        let [flags] = crate::lower_hex::decode::<1>(&bytes[53..]).ok_or_else(malformed)?;
         TraceContext::new(trace_id, span_id, flags & 1 == 1).ok_or_else(malformed)
     }
 }
