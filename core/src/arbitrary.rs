@@ -11,7 +11,7 @@ use uuid::Uuid;
 use crate::content::{ContentBlock, ImageBlock, TextBlock, ToolResultBlock, ToolUseBlock};
 use crate::contracts::*;
 use crate::event::{AbandonReason, AgentReport, Cost, Event, NewEvent, PlanEntry, Usage};
-use crate::ids::{EventId, MessageId, SessionId, SubagentRunId};
+use crate::ids::{EventId, HostId, MessageId, SessionId, SubagentRunId};
 use crate::result::{Diagnostic, SubagentResult, SubagentStopReason};
 
 fn uuid() -> impl Strategy<Value = Uuid> {
@@ -21,6 +21,11 @@ fn uuid() -> impl Strategy<Value = Uuid> {
 /// Any session id.
 pub fn session_id() -> impl Strategy<Value = SessionId> {
     uuid().prop_map(SessionId::from_uuid)
+}
+
+/// Any host id.
+pub fn host_id() -> impl Strategy<Value = HostId> {
+    uuid().prop_map(HostId::from_uuid)
 }
 
 fn message_id() -> impl Strategy<Value = MessageId> {
@@ -249,6 +254,13 @@ fn runtime_event() -> impl Strategy<Value = Event> {
 
 fn lifecycle_event() -> impl Strategy<Value = Event> {
     prop_oneof![
+        (host_id(), text(), any::<u64>()).prop_map(|(host, holder, fence)| {
+            Event::TreeAcquired {
+                host,
+                holder,
+                fence,
+            }
+        }),
         (
             session_id(),
             option::of(session_id()),

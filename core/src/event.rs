@@ -8,7 +8,7 @@
 //! [`crate::upcast`].
 //!
 //! Over 500 lines because it is a table: one documented variant per event
-//! type (28 of them) with every payload field, plus the envelope. Splitting
+//! type (29 of them) with every payload field, plus the envelope. Splitting
 //! it would scatter the one schema over several files.
 
 use std::fmt;
@@ -24,7 +24,7 @@ use crate::contracts::{
     SubagentCapabilities,
 };
 use crate::error::SubagentError;
-use crate::ids::{EventId, MessageId, SessionId, SubagentRunId};
+use crate::ids::{EventId, HostId, MessageId, SessionId, SubagentRunId};
 use crate::result::{Diagnostic, SubagentResult, SubagentStopReason};
 use crate::telemetry::TraceContext;
 
@@ -35,26 +35,33 @@ use crate::telemetry::TraceContext;
 /// - 2: adds `AgentReported` (an agent's session, plan and context use).
 ///   Version 1 events are version 2 events unchanged; a build that reads
 ///   only version 1 refuses a version 2 record rather than misread it.
-pub const CURRENT_SCHEMA_VERSION: u32 = 2;
+/// - 3: adds `TreeAcquired` (a host of a shared log took a tree) and the
+///   `host-<uuid>` streams. Version 2 events are version 3 events
+///   unchanged.
+pub const CURRENT_SCHEMA_VERSION: u32 = 3;
 
-/// A stream of the log: `runtime` for host-level facts, `session-<uuid>` for
-/// everything about one session.
+/// A stream of the log: `runtime` for host-level facts of a single-writer
+/// log, `host-<uuid>` for those of one host of a shared log,
+/// `session-<uuid>` for everything about one session.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum StreamId {
     /// Provider registrations, admission control, recovery markers.
     Runtime,
+    /// The same facts of one host incarnation on a shared log.
+    Host(HostId),
     /// One session's creation, transcript, inbox, activations and catalog.
     Session(SessionId),
 }
 
 impl StreamId {
     const SESSION_PREFIX: &'static str = "session-";
+    const HOST_PREFIX: &'static str = "host-";
 
     /// The session this stream belongs to, if any.
     #[must_use]
     pub fn session(&self) -> Option<SessionId> {
         match self {
-            StreamId::Runtime => None,
+            StreamId::Runtime | StreamId::Host(_) => None,
             StreamId::Session(id) => Some(*id),
         }
     }
@@ -68,17 +75,19 @@ impl StreamId {
     /// record's envelope names its stream, so this is on the append path.
     fn name(&self) -> ([u8; STREAM_NAME_MAX], usize) {
         let mut name = [0u8; STREAM_NAME_MAX];
-        let text: &[u8] = match self {
-            StreamId::Runtime => b"runtime",
-            StreamId::Session(id) => {
-                let prefix = Self::SESSION_PREFIX.len();
-                name[..prefix].copy_from_slice(Self::SESSION_PREFIX.as_bytes());
-                id.as_uuid().hyphenated().encode_lower(&mut name[prefix..]);
-                return (name, STREAM_NAME_MAX);
+        let (prefix, id) = match self {
+            StreamId::Runtime => {
+                let text = b"runtime";
+                name[..text.len()].copy_from_slice(text);
+                return (name, text.len());
             }
+            StreamId::Host(id) => (Self::HOST_PREFIX, id.as_uuid()),
+            StreamId::Session(id) => (Self::SESSION_PREFIX, id.as_uuid()),
         };
-        name[..text.len()].copy_from_slice(text);
-        (name, text.len())
+        name[..prefix.len()].copy_from_slice(prefix.as_bytes());
+        let end = prefix.len() + uuid::fmt::Hyphenated::LENGTH;
+        id.hyphenated().encode_lower(&mut name[prefix.len()..end]);
+        (name, end)
     }
 }
 
@@ -97,8 +106,11 @@ impl FromStr for StreamId {
         if text == "runtime" {
             return Ok(StreamId::Runtime);
         }
-        match text.strip_prefix(Self::SESSION_PREFIX) {
-            Some(id) => SessionId::parse(id).map(StreamId::Session),
+        if let Some(id) = text.strip_prefix(Self::SESSION_PREFIX) {
+            return SessionId::parse(id).map(StreamId::Session);
+        }
+        match text.strip_prefix(Self::HOST_PREFIX) {
+            Some(id) => HostId::parse(id).map(StreamId::Host),
             None => Err(SubagentError::BadRequest(format!(
                 "unknown stream {text:?}"
             ))),
@@ -252,6 +264,21 @@ pub enum Event {
     },
 
     // ---- session lifecycle ------------------------------------------------
+    /// A host of a shared log took a root's tree: from here on only `host`
+    /// decides for the tree, with the provider registry of its
+    /// `host-<uuid>` stream, and every append for the tree presents
+    /// `fence`. In the root's stream, first beside its `SessionCreated`,
+    /// then at every takeover (the taker's recovery of the tree follows in
+    /// the same append).
+    #[serde(rename_all = "camelCase")]
+    TreeAcquired {
+        /// The host incarnation that holds the tree.
+        host: HostId,
+        /// The name its lease is held under.
+        holder: String,
+        /// The lease's fencing token: greater than every earlier holder's.
+        fence: u64,
+    },
     /// A session exists. First event of every session stream.
     #[serde(rename_all = "camelCase")]
     SessionCreated {
@@ -496,7 +523,7 @@ pub enum Event {
 /// Which kind of stream an event type lives in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StreamKind {
-    /// The `runtime` stream.
+    /// The `runtime` stream, or a `host-<uuid>` stream.
     Runtime,
     /// A `session-<uuid>` stream.
     Session,
@@ -548,6 +575,7 @@ event_kinds! {
     AdmissionClosed,
     AdmissionReopened,
     HostRecovered,
+    TreeAcquired,
     SessionCreated,
     ChildCataloged,
     HistorySeeded,
@@ -636,7 +664,7 @@ impl Event {
     #[must_use]
     pub fn belongs_in(&self, stream: &StreamId) -> bool {
         match (self.stream_kind(), stream) {
-            (StreamKind::Runtime, StreamId::Runtime) => true,
+            (StreamKind::Runtime, StreamId::Runtime | StreamId::Host(_)) => true,
             (StreamKind::Session, StreamId::Session(id)) => match self {
                 Event::SessionCreated { session, .. } => session == id,
                 _ => true,

@@ -8,7 +8,12 @@ use std::collections::HashSet;
 #[test]
 fn stream_ids_round_trip_through_text() {
     let session = SessionId::new();
-    for stream in [StreamId::Runtime, StreamId::Session(session)] {
+    let host = HostId::new();
+    for stream in [
+        StreamId::Runtime,
+        StreamId::Session(session),
+        StreamId::Host(host),
+    ] {
         let text = stream.to_string();
         assert_eq!(text.parse::<StreamId>().unwrap(), stream);
         assert_eq!(serde_json::to_value(stream).unwrap(), Value::String(text));
@@ -17,6 +22,7 @@ fn stream_ids_round_trip_through_text() {
         StreamId::Session(session).to_string(),
         format!("session-{session}")
     );
+    assert_eq!(StreamId::Host(host).to_string(), format!("host-{host}"));
     assert_eq!(StreamId::Runtime.to_string(), "runtime");
     assert_eq!(
         serde_json::to_string(&StreamId::Runtime).unwrap(),
@@ -26,7 +32,16 @@ fn stream_ids_round_trip_through_text() {
 
 #[test]
 fn malformed_stream_names_are_bad_requests() {
-    for bad in ["", "runtimes", "session-", "session-xyz", "other-1"] {
+    for bad in [
+        "",
+        "runtimes",
+        "session-",
+        "session-xyz",
+        "other-1",
+        "host-",
+        "host-xyz",
+        "Host-0190d3f4-0000-7000-8000-000000000000",
+    ] {
         let err = bad.parse::<StreamId>().unwrap_err();
         assert_eq!(err.code().as_str(), "gateway/bad-request", "{bad:?}");
     }
@@ -56,7 +71,16 @@ fn events_know_their_stream() {
     assert!(!created.belongs_in(&StreamId::Runtime));
     let removed = Event::ProviderRemoved { name: "x".into() };
     assert!(removed.belongs_in(&StreamId::Runtime));
+    assert!(removed.belongs_in(&StreamId::Host(HostId::new())));
     assert!(!removed.belongs_in(&StreamId::Session(session)));
+    let acquired = Event::TreeAcquired {
+        host: HostId::new(),
+        holder: "host-a".into(),
+        fence: 1,
+    };
+    assert!(acquired.belongs_in(&StreamId::Session(session)));
+    assert!(!acquired.belongs_in(&StreamId::Runtime));
+    assert!(!acquired.belongs_in(&StreamId::Host(HostId::new())));
 }
 
 use crate::arbitrary;

@@ -101,6 +101,14 @@ uuid_id!(
     EventId,
     "event id"
 );
+uuid_id!(
+    /// One incarnation of a host runtime on a shared log: the name of its
+    /// `host-<uuid>` stream, where its provider registry and admission
+    /// cutoffs are recorded. A host that restarts is a new incarnation
+    /// with an empty registry.
+    HostId,
+    "host id"
+);
 
 #[cfg(test)]
 mod tests {

@@ -23,12 +23,20 @@ pub struct Upcaster {
 
 /// The released upcasters, one per version step, in order; a test checks
 /// that this table always covers `1..CURRENT_SCHEMA_VERSION`.
-pub const UPCASTERS: &[Upcaster] = &[Upcaster {
-    from_version: 1,
-    // Version 2 only added an event type: every version 1 event is a
-    // version 2 event as it stands.
-    apply: |_| Ok(()),
-}];
+pub const UPCASTERS: &[Upcaster] = &[
+    Upcaster {
+        from_version: 1,
+        // Version 2 only added an event type: every version 1 event is a
+        // version 2 event as it stands.
+        apply: |_| Ok(()),
+    },
+    Upcaster {
+        from_version: 2,
+        // Version 3 only added an event type and a stream kind: every
+        // version 2 event is a version 3 event as it stands.
+        apply: |_| Ok(()),
+    },
+];
 
 /// Why an event could not be decoded.
 #[derive(Clone, Debug, PartialEq, Eq, Error)]

@@ -118,6 +118,7 @@ pub fn status_of(code: ErrorCode) -> StatusCode {
         | C::NotResumable
         | C::AdmissionClosed
         | C::RootHeld
+        | C::TreeElsewhere
         | C::OutOfOrder
         | C::DuplicateProvider
         | C::StoreConflict

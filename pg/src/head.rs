@@ -56,7 +56,7 @@ pub(crate) async fn read_head(
     })
 }
 
-async fn poll_head(inner: &Inner) -> Result<u64, StoreError> {
+pub(crate) async fn poll_head(inner: &Inner) -> Result<u64, StoreError> {
     let client = inner
         .pool
         .get()

@@ -12,11 +12,38 @@ use std::time::Duration;
 
 use subagent_core::SessionId;
 use subagent_store::lease::{check_lease_request, term_millis};
-use subagent_store::{Lease, LeaseRecord, StoreError};
+use subagent_store::{Lease, LeaseRecord, StoreError, TreeLeases};
 
 use crate::error::{db_error, unsigned};
 use crate::log::Inner;
 use crate::PgLog;
+
+impl TreeLeases for PgLog {
+    fn acquire_lease(
+        &self,
+        root: SessionId,
+        holder: &str,
+        term: Duration,
+    ) -> Result<Lease, StoreError> {
+        PgLog::acquire_lease(self, root, holder, term)
+    }
+
+    fn renew_lease(&self, lease: &Lease) -> Result<Lease, StoreError> {
+        PgLog::renew_lease(self, lease)
+    }
+
+    fn release_lease(&self, lease: &Lease) -> Result<(), StoreError> {
+        PgLog::release_lease(self, lease)
+    }
+
+    fn committed_head(&self) -> Result<u64, StoreError> {
+        self.run(|inner| async move {
+            let head = crate::head::poll_head(&inner).await?;
+            crate::head::advance(&inner.head, head);
+            Ok(head)
+        })
+    }
+}
 
 impl PgLog {
     /// Takes the lease of `root`'s tree for `holder` for `term`: a free

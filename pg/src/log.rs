@@ -384,6 +384,10 @@ fn limit_of(limit: usize) -> i64 {
 }
 
 impl EventLog for PgLog {
+    fn leases(&self) -> Option<&dyn subagent_store::TreeLeases> {
+        Some(self)
+    }
+
     fn append_with_attachments(
         &self,
         parts: Vec<StreamAppend>,

@@ -241,7 +241,7 @@ fn rule(
             external,
         } => {
             start_parent(state, session)?;
-            let provider = registered(state, provider)?;
+            let provider = registered(state.registry_for(session), provider)?;
             if child_mode(provider) != (*mode, *external) {
                 return broken(format!(
                     "provider {} starts {:?} children",
@@ -403,6 +403,21 @@ fn rule(
             }
             Ok(Expectation::None)
         }
+        Event::TreeAcquired { holder, fence, .. } => {
+            if created()?.parent.is_some() {
+                return broken("only a root's tree is acquired");
+            }
+            if holder.is_empty() {
+                return broken("a tree is acquired under a holder's name");
+            }
+            let previous = state.owners.get(&session).map_or(0, |owner| owner.fence);
+            if *fence <= previous {
+                return broken(format!(
+                    "a take's fence ({fence}) must exceed the previous holder's ({previous})"
+                ));
+            }
+            Ok(Expectation::None)
+        }
         Event::ProviderRegistered { .. }
         | Event::ProviderRemoved { .. }
         | Event::AdmissionClosed { .. }
@@ -449,10 +464,10 @@ fn fulfils(expected: Expectation, record: &RecordedEvent) -> bool {
 fn runtime_rule(state: &Projections, record: &RecordedEvent) -> Result<Expectation, Broken> {
     match &record.event {
         registration @ Event::ProviderRegistered { .. } => {
-            check_registration(state, registration)?;
+            check_registration(state.registry_of_stream(record.stream), registration)?;
         }
         Event::ProviderRemoved { name } => {
-            registered(state, name)?;
+            registered(state.registry_of_stream(record.stream), name)?;
         }
         Event::AdmissionClosed { parent } => {
             if state.admission_closed.contains(parent) {

@@ -238,6 +238,7 @@ impl FuzzWorld {
                     session,
                     label: "root".into(),
                     agent_options,
+                    claim: None,
                 }
             }
             1 => {

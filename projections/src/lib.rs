@@ -18,6 +18,7 @@ pub mod fuzzing;
 pub mod inbox;
 mod lineage;
 pub mod machine;
+pub mod ownership;
 pub mod sessions;
 pub mod state;
 #[cfg(any(test, feature = "testing"))]
@@ -29,7 +30,10 @@ pub use activation::{
 };
 pub use admissible::{admit, admit_end, Expectation, HistoryCheck, HistoryViolation};
 pub use inbox::{prompt_digest, Inbox, PromptRecord};
-pub use machine::{decide, settlement_notice_id, Command, Decision, StartChild, TurnOutput};
+pub use machine::{
+    decide, decide_as, settlement_notice_id, tree_fences, Command, Decision, StartChild, TurnOutput,
+};
+pub use ownership::{home_stream, TreeClaim, TreeOwner};
 pub use sessions::SessionRecord;
 pub use state::{Projections, ProviderRecord};
 pub use view::{SessionState, SessionStatus, TreeNode, TreeView};

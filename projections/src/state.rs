@@ -6,12 +6,13 @@
 //! maintaining it incrementally; the replay crate's `verify` and the property
 //! tests check exactly that.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use serde::{Deserialize, Serialize};
 use subagent_core::{
-    AgentRoute, CatalogMode, Event, MessageSource, RecordedEvent, SessionId, SubagentCapabilities,
-    SubagentCatalogEntry, SubagentDescendantListEntry, SubagentDescriptor, SubagentListEntry,
+    AgentRoute, CatalogMode, Event, HostId, MessageSource, RecordedEvent, SessionId,
+    SubagentCapabilities, SubagentCatalogEntry, SubagentDescendantListEntry, SubagentDescriptor,
+    SubagentListEntry,
 };
 
 use crate::activation::{
@@ -19,6 +20,7 @@ use crate::activation::{
 };
 use crate::catalog::CatalogFact;
 use crate::inbox::{prompt_digest, Inbox};
+use crate::ownership::TreeOwner;
 use crate::sessions::SessionRecord;
 
 /// A registered provider as the log records it.
@@ -58,8 +60,17 @@ pub struct Projections {
     pub runs: HashMap<SessionId, RunState>,
     /// Inbox of each session that has received a message.
     pub inboxes: HashMap<SessionId, Inbox>,
-    /// Registered providers in registration order.
+    /// Registered providers in registration order: the `runtime` stream's
+    /// registry, a single-writer runtime's.
     pub providers: Vec<ProviderRecord>,
+    /// The registry of each host incarnation of a shared log, from its
+    /// `host-<uuid>` stream, in registration order.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub host_providers: BTreeMap<HostId, Vec<ProviderRecord>>,
+    /// The host holding each root's tree on a shared log (its last
+    /// `TreeAcquired`); empty on a single-writer log.
+    #[serde(default, skip_serializing_if = "HashMap::is_empty")]
+    pub owners: HashMap<SessionId, TreeOwner>,
     /// Parents below which admission is closed.
     pub admission_closed: BTreeSet<SessionId>,
 }
@@ -98,18 +109,38 @@ impl Projections {
                 one_shot,
                 route_defaults,
             } => {
-                self.providers.retain(|provider| provider.name != *name);
-                self.providers.push(ProviderRecord {
-                    name: name.clone(),
-                    capabilities: *capabilities,
-                    inherits_parent_context: *inherits_parent_context,
-                    continuable: *continuable,
-                    one_shot: *one_shot,
-                    route_defaults: route_defaults.clone(),
-                });
+                if let Some(registry) = self.registry_mut(record.stream) {
+                    registry.retain(|provider| provider.name != *name);
+                    registry.push(ProviderRecord {
+                        name: name.clone(),
+                        capabilities: *capabilities,
+                        inherits_parent_context: *inherits_parent_context,
+                        continuable: *continuable,
+                        one_shot: *one_shot,
+                        route_defaults: route_defaults.clone(),
+                    });
+                }
             }
             Event::ProviderRemoved { name } => {
-                self.providers.retain(|provider| provider.name != *name)
+                if let Some(registry) = self.registry_mut(record.stream) {
+                    registry.retain(|provider| provider.name != *name);
+                }
+            }
+            Event::TreeAcquired {
+                host,
+                holder,
+                fence,
+            } => {
+                if let Some(root) = session {
+                    self.owners.insert(
+                        root,
+                        TreeOwner {
+                            host: *host,
+                            holder: holder.clone(),
+                            fence: *fence,
+                        },
+                    );
+                }
             }
             Event::AdmissionClosed { parent } => {
                 self.admission_closed.insert(*parent);

@@ -49,6 +49,6 @@ pub use capacity::CapacityLimits;
 pub use provider::{SubagentProvider, SubagentRun};
 pub use runtime::{
     InboxMessage, InterruptAuthority, LiveAgent, Notice, ProviderRegistration, RecoveryReport,
-    RootEntry, RuntimeGauges, SubagentRuntime,
+    RootEntry, RuntimeGauges, SharedHost, SubagentRuntime,
 };
 pub use scripted::{Script, ScriptedHost};

@@ -76,6 +76,50 @@ pub struct LeaseRecord {
     pub remaining: Duration,
 }
 
+/// The leases of a backend several hosts share: what a host of a shared
+/// log takes, renews and releases its trees with. Blocking calls (a
+/// runtime makes them off its async workers). A backend offers them
+/// through [`EventLog::leases`](crate::EventLog::leases).
+pub trait TreeLeases: Send + Sync {
+    /// Takes the lease of `root`'s tree for `holder` for `term`: a free
+    /// one, a lapsed one, or `holder`'s own. Every take bumps the token.
+    ///
+    /// # Errors
+    /// [`StoreError::LeaseHeld`] while another holder's lease has not
+    /// lapsed; [`StoreError::InvalidLease`]; a storage failure.
+    fn acquire_lease(
+        &self,
+        root: SessionId,
+        holder: &str,
+        term: Duration,
+    ) -> Result<Lease, StoreError>;
+
+    /// Extends `lease` by its term from now, if its token is still the
+    /// tree's.
+    ///
+    /// # Errors
+    /// [`StoreError::Fenced`] when another holder took the tree;
+    /// [`StoreError::InvalidLease`]; a storage failure.
+    fn renew_lease(&self, lease: &Lease) -> Result<Lease, StoreError>;
+
+    /// Lets `lease` lapse now.
+    ///
+    /// # Errors
+    /// [`StoreError::Fenced`] when another holder took the tree already;
+    /// [`StoreError::InvalidLease`]; a storage failure.
+    fn release_lease(&self, lease: &Lease) -> Result<(), StoreError>;
+
+    /// The last committed position, read from the database now (not a
+    /// cached head): every append that committed before the call is at or
+    /// below it. After a take, everything the tree's previous holder
+    /// committed is at or below it, so a taker that folded that far decides
+    /// on the tree's whole history.
+    ///
+    /// # Errors
+    /// A storage failure.
+    fn committed_head(&self) -> Result<u64, StoreError>;
+}
+
 /// Refuses a holder name or term no lease may have.
 ///
 /// # Errors

@@ -38,7 +38,7 @@ pub mod filling;
 pub use append_check::IdLocation;
 pub use error::StoreError;
 pub use indexes::{IndexDamage, IndexEntries, IndexEntry, LogIndex};
-pub use lease::{Fence, Lease, LeaseRecord};
+pub use lease::{Fence, Lease, LeaseRecord, TreeLeases};
 pub use log::{
     AppendOutcome, AppendTicket, Durability, EventLog, EventLogExt, ExpectedVersion, RecordIter,
     StreamAppend, TransactionTicket,

@@ -255,6 +255,13 @@ pub trait EventLog: Send + Sync + 'static {
         self.append_with_attachments(parts, attachments)
     }
 
+    /// The tree leases of a backend several hosts share (PostgreSQL), which
+    /// a host of a shared log runs on; `None` (the default) for a
+    /// single-writer backend.
+    fn leases(&self) -> Option<&dyn crate::TreeLeases> {
+        None
+    }
+
     /// The bytes stored under `id`, checked against it; `None` when the blob
     /// store has no such attachment.
     ///

@@ -65,6 +65,10 @@ fn regenerate_current_fixture() {
         let position = lines.len() as u64 + 1;
         let stream = match (&event, event.stream_kind()) {
             (Event::SessionCreated { session, .. }, _) => StreamId::Session(*session),
+            // Since version 3, host-level facts may be in a host stream.
+            (Event::ProviderRemoved { .. }, _) if CURRENT_SCHEMA_VERSION >= 3 => {
+                StreamId::Host(subagent_core::HostId::from_uuid(uuid::Uuid::from_u128(9)))
+            }
             (_, subagent_core::StreamKind::Runtime) => StreamId::Runtime,
             _ => StreamId::Session(stream_session),
         };

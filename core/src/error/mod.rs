@@ -197,6 +197,18 @@ declare_errors! {
     #[code = "subagent/root-held"]
     #[error("root {0} is already held open by this runtime")]
     RootHeld(SessionId),
+    /// The command is for a tree this runtime does not hold: on a shared
+    /// log, another host holds it (`holder`), or no host took it yet
+    /// (`None`; taking the root back takes it); a single-writer runtime
+    /// refuses a tree a host of a shared log holds. Nothing was recorded.
+    #[code = "subagent/tree-elsewhere"]
+    #[error("the tree of root {root} is {}", holder_text(holder.as_deref()))]
+    TreeElsewhere {
+        /// The root of the tree addressed.
+        root: SessionId,
+        /// The lease holder of the host that holds it, if any.
+        holder: Option<String>,
+    },
     /// A request would record an event larger than
     /// [`crate::MAX_EVENT_BYTES`] (a message, result or seed too large).
     ///
@@ -420,11 +432,20 @@ impl SubagentError {
             | SubagentError::InvalidDepth(_)
             | SubagentError::AdmissionClosed { .. }
             | SubagentError::RootHeld(_)
+            | SubagentError::TreeElsewhere { .. }
             | SubagentError::OutOfOrder { .. }
             | SubagentError::EventTooLarge { .. }
             | SubagentError::Cancelled
             | SubagentError::Closed) => unchanged,
         }
+    }
+}
+
+/// How [`SubagentError::TreeElsewhere`] names who holds the tree.
+fn holder_text(holder: Option<&str>) -> String {
+    match holder {
+        Some(holder) => format!("held by host {holder:?}; this runtime may not act on it"),
+        None => "held by no host of this shared log; take the root back first".to_owned(),
     }
 }
 

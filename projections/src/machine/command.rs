@@ -9,6 +9,8 @@ use subagent_core::{
     SubagentStopReason,
 };
 
+use crate::ownership::TreeClaim;
+
 /// Everything a caller or a driver can ask of the state machine.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Command {
@@ -20,6 +22,20 @@ pub enum Command {
         label: String,
         /// The root agent's options, which its local children inherit.
         agent_options: Option<AgentOptions>,
+        /// On a shared log, the opening host's claim on the new tree
+        /// (recorded as its `TreeAcquired`); `None` for a single-writer
+        /// runtime.
+        claim: Option<TreeClaim>,
+    },
+    /// A host of a shared log takes a root's tree (after the lease of the
+    /// host that held it lapsed, or its own after a restart): records the
+    /// claim as `TreeAcquired`, then settles what the tree has live, as a
+    /// restart's recovery does for a single-writer log.
+    TakeTree {
+        /// The root of the tree.
+        root: SessionId,
+        /// The taking host's claim.
+        claim: TreeClaim,
     },
     /// Register a provider.
     RegisterProvider {
@@ -238,7 +254,8 @@ pub enum Command {
     /// Settle explicitly everything that was live when the host stopped, end
     /// the registrations of the previous host's providers, and end every
     /// drain's admission cutoff (no parent of the previous host is in the
-    /// registry any more).
+    /// registry any more). A single-writer runtime's: trees a host of a
+    /// shared log holds are left to it.
     Recover,
     /// A host takes an existing root session back (after a restart). Records
     /// nothing: holding a root is a fact of one live runtime, not of the log.
@@ -256,6 +273,7 @@ impl Command {
     pub fn name(&self) -> &'static str {
         match self {
             Command::OpenRoot { .. } => "open_root",
+            Command::TakeTree { .. } => "take_tree",
             Command::RegisterProvider { .. } => "register_provider",
             Command::RemoveProvider { .. } => "remove_provider",
             Command::StartChild(_) => "start_child",

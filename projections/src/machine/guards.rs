@@ -28,9 +28,10 @@ pub(crate) fn new_session(state: &Projections, session: SessionId) -> Result<(),
     Ok(())
 }
 
-/// A provider registration is well-formed and its name is free.
+/// A provider registration is well-formed and its name is free in
+/// `registry` (the registering host's).
 pub(crate) fn check_registration(
-    state: &Projections,
+    registry: &[ProviderRecord],
     registration: &Event,
 ) -> Result<(), SubagentError> {
     let Event::ProviderRegistered {
@@ -60,23 +61,19 @@ pub(crate) fn check_registration(
         }
         .validate()?;
     }
-    if state
-        .providers
-        .iter()
-        .any(|provider| provider.name == *name)
-    {
+    if registry.iter().any(|provider| provider.name == *name) {
         return Err(SubagentError::DuplicateProvider(name.clone()));
     }
     Ok(())
 }
 
-/// The registered provider called `name`.
+/// The provider called `name` in `registry` (a host's, see
+/// [`Projections::registry`]).
 pub(crate) fn registered<'a>(
-    state: &'a Projections,
+    registry: &'a [ProviderRecord],
     name: &str,
 ) -> Result<&'a ProviderRecord, SubagentError> {
-    state
-        .providers
+    registry
         .iter()
         .find(|provider| provider.name == name)
         .ok_or_else(|| SubagentError::UnknownProvider(name.to_owned()))

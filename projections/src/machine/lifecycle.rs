@@ -24,7 +24,7 @@ pub(super) fn start_child(
     start: StartChild,
 ) -> Result<Decision, SubagentError> {
     let parent = start_parent(state, start.parent)?;
-    let provider = registered(state, &start.provider)?;
+    let provider = registered(state.registry_for(start.parent), &start.provider)?;
     provider
         .capabilities
         .check(&provider.name, &start.options)?;

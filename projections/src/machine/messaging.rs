@@ -169,20 +169,22 @@ pub(super) fn interrupt(
     ))
 }
 
-/// A drain closes admission below `parent` (nothing when already closed).
-pub(super) fn close_admission(state: &Projections, parent: SessionId) -> Decision {
+/// A drain closes admission below `parent` (nothing when already closed),
+/// recorded in the deciding host's `home` stream.
+pub(super) fn close_admission(state: &Projections, home: StreamId, parent: SessionId) -> Decision {
     if state.admission_closed.contains(&parent) {
         return Vec::new();
     }
-    single(StreamId::Runtime, vec![Event::AdmissionClosed { parent }])
+    single(home, vec![Event::AdmissionClosed { parent }])
 }
 
-/// `parent` left the registry: its cutoff ends (nothing when open).
-pub(super) fn reopen_admission(state: &Projections, parent: SessionId) -> Decision {
+/// `parent` left the registry: its cutoff ends (nothing when open),
+/// recorded in the deciding host's `home` stream.
+pub(super) fn reopen_admission(state: &Projections, home: StreamId, parent: SessionId) -> Decision {
     if !state.admission_closed.contains(&parent) {
         return Vec::new();
     }
-    single(StreamId::Runtime, vec![Event::AdmissionReopened { parent }])
+    single(home, vec![Event::AdmissionReopened { parent }])
 }
 
 /// Whether admission is closed below `session` or any of its ancestors.

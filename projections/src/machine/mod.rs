@@ -39,28 +39,162 @@ pub(crate) use guards::{
 };
 pub(crate) use messaging::{interrupt_authorized, route_message, route_prompt, runs_live_work};
 
-use subagent_core::SubagentError;
+use subagent_core::{Event, HostId, SessionId, StreamId, SubagentError};
 
+use crate::ownership::{elsewhere, home_stream};
 use crate::state::Projections;
 
-/// Decides what `command` records, given `state`: one line per command,
-/// each handing off to its concern.
+/// Decides what `command` records for a single-writer runtime, given
+/// `state`: [`decide_as`] with no host.
 ///
 /// # Errors
 /// A typed [`SubagentError`] with its stable code; a rejected command records
 /// nothing.
 pub fn decide(state: &Projections, command: Command) -> Result<Decision, SubagentError> {
+    decide_as(state, None, command)
+}
+
+/// Decides what `command` records when `acting` decides it: a host
+/// incarnation of a shared log, or `None` for a single-writer runtime.
+/// One line per command, each handing off to its concern; then every
+/// session stream of the decision must be in a tree `acting` holds
+/// ([`held_by`]).
+///
+/// # Errors
+/// A typed [`SubagentError`] with its stable code; a rejected command records
+/// nothing. `subagent/tree-elsewhere` for a tree `acting` does not hold.
+pub fn decide_as(
+    state: &Projections,
+    acting: Option<HostId>,
+    command: Command,
+) -> Result<Decision, SubagentError> {
+    let decision = dispatch(state, acting, command)?;
+    held_by(state, acting, &decision)?;
+    Ok(decision)
+}
+
+/// Checks that every tree `decision` touches is one `acting` holds: the
+/// tree's last `TreeAcquired` names `acting` (or, for a single-writer
+/// runtime, no host took it), counting a claim the decision itself
+/// records. A decision touches the trees of the session streams it appends
+/// to (a new session is in its parent's tree, a new root in its own) and
+/// of the parents whose admission it closes or reopens. On a single-writer
+/// log (no owners) with no acting host there is nothing to check.
+///
+/// # Errors
+/// `subagent/tree-elsewhere` naming the first tree held elsewhere.
+fn held_by(
+    state: &Projections,
+    acting: Option<HostId>,
+    decision: &Decision,
+) -> Result<(), SubagentError> {
+    if acting.is_none() && state.owners.is_empty() {
+        return Ok(());
+    }
+    for root in touched_trees(state, decision) {
+        let claimed = decision.iter().any(|(stream, events)| {
+            *stream == StreamId::Session(root)
+                && events.iter().any(|event| {
+                    matches!(event, Event::TreeAcquired { host, .. } if Some(*host) == acting)
+                })
+        });
+        let owner = state.owners.get(&root);
+        if !claimed && owner.map(|owner| owner.host) != acting {
+            return Err(elsewhere(root, owner));
+        }
+    }
+    Ok(())
+}
+
+/// The roots of the trees `decision` touches (see [`held_by`]), in order
+/// of first touch, each once.
+fn touched_trees(state: &Projections, decision: &Decision) -> Vec<SessionId> {
+    let mut roots: Vec<SessionId> = Vec::new();
+    for (stream, events) in decision {
+        let touched: Vec<Option<SessionId>> = match *stream {
+            StreamId::Session(session) => vec![tree_of(state, session, events)],
+            StreamId::Runtime | StreamId::Host(_) => events
+                .iter()
+                .filter_map(|event| match event {
+                    Event::AdmissionClosed { parent } | Event::AdmissionReopened { parent } => {
+                        Some(state.root_of(*parent))
+                    }
+                    _ => None,
+                })
+                .collect(),
+        };
+        // An unknown session with no creation: the state machine never
+        // decides that, and the store's checks refuse it.
+        for root in touched.into_iter().flatten() {
+            if !roots.contains(&root) {
+                roots.push(root);
+            }
+        }
+    }
+    roots
+}
+
+/// The fence each tree of `decision` is appended under: the fencing token
+/// of its holder, or of the claim the decision itself records (a new root,
+/// a take). A tree without either (a single-writer log's) presents none.
+#[must_use]
+pub fn tree_fences(state: &Projections, decision: &Decision) -> Vec<(SessionId, u64)> {
+    let mut fences: Vec<(SessionId, u64)> = touched_trees(state, decision)
+        .into_iter()
+        .filter_map(|root| {
+            let claimed = decision.iter().find_map(|(stream, events)| {
+                (*stream == StreamId::Session(root))
+                    .then(|| {
+                        events.iter().find_map(|event| match event {
+                            Event::TreeAcquired { fence, .. } => Some(*fence),
+                            _ => None,
+                        })
+                    })
+                    .flatten()
+            });
+            claimed
+                .or_else(|| state.owners.get(&root).map(|owner| owner.fence))
+                .map(|fence| (root, fence))
+        })
+        .collect();
+    fences.sort_unstable();
+    fences
+}
+
+/// The root of the tree `session` is in: a known session's, or for one
+/// `events` create, its parent's (itself for a root).
+fn tree_of(state: &Projections, session: SessionId, events: &[Event]) -> Option<SessionId> {
+    if let Some(root) = state.root_of(session) {
+        return Some(root);
+    }
+    events.iter().find_map(|event| match event {
+        Event::SessionCreated {
+            parent: Some(parent),
+            ..
+        } => state.root_of(*parent),
+        Event::SessionCreated { parent: None, .. } => Some(session),
+        _ => None,
+    })
+}
+
+fn dispatch(
+    state: &Projections,
+    acting: Option<HostId>,
+    command: Command,
+) -> Result<Decision, SubagentError> {
     match command {
         Command::OpenRoot {
             session,
             label,
             agent_options,
-        } => registry::open_root(state, session, label, agent_options),
+            claim,
+        } => registry::open_root(state, acting, session, label, agent_options, claim),
+        Command::TakeTree { root, claim } => recovery::take_tree(state, acting, root, claim),
         Command::ReopenRoot { session } => registry::reopen_root(state, session),
         Command::RegisterProvider { registration } => {
-            registry::register_provider(state, registration)
+            registry::register_provider(state, acting, registration)
         }
-        Command::RemoveProvider { name } => registry::remove_provider(state, name),
+        Command::RemoveProvider { name } => registry::remove_provider(state, acting, name),
         Command::StartChild(start) => lifecycle::start_child(state, start),
         Command::PrepareActivation {
             child,
@@ -140,8 +274,19 @@ pub fn decide(state: &Projections, command: Command) -> Result<Decision, Subagen
             state, parent, child, request_id, zone, message_id, content, delivery,
         ),
         Command::Interrupt { target, authority } => messaging::interrupt(state, target, &authority),
-        Command::CloseAdmission { parent } => Ok(messaging::close_admission(state, parent)),
-        Command::ReopenAdmission { parent } => Ok(messaging::reopen_admission(state, parent)),
+        Command::CloseAdmission { parent } => Ok(messaging::close_admission(
+            state,
+            home_stream(acting),
+            parent,
+        )),
+        Command::ReopenAdmission { parent } => Ok(messaging::reopen_admission(
+            state,
+            home_stream(acting),
+            parent,
+        )),
+        Command::Recover if acting.is_some() => Err(SubagentError::BadRequest(
+            "a host of a shared log recovers a tree by taking it".into(),
+        )),
         Command::Recover => Ok(recovery::recover(state)),
     }
 }

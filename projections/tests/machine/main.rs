@@ -10,12 +10,14 @@
 //! - `messaging`: messages, interrupts and admission;
 //! - `prompts`: the spec's `prompt` (browser messages, idempotent retries);
 //! - `recovery`: settling what a dead host left live;
+//! - `hosts`: several hosts on a shared log: registries, ownership, takeover;
 //!
 //! and `world`, the harness they share (`common` holds what this crate's
 //! other test binaries share with it).
 
 #[path = "../common/mod.rs"]
 mod common;
+mod hosts;
 mod lifecycle;
 mod messaging;
 mod prompts;

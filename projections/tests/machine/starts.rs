@@ -227,6 +227,7 @@ fn local_children_inherit_the_parents_options_with_the_request_merged_over() {
         session: root,
         label: "root".into(),
         agent_options: Some(root_options.clone()),
+        claim: None,
     });
     assert_eq!(recorded_options(&world, root), Some(root_options.clone()));
     let effort = StartOptions {
@@ -275,6 +276,7 @@ fn external_children_merge_over_the_providers_route_defaults() {
             reasoning_effort: Some("low".into()),
             ..AgentOptions::default()
         }),
+        claim: None,
     });
     let ceiling = StartOptions {
         agent_options: Some(AgentOptions {

@@ -6,7 +6,7 @@ use subagent_core::{
     AgentRoute, ContentBlock, Delivery, ErrorCode, Event, MessageId, ModelSelectionSettings,
     SessionId, StartOptions, StartSettings, SubagentCapabilities, SubagentError, SubagentRunId,
 };
-use subagent_projections::machine::{decide, Command, Decision, StartChild};
+use subagent_projections::machine::{decide, decide_as, Command, Decision, StartChild};
 use subagent_projections::testing::HistoryBuilder;
 use subagent_projections::Projections;
 
@@ -87,6 +87,26 @@ impl World {
         self.commit(decision)
     }
 
+    /// As [`run`](Self::run), decided by `host` (a host of a shared log).
+    pub(crate) fn run_as(
+        &mut self,
+        host: subagent_core::HostId,
+        command: Command,
+    ) -> Vec<(subagent_core::StreamId, Event)> {
+        let decision = decide_as(&self.state, Some(host), command).expect("command accepted");
+        self.commit(decision)
+    }
+
+    /// The exact rejection of `command` decided by `host` (`None`: a
+    /// single-writer runtime).
+    pub(crate) fn refuse_as(
+        &self,
+        host: Option<subagent_core::HostId>,
+        command: Command,
+    ) -> SubagentError {
+        decide_as(&self.state, host, command).expect_err("command rejected")
+    }
+
     /// Registers a continuable provider with every start capability.
     pub(crate) fn register_capable(&mut self, name: &str) {
         self.run(Command::RegisterProvider {
@@ -113,6 +133,7 @@ impl World {
             session,
             label: "root".into(),
             agent_options: None,
+            claim: None,
         });
         session
     }

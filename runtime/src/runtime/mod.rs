@@ -12,7 +12,8 @@
 //! - `messaging`: sends, wakes, cold resumes, interrupts and the inbox;
 //! - `attachments`: a prompt's images into the blob store, and back out;
 //! - `teardown`: drains, waits, disposal;
-//! - `queries`: the catalog and descendant listings, the roots, the tree view.
+//! - `queries`: the catalog and descendant listings, the roots, the tree view;
+//! - `shared_host`: a host of a shared log: its leases, takeovers, keeper.
 
 mod attachments;
 mod messaging;
@@ -20,6 +21,7 @@ mod notices;
 mod queries;
 mod registry;
 mod roots;
+mod shared_host;
 mod start;
 mod teardown;
 
@@ -29,6 +31,7 @@ pub use notices::Notice;
 pub use queries::{RootEntry, RuntimeGauges};
 pub use registry::ProviderRegistration;
 pub use roots::LiveAgent;
+pub use shared_host::SharedHost;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -131,6 +134,8 @@ pub(crate) struct Inner {
     pub(crate) roots: Mutex<HashSet<SessionId>>,
     pub(crate) drivers: Mutex<HashMap<SessionId, Arc<DriverHandle>>>,
     pub(crate) notices: broadcast::Sender<Notice>,
+    /// For a host of a shared log: its options and the leases it holds.
+    pub(crate) shared: Option<shared_host::SharedState>,
 }
 
 /// Committed events between projections checkpoints.
@@ -202,7 +207,57 @@ impl SubagentRuntime {
     ) -> Result<(SubagentRuntime, RecoveryReport), SubagentError> {
         let (engine, opened) = Engine::open(log, CHECKPOINT_EVERY)?;
         let recovered = engine.commit(Command::Recover).await?;
-        let runtime = SubagentRuntime {
+        let runtime = Self::assemble(engine, host, limits, None);
+        Ok((
+            runtime,
+            RecoveryReport {
+                events: recovered.len(),
+                opened,
+            },
+        ))
+    }
+
+    /// Opens the runtime as one host of several on a shared log
+    /// (PostgreSQL): a new host incarnation, following every host's
+    /// appends, holding the trees it opens or takes through their leases
+    /// (ARCHITECTURE.md, "Several hosts on one log"). Instead of a
+    /// restart's recovery of the whole log, it takes over the trees with
+    /// live work whose leases lapsed (or are its holder's own, from an
+    /// earlier incarnation), and then keeps doing so every third of the
+    /// lease term, while renewing its own.
+    ///
+    /// # Errors
+    /// `gateway/bad-request` for a single-writer log, or a bad holder name
+    /// or term; `gateway/internal` when the log cannot be read or appended.
+    pub async fn open_shared(
+        log: Arc<dyn EventLog>,
+        host: Arc<dyn AgentHost>,
+        limits: CapacityLimits,
+        options: SharedHost,
+    ) -> Result<(SubagentRuntime, RecoveryReport), SubagentError> {
+        shared_host::check_shared(log.as_ref(), &options)?;
+        let before = log.head();
+        let (engine, opened) =
+            Engine::open_shared(log, CHECKPOINT_EVERY, subagent_core::HostId::new())?;
+        let shared = shared_host::SharedState {
+            options,
+            leases: Mutex::new(HashMap::new()),
+        };
+        let runtime = Self::assemble(engine, host, limits, Some(shared));
+        let taken = runtime.take_over_lapsed().await;
+        runtime.spawn_keeper();
+        let events = usize::try_from(runtime.log().head().saturating_sub(before)).unwrap_or(0);
+        tracing::info!(taken, "opened as a host of a shared log");
+        Ok((runtime, RecoveryReport { events, opened }))
+    }
+
+    fn assemble(
+        engine: Engine,
+        host: Arc<dyn AgentHost>,
+        limits: CapacityLimits,
+        shared: Option<shared_host::SharedState>,
+    ) -> SubagentRuntime {
+        SubagentRuntime {
             inner: Arc::new(Inner {
                 engine,
                 capacity: Capacity::new(limits),
@@ -216,15 +271,9 @@ impl SubagentRuntime {
                 roots: Mutex::new(HashSet::new()),
                 drivers: Mutex::new(HashMap::new()),
                 notices: broadcast::channel(1024).0,
+                shared,
             }),
-        };
-        Ok((
-            runtime,
-            RecoveryReport {
-                events: recovered.len(),
-                opened,
-            },
-        ))
+        }
     }
 
     /// Clean shutdown. From the moment it is called every public operation
@@ -303,9 +352,12 @@ impl SubagentRuntime {
         if let Err(err) = self.inner.engine.checkpoint().await {
             failures.push(err);
         }
+        // Another host may take this host's trees at once.
+        failures.extend(self.release_leases().await);
         self.inner.shutdown.cancel();
         self.inner.tasks.close();
         self.inner.tasks.wait().await;
+        self.inner.engine.stop_following().await;
         aggregate(failures)
     }
 

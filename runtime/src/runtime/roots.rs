@@ -53,6 +53,9 @@ impl SubagentRuntime {
     ) -> Result<LiveAgent, SubagentError> {
         self.ensure_open()?;
         let session = SessionId::new();
+        // On a shared log, the new tree's lease first: its first append
+        // presents the lease's fence.
+        let claim = self.claim_new_root(session).await?;
         // Recorded in the root's own span, which every activation of its
         // tree is parented on (its trace is the tree's one trace).
         self.inner
@@ -61,6 +64,7 @@ impl SubagentRuntime {
                 session,
                 label: label.to_owned(),
                 agent_options,
+                claim,
             })
             .instrument(crate::telemetry::create_agent_span(session, label))
             .await?;
@@ -87,6 +91,15 @@ impl SubagentRuntime {
     /// this runtime already holds it.
     pub async fn reopen_root(&self, session: SessionId) -> Result<LiveAgent, SubagentError> {
         self.ensure_open()?;
+        if self.shared().is_some() {
+            // Checked before the take, so an unknown or child session
+            // takes no lease.
+            self.inner
+                .engine
+                .commit(Command::ReopenRoot { session })
+                .await?;
+            self.take_tree(session).await?;
+        }
         self.inner
             .engine
             .commit(Command::ReopenRoot { session })

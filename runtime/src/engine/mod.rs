@@ -18,6 +18,10 @@
 //! Public queries read through [`Engine::read_durable`], which answers only
 //! once everything the answer reflects is durable.
 //!
+//! On a shared log (several hosts, [`shared`]) nothing is predicted: a
+//! follower folds the log in position order and each command is answered
+//! once it has folded past the command's append.
+//!
 //! Opening loads the newest usable projections checkpoint and folds only the
 //! log's tail; a checkpoint is saved every `checkpoint_every` events by a
 //! background task (only once everything it reflects is durable, so no
@@ -39,7 +43,9 @@ use subagent_store::{EventLog, EventLogExt, ExpectedVersion, StreamAppend};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, warn, Instrument};
 
-struct Pipeline {
+mod shared;
+
+pub(crate) struct Pipeline {
     state: Projections,
     /// Version of each stream, as the next append will find it (filled from
     /// the log on first use after opening from a checkpoint).
@@ -66,7 +72,9 @@ pub struct OpenStats {
 /// Decides, appends, applies.
 pub(crate) struct Engine {
     log: Arc<dyn EventLog>,
-    pipeline: Mutex<Pipeline>,
+    pipeline: Arc<Mutex<Pipeline>>,
+    /// Set for a host of a shared log: its identity and its follower.
+    shared: Option<shared::Shared>,
     failed: AtomicBool,
     /// Why the log failed: kept so every later refusal names the cause.
     failure: OnceLock<SubagentError>,
@@ -165,12 +173,13 @@ impl Engine {
         }
         let engine = Engine {
             log,
-            pipeline: Mutex::new(Pipeline {
+            pipeline: Arc::new(Mutex::new(Pipeline {
                 state,
                 versions,
                 since_checkpoint: 0,
                 sealed: false,
-            }),
+            })),
+            shared: None,
             failed: AtomicBool::new(false),
             failure: OnceLock::new(),
             broken: CancellationToken::new(),
@@ -179,6 +188,57 @@ impl Engine {
             checkpointed: Arc::new(AtomicU64::new(stats.checkpoint_position.unwrap_or(0))),
         };
         Ok((engine, stats))
+    }
+
+    /// [`open`](Self::open) for `host`, one host of several on a shared
+    /// log: a follower folds every record appended after the opening fold,
+    /// and commands are decided as `host` ([`shared`]).
+    ///
+    /// # Errors
+    /// As [`open`](Self::open).
+    pub(crate) fn open_shared(
+        log: Arc<dyn EventLog>,
+        checkpoint_every: u64,
+        host: subagent_core::HostId,
+    ) -> Result<(Engine, OpenStats), SubagentError> {
+        let (mut engine, stats) = Self::open(log, checkpoint_every)?;
+        let from = engine.pipeline().state.position + 1;
+        engine.shared = Some(shared::Shared::start(
+            host,
+            &engine.log,
+            &engine.pipeline,
+            from,
+        ));
+        Ok((engine, stats))
+    }
+
+    /// The host incarnation this engine decides as on a shared log.
+    pub(crate) fn host(&self) -> Option<subagent_core::HostId> {
+        self.shared.as_ref().map(|shared| shared.host)
+    }
+
+    /// Waits until the projections have folded the log through
+    /// `position` (at once for a single-writer engine, whose projections
+    /// are ahead of the log).
+    ///
+    /// # Errors
+    /// `gateway/internal` when the follower stopped first.
+    pub(crate) async fn folded_through(&self, position: u64) -> Result<(), SubagentError> {
+        match &self.shared {
+            Some(shared) => shared.folded_through(position).await,
+            None => Ok(()),
+        }
+    }
+
+    /// Stops following the shared log (after the closing checkpoint).
+    pub(crate) async fn stop_following(&self) {
+        if let Some(shared) = &self.shared {
+            shared.stop().await;
+        }
+    }
+
+    fn failed(&self) -> bool {
+        self.failed.load(Ordering::Acquire)
     }
 
     /// Saves a checkpoint of the projections once everything it reflects is
@@ -235,9 +295,7 @@ impl Engine {
     }
 
     fn pipeline(&self) -> MutexGuard<'_, Pipeline> {
-        self.pipeline
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        lock(&self.pipeline)
     }
 
     /// The position of the newest checkpoint written or opened from (0:
@@ -367,6 +425,11 @@ impl Engine {
         attachments: Vec<Attachment>,
         caller: Option<TraceContext>,
     ) -> Result<Committed, SubagentError> {
+        if let Some(shared) = &self.shared {
+            return self
+                .commit_shared(shared, command, attachments, caller)
+                .await;
+        }
         if self.failed.load(Ordering::Acquire) {
             return Err(self.refusal());
         }
@@ -479,6 +542,12 @@ impl Engine {
     pub(crate) fn seal(&self) {
         self.pipeline().sealed = true;
     }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// What a durable command recorded.

@@ -1,0 +1,252 @@
+//! The engine's shared mode: one host of several on a shared log
+//! (PostgreSQL). Other hosts append between this host's commands, so no
+//! position can be predicted and nothing is folded ahead of durability.
+//! Instead:
+//! - a **follower** (a catch-up subscription of the whole log) folds every
+//!   record, this host's and the others', into the projections in position
+//!   order, so every host's listings see every tree;
+//! - a command is decided on the folded state (`decide_as`, which refuses a
+//!   tree this host does not hold), appended with the **fence** of every
+//!   tree it touches, and answered once the follower has folded past it;
+//! - this host's commands run **one at a time**, each decided on everything
+//!   its predecessor recorded. Other hosts cannot write to this host's
+//!   trees (the store checks the fences), so a decision about a tree rests
+//!   on that tree's whole history.
+//!
+//! A fenced append (this host lost the tree to a takeover) is refused with
+//! `subagent/tree-elsewhere` and changes nothing; any other append failure
+//! stops the engine, as in the single-writer mode.
+
+use std::sync::{Arc, Mutex, OnceLock};
+
+use subagent_core::telemetry::{attr, span};
+use subagent_core::{
+    Attachment, HostId, NewEvent, RecordedEvent, StreamId, SubagentError, TraceContext,
+};
+use subagent_projections::{decide_as, tree_fences, Command};
+use subagent_store::{
+    EventLog, ExpectedVersion, Fence, StoreError, StreamAppend, SubscriptionItem,
+};
+use tokio::sync::watch;
+use tokio_stream::StreamExt;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, Instrument};
+
+use super::{refuse_oversized, Committed, Engine, Pipeline};
+
+/// A host's part of a shared log: who it is, and the follower that folds
+/// the log for it.
+pub(crate) struct Shared {
+    /// This host incarnation: the owner its trees' `TreeAcquired` name.
+    pub(crate) host: HostId,
+    /// One command of this host at a time.
+    serial: tokio::sync::Mutex<()>,
+    /// The last position the follower folded; closed when it stopped.
+    folded: watch::Receiver<u64>,
+    /// Why the follower stopped, when it failed.
+    failure: Arc<OnceLock<SubagentError>>,
+    /// Stops the follower.
+    stop: CancellationToken,
+    follower: Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+impl Shared {
+    /// Starts following `log` from `from` into `pipeline`.
+    pub(super) fn start(
+        host: HostId,
+        log: &Arc<dyn EventLog>,
+        pipeline: &Arc<Mutex<Pipeline>>,
+        from: u64,
+    ) -> Shared {
+        let (folded_tx, folded) = watch::channel(from.saturating_sub(1));
+        let failure = Arc::new(OnceLock::new());
+        let stop = CancellationToken::new();
+        let follower = tokio::spawn(follow(
+            log.subscribe(from),
+            Arc::clone(pipeline),
+            folded_tx,
+            Arc::clone(&failure),
+            stop.clone(),
+        ));
+        Shared {
+            host,
+            serial: tokio::sync::Mutex::new(()),
+            folded,
+            failure,
+            stop,
+            follower: Mutex::new(Some(follower)),
+        }
+    }
+
+    /// Stops the follower and waits for it.
+    pub(super) async fn stop(&self) {
+        self.stop.cancel();
+        let follower = super::lock(&self.follower).take();
+        if let Some(follower) = follower {
+            let _ = follower.await;
+        }
+    }
+
+    /// Waits until the follower has folded `position`.
+    ///
+    /// # Errors
+    /// `gateway/internal` when the follower stopped first, naming why.
+    pub(super) async fn folded_through(&self, position: u64) -> Result<(), SubagentError> {
+        let mut folded = self.folded.clone();
+        let reached = folded.wait_for(|folded| *folded >= position).await.is_ok();
+        if reached {
+            Ok(())
+        } else {
+            Err(self.failure.get().cloned().unwrap_or_else(|| {
+                SubagentError::internal("the log's follower stopped (the log closed)")
+            }))
+        }
+    }
+}
+
+/// Folds every record of `records` into `pipeline`, publishing each
+/// position folded, until `stop` fires or the log ends.
+async fn follow(
+    mut records: subagent_store::Subscription,
+    pipeline: Arc<Mutex<Pipeline>>,
+    folded: watch::Sender<u64>,
+    failure: Arc<OnceLock<SubagentError>>,
+    stop: CancellationToken,
+) {
+    loop {
+        let item = tokio::select! {
+            () = stop.cancelled() => return,
+            item = records.next() => item,
+        };
+        match item {
+            Some(Ok(SubscriptionItem::Event(record))) => {
+                let position = {
+                    let mut pipeline = super::lock(&pipeline);
+                    pipeline.state.apply(&record);
+                    pipeline.since_checkpoint += 1;
+                    pipeline.state.position
+                };
+                folded.send_replace(position);
+            }
+            Some(Ok(SubscriptionItem::CaughtUp { .. })) => {}
+            Some(Err(err)) => {
+                let _ = failure.set(SubagentError::internal_from(err));
+                return;
+            }
+            None => return,
+        }
+    }
+}
+
+impl Engine {
+    /// [`commit_traced`](Engine::commit_traced) for a host of a shared log
+    /// (see the module docs).
+    pub(super) async fn commit_shared(
+        &self,
+        shared: &Shared,
+        command: Command,
+        attachments: Vec<Attachment>,
+        caller: Option<TraceContext>,
+    ) -> Result<Committed, SubagentError> {
+        let _turn = shared.serial.lock().await;
+        if self.failed() {
+            return Err(self.refusal());
+        }
+        let opened: Option<tracing::Span>;
+        let (ticket, layout) = {
+            let pipeline = self.pipeline();
+            if pipeline.sealed {
+                return Err(SubagentError::Closed);
+            }
+            let decision = decide_as(&pipeline.state, Some(shared.host), command)?;
+            if decision.is_empty() {
+                return Ok(Committed::default());
+            }
+            opened =
+                crate::telemetry::requested_activation_span(&pipeline.state, &decision, caller);
+            let trace = opened.as_ref().map_or(caller, crate::telemetry::trace_of);
+            let fences: Vec<Fence> = tree_fences(&pipeline.state, &decision)
+                .into_iter()
+                .map(|(root, token)| Fence { root, token })
+                .collect();
+            let layout: Vec<(StreamId, Vec<NewEvent>)> = decision
+                .into_iter()
+                .map(|(stream, events)| {
+                    let events = events
+                        .into_iter()
+                        .map(|event| NewEvent {
+                            trace,
+                            ..NewEvent::new(event)
+                        })
+                        .collect();
+                    (stream, events)
+                })
+                .collect();
+            // Counted at the widest numbering: the positions are not known
+            // until the append lands.
+            let widest: Vec<RecordedEvent> = layout
+                .iter()
+                .flat_map(|(stream, events)| {
+                    events
+                        .iter()
+                        .map(|new| new.clone().into_record(u64::MAX, *stream, u64::MAX, 0))
+                })
+                .collect();
+            refuse_oversized(&widest)?;
+            let parts = layout
+                .iter()
+                .map(|(stream, events)| StreamAppend {
+                    stream: *stream,
+                    expected: ExpectedVersion::Any,
+                    events: events.clone(),
+                })
+                .collect();
+            (self.log.append_fenced(parts, attachments, fences), layout)
+        };
+        let enqueued = std::time::Instant::now();
+        let events = layout.iter().map(|(_, events)| events.len()).sum::<usize>();
+        let append = tracing::debug_span!(span::APPEND, { attr::EVENTS } = events);
+        let outcomes = match ticket.instrument(append).await {
+            Ok(outcomes) => outcomes,
+            // This host lost the tree; nothing was written.
+            Err(StoreError::Fenced { root, .. }) => {
+                return Err(SubagentError::TreeElsewhere { root, holder: None })
+            }
+            Err(err) => return Err(self.fail(SubagentError::internal_from(err))),
+        };
+        if outcomes.len() != layout.len() {
+            return Err(self.fail(SubagentError::internal(format!(
+                "an append of {} parts answered {} outcomes",
+                layout.len(),
+                outcomes.len()
+            ))));
+        }
+        let mut records = Vec::with_capacity(events);
+        for ((stream, events), outcome) in layout.into_iter().zip(&outcomes) {
+            let first_version = (outcome.stream_version + 1).saturating_sub(events.len() as u64);
+            for (offset, new) in (0u64..).zip(events) {
+                records.push(new.into_record(
+                    outcome.first_position + offset,
+                    stream,
+                    first_version + offset,
+                    0,
+                ));
+            }
+        }
+        let last = records.last().map_or(0, |record| record.position);
+        tokio::select! {
+            folded = shared.folded_through(last) => {
+                if let Err(err) = folded {
+                    return Err(self.fail(err));
+                }
+            }
+            () = self.broken.cancelled() => return Err(self.refusal()),
+        }
+        crate::metrics::appended(enqueued.elapsed());
+        debug!(events = records.len(), "committed to the shared log");
+        if self.checkpoint_every > 0 && self.pipeline().since_checkpoint >= self.checkpoint_every {
+            self.checkpoint_in_background();
+        }
+        Ok(Committed { records, opened })
+    }
+}
