@@ -9,6 +9,7 @@
 mod completions;
 mod demo;
 mod error;
+mod hosting;
 mod inspect;
 mod log_cmd;
 mod output;
@@ -89,6 +90,9 @@ enum Command {
         /// Span export (off by default).
         #[command(flatten)]
         telemetry: telemetry::TelemetryArgs,
+        /// How it holds its trees on a PostgreSQL store.
+        #[command(flatten)]
+        host: hosting::HostArgs,
     },
     /// Serve the runtime over HTTP: the spec's remote methods, roots,
     /// children, reads and a live event stream (see the README).
@@ -123,7 +127,18 @@ fn main() -> ExitCode {
             hold_ms,
             acp,
             telemetry,
-        } => demo::run(&data, store.as_ref(), hold_ms, acp, &telemetry, &mut out),
+            host,
+        } => demo::run(
+            &data,
+            store.as_ref(),
+            &demo::Options {
+                hold_ms,
+                acp,
+                telemetry,
+                host,
+            },
+            &mut out,
+        ),
         Command::Serve(args) => serve_cmd::run(&args, &mut out),
         Command::Log(args) => log_cmd::run(&args, &mut out),
         Command::Inspect(command) => inspect::run(command, &mut out),

@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use subagent_gateway::{GatewayConfig, Limits, Token, TokenSource};
-use subagent_runtime::{ScriptedHost, SubagentRuntime};
+use subagent_runtime::ScriptedHost;
 use subagent_store::{Durability, EventLog};
 use tokio_util::sync::CancellationToken;
 
@@ -56,6 +56,9 @@ pub(crate) struct ServeArgs {
     /// Span export (off by default).
     #[command(flatten)]
     telemetry: crate::telemetry::TelemetryArgs,
+    /// How it holds its trees on a PostgreSQL store.
+    #[command(flatten)]
+    host: crate::hosting::HostArgs,
 }
 
 /// Parses `NAME=VALUE` (the name not empty).
@@ -92,8 +95,10 @@ pub(crate) fn run(args: &ServeArgs, out: &mut dyn Write) -> CliResult {
     )?;
     let tokio = tokio::runtime::Runtime::new()?;
     tokio.block_on(async {
-        let (runtime, recovery) =
-            SubagentRuntime::open(shared, Arc::new(ScriptedHost::showcase())).await?;
+        let (runtime, recovery) = args
+            .host
+            .open(&target, shared, Arc::new(ScriptedHost::showcase()))
+            .await?;
         crate::shipped::register_providers(&runtime).await?;
         runtime.set_persona_variables(args.persona_vars.iter().cloned().collect())?;
         let listener = tokio::net::TcpListener::bind(args.listen).await?;
@@ -129,6 +134,14 @@ pub(crate) fn run(args: &ServeArgs, out: &mut dyn Write) -> CliResult {
         let fresh = if created.is_some() { " (created)" } else { "" };
         writeln!(out, "bearer token: {where_token}{fresh}")?;
         writeln!(out, "log: {target}")?;
+        if let Some(shared) = args.host.shared(&target) {
+            writeln!(
+                out,
+                "host: {} (one of several on this log; leases of {} ms)",
+                shared.holder,
+                shared.lease_term.as_millis()
+            )?;
+        }
         out.flush()?;
         let served =
             subagent_gateway::serve(listener, router, runtime, shutdown, shutdown_signal()).await;

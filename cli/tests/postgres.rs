@@ -2,7 +2,9 @@
 //! starts itself (`subagent_pg::testing::TestServer`): the demo delegates
 //! into it, its closing hints run as printed with the URL, every inspection
 //! command reads it, and `export`/`import` round-trip byte-identically
-//! between RocksDB and PostgreSQL both ways, attachments included.
+//! between RocksDB and PostgreSQL both ways, attachments included. Two
+//! `serve` hosts on one PostgreSQL log list each other's trees, refuse to
+//! take each other's, and one takes the other's over after it is killed.
 
 mod common;
 
@@ -289,4 +291,110 @@ async fn serve_runs_the_gateway_on_a_postgres_log() {
     assert!(roots.to_string().contains(&root), "{roots}");
     let (status, _) = second.terminate();
     assert!(status.success());
+}
+
+/// Polls `check` every 50 ms until it holds, for at most `seconds`.
+async fn eventually<F, Fut>(seconds: u64, what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(seconds);
+    while !check().await {
+        assert!(tokio::time::Instant::now() < deadline, "never: {what}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_serve_hosts_share_one_postgres_log_and_one_takes_over_the_others_trees() {
+    let server = TestServer::shared().expect("a PostgreSQL server");
+    let log = url(server, &unique_schema("cli_hosts"));
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let host = |name: &'static str| {
+        common::serve::Serve::start_with(
+            &data,
+            &["--store", &log, "--host-name", name, "--lease-term-ms", "1000"],
+        )
+    };
+    let a = host("host-a");
+    let b = host("host-b");
+    let token = std::fs::read_to_string(data.join("gateway.token")).unwrap();
+    let token = token.trim();
+    let http = reqwest::Client::new();
+    let created: serde_json::Value = http
+        .post(format!("{}/v1/roots", a.base))
+        .bearer_auth(token)
+        .json(&serde_json::json!({"label": "on-a"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let root = created["sessionId"].as_str().expect("a root id").to_owned();
+    eventually(10, "host-b lists host-a's root", || async {
+        let roots = http
+            .get(format!("{}/v1/roots", b.base))
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        roots.contains(&root)
+    })
+    .await;
+    let reopen = || {
+        http.post(format!("{}/v1/roots/{root}/reopen", b.base))
+            .bearer_auth(token)
+            .send()
+    };
+    let refused = reopen().await.unwrap();
+    assert_eq!(refused.status(), 409);
+    let body: serde_json::Value = refused.json().await.unwrap();
+    assert_eq!(body["code"], "subagent/tree-elsewhere", "{body}");
+    assert!(body["message"].as_str().unwrap().contains("host-a"), "{body}");
+
+    assert!(!a.kill().success());
+    eventually(15, "host-b takes the root over", || async {
+        reopen().await.unwrap().status() == 200
+    })
+    .await;
+    let (status, rest) = b.terminate();
+    assert!(status.success());
+    assert!(
+        rest.iter()
+            .any(|line| line == "host: host-b (one of several on this log; leases of 1000 ms)"),
+        "{rest:?}"
+    );
+    let tree = ok(&["log", &log]);
+    assert_eq!(tree.matches("TreeAcquired").count(), 2, "{tree}");
+    assert!(ok(&["verify", &log]).contains("OK"));
+}
+
+#[test]
+fn host_flags_need_a_postgres_store_and_a_term_in_range() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let data = data.to_str().unwrap();
+    for args in [
+        vec!["demo", "--data", data, "--host-name", "a"],
+        vec!["serve", "--data", data, "--lease-term-ms", "5000"],
+        vec![
+            "serve",
+            "--store",
+            "postgres://postgres@127.0.0.1:1/postgres",
+            "--lease-term-ms",
+            "0",
+        ],
+    ] {
+        let output = subagents(&args);
+        let (_, err) = text(&output);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains("--host-name") || err.contains("--lease-term-ms"), "{err}");
+    }
+    assert!(!Path::new(data).exists(), "a usage error creates nothing");
 }

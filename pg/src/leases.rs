@@ -36,6 +36,10 @@ impl TreeLeases for PgLog {
         PgLog::release_lease(self, lease)
     }
 
+    fn list_leases(&self) -> Result<Vec<LeaseRecord>, StoreError> {
+        self.leases()
+    }
+
     fn committed_head(&self) -> Result<u64, StoreError> {
         self.run(|inner| async move {
             let head = crate::head::poll_head(&inner).await?;

@@ -384,7 +384,7 @@ fn limit_of(limit: usize) -> i64 {
 }
 
 impl EventLog for PgLog {
-    fn leases(&self) -> Option<&dyn subagent_store::TreeLeases> {
+    fn tree_leases(&self) -> Option<&dyn subagent_store::TreeLeases> {
         Some(self)
     }
 

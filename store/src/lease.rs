@@ -79,7 +79,7 @@ pub struct LeaseRecord {
 /// The leases of a backend several hosts share: what a host of a shared
 /// log takes, renews and releases its trees with. Blocking calls (a
 /// runtime makes them off its async workers). A backend offers them
-/// through [`EventLog::leases`](crate::EventLog::leases).
+/// through [`EventLog::tree_leases`](crate::EventLog::tree_leases).
 pub trait TreeLeases: Send + Sync {
     /// Takes the lease of `root`'s tree for `holder` for `term`: a free
     /// one, a lapsed one, or `holder`'s own. Every take bumps the token.
@@ -108,6 +108,13 @@ pub trait TreeLeases: Send + Sync {
     /// [`StoreError::Fenced`] when another holder took the tree already;
     /// [`StoreError::InvalidLease`]; a storage failure.
     fn release_lease(&self, lease: &Lease) -> Result<(), StoreError>;
+
+    /// Every tree's lease, by root, with the time left on the server's
+    /// clock.
+    ///
+    /// # Errors
+    /// A storage failure.
+    fn list_leases(&self) -> Result<Vec<LeaseRecord>, StoreError>;
 
     /// The last committed position, read from the database now (not a
     /// cached head): every append that committed before the call is at or

@@ -258,7 +258,7 @@ pub trait EventLog: Send + Sync + 'static {
     /// The tree leases of a backend several hosts share (PostgreSQL), which
     /// a host of a shared log runs on; `None` (the default) for a
     /// single-writer backend.
-    fn leases(&self) -> Option<&dyn crate::TreeLeases> {
+    fn tree_leases(&self) -> Option<&dyn crate::TreeLeases> {
         None
     }
 

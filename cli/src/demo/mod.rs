@@ -25,7 +25,7 @@ use subagent_core::{
 };
 use subagent_projections::Projections;
 use subagent_runtime::scripted::Step;
-use subagent_runtime::{AgentHost, Script, ScriptedHost, SubagentActivation, SubagentRuntime};
+use subagent_runtime::{AgentHost, Script, ScriptedHost, SubagentActivation};
 use subagent_store::{Durability, EventLog, EventLogExt};
 use tokio_util::sync::CancellationToken;
 
@@ -198,6 +198,18 @@ fn with_reported_cause(
     }
 }
 
+/// How the demo runs, beyond where its log is.
+pub(crate) struct Options {
+    /// Extra milliseconds the research child keeps working.
+    pub(crate) hold_ms: u64,
+    /// The ACP agent the spawned children run on, if any.
+    pub(crate) acp: Option<AcpCommand>,
+    /// Span export.
+    pub(crate) telemetry: crate::telemetry::TelemetryArgs,
+    /// How it holds its trees on a PostgreSQL store.
+    pub(crate) host: crate::hosting::HostArgs,
+}
+
 /// Runs the demo, writing its report to `out`. `hold_ms` keeps the research
 /// child working that much longer, so a crash drill can kill the process
 /// while work is live. With `acp`, the spawned children (research,
@@ -209,11 +221,16 @@ fn with_reported_cause(
 pub(crate) fn run(
     data: &Path,
     store: Option<&LogTarget>,
-    hold_ms: u64,
-    acp: Option<AcpCommand>,
-    telemetry: &crate::telemetry::TelemetryArgs,
+    options: &Options,
     out: &mut dyn Write,
 ) -> CliResult {
+    let Options {
+        hold_ms,
+        acp,
+        telemetry,
+        host: hosting,
+    } = options;
+    let hold_ms = *hold_ms;
     let failures = FailureWatch::default();
     // Declared first, so it is dropped last: the last spans are flushed
     // once the runtime is gone.
@@ -238,7 +255,7 @@ pub(crate) fn run(
             ),
             None => (scripted, "spawn"),
         };
-        let (runtime, recovery) = SubagentRuntime::open(shared, host).await?;
+        let (runtime, recovery) = hosting.open(&target, shared, host).await?;
         if recovery.events > 0 {
             writeln!(
                 out,

@@ -63,6 +63,12 @@ impl Serve {
         }
     }
 
+    /// SIGKILL: the host dies with whatever it held.
+    pub(crate) fn kill(mut self) -> std::process::ExitStatus {
+        self.child.kill().expect("SIGKILL");
+        self.child.wait().unwrap()
+    }
+
     /// SIGTERM, then the exit status and the rest of stdout.
     pub(crate) fn terminate(mut self) -> (std::process::ExitStatus, Vec<String>) {
         let pid = self.child.id().to_string();

@@ -63,7 +63,7 @@ async fn blocking<T: Send + 'static>(
     work: impl FnOnce(&dyn subagent_store::TreeLeases) -> Result<T, StoreError> + Send + 'static,
 ) -> Result<T, StoreError> {
     let log = Arc::clone(log);
-    tokio::task::spawn_blocking(move || match log.leases() {
+    tokio::task::spawn_blocking(move || match log.tree_leases() {
         Some(leases) => work(leases),
         None => Err(StoreError::InvalidLease {
             reason: "the log is not shared",
@@ -79,7 +79,7 @@ async fn blocking<T: Send + 'static>(
 /// `gateway/bad-request` for a log without leases (a single-writer
 /// backend), a bad holder name or term.
 pub(crate) fn check_shared(log: &dyn EventLog, options: &SharedHost) -> Result<(), SubagentError> {
-    if log.leases().is_none() {
+    if log.tree_leases().is_none() {
         return Err(SubagentError::BadRequest(
             "a shared host needs a log several hosts share (PostgreSQL); this one has a single writer"
                 .into(),
@@ -186,12 +186,26 @@ impl SubagentRuntime {
     }
 
     /// Takes over every tree with live work that this host does not hold
-    /// and whose lease it can take (its holder's lapsed, or this holder's
-    /// own from an earlier incarnation). Returns how many it took.
+    /// and whose lease it can take (lapsed, never taken, or this holder's
+    /// own from an earlier incarnation): one listing of the leases, then a
+    /// take of each such tree. Returns how many it took.
     pub(crate) async fn take_over_lapsed(&self) -> usize {
         let Some(shared) = self.shared() else {
             return 0;
         };
+        let leases = match blocking(self.log(), |leases| leases.list_leases()).await {
+            Ok(leases) => leases,
+            Err(err) => {
+                warn!(error = %err, "listing the leases failed");
+                return 0;
+            }
+        };
+        let holder = &shared.options.holder;
+        let live_elsewhere: std::collections::HashSet<SessionId> = leases
+            .into_iter()
+            .filter(|lease| !lease.remaining.is_zero() && lease.holder != *holder)
+            .map(|lease| lease.root)
+            .collect();
         let candidates: Vec<SessionId> = {
             let state = self.inner.engine.state();
             let held = lock(&shared.leases);
@@ -207,7 +221,7 @@ impl SubagentRuntime {
                         .map(|(session, _)| *session),
                 )
                 .filter_map(|session| state.root_of(session))
-                .filter(|root| !held.contains_key(root))
+                .filter(|root| !held.contains_key(root) && !live_elsewhere.contains(root))
                 .collect();
             roots.sort_unstable();
             roots.dedup();
