@@ -10,7 +10,10 @@
 //! `--store postgres` (or a `postgres://` URL) runs the same on `PgLog`,
 //! each run in a fresh schema, and adds a raw `INSERT` column: four
 //! single-row transactions per activation on plain connections
-//! (`bench append --store postgres`'s raw side).
+//! (`bench append --store postgres`'s raw side). `--shared` runs the
+//! runtime there as one host of a shared log (`SubagentRuntime::open_shared`:
+//! a follower, fenced appends, one command at a time) instead of the
+//! single-writer engine.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -50,6 +53,23 @@ pub struct ActivationArgs {
     /// (no busy/idle timings, no OpenTelemetry context attached on enter).
     #[arg(long, value_enum, default_value_t = super::tracing_overhead::LayerSetup::Default)]
     tracing_layer: super::tracing_overhead::LayerSetup,
+    /// On PostgreSQL, run the runtime as a host of a shared log
+    /// (`open_shared`) rather than as the log's only writer.
+    #[arg(long)]
+    shared: bool,
+    /// Give each starter a root of its own (a tree per starter) instead of
+    /// one root for all: a shared host runs one command per tree at a time.
+    #[arg(long)]
+    tree_per_starter: bool,
+}
+
+/// How a run is set up, beyond its log and size.
+#[derive(Clone, Copy, Default)]
+pub(super) struct RunShape {
+    /// The runtime as a host of a shared log.
+    pub(super) shared: bool,
+    /// A root per starter.
+    pub(super) tree_per_starter: bool,
 }
 
 /// Opens a fresh log for one run.
@@ -97,16 +117,36 @@ pub(super) async fn runtime_run(
     log: Arc<dyn EventLog>,
     starters: usize,
     total: usize,
+    shape: RunShape,
 ) -> Result<(f64, Vec<Duration>), Box<dyn std::error::Error>> {
-    let (runtime, _) =
-        SubagentRuntime::open(log, Arc::new(ScriptedHost::new(Script::reply("ok")))).await?;
+    let agents = Arc::new(ScriptedHost::new(Script::reply("ok")));
+    let (runtime, _) = if shape.shared {
+        SubagentRuntime::open_shared(
+            log,
+            agents,
+            subagent_runtime::CapacityLimits::default(),
+            subagent_runtime::SharedHost::new("bench", Duration::from_secs(10)),
+        )
+        .await?
+    } else {
+        SubagentRuntime::open(log, agents).await?
+    };
     runtime.register_provider(Arc::new(InstantProvider)).await?;
-    let root = runtime.open_root("bench").await?;
+    let shared_root = runtime.open_root("bench").await?;
+    let mut roots = Vec::with_capacity(starters);
+    for _ in 0..starters {
+        roots.push(if shape.tree_per_starter {
+            runtime.open_root("bench").await?
+        } else {
+            shared_root.clone()
+        });
+    }
     let per_starter = total / starters;
     let started = Instant::now();
-    let tasks: Vec<_> = (0..starters)
-        .map(|_| {
-            let (runtime, root) = (runtime.clone(), root.clone());
+    let tasks: Vec<_> = roots
+        .into_iter()
+        .map(|root| {
+            let runtime = runtime.clone();
             tokio::spawn(async move {
                 let mut latencies = Vec::with_capacity(per_starter);
                 for _ in 0..per_starter {
@@ -184,6 +224,9 @@ pub(super) fn run(args: &ActivationArgs, out: &mut dyn Write) -> BenchResult {
         .enable_all()
         .build()?;
     let scaled = |count: f64| ((count * args.scale).max(64.0)) as usize;
+    if args.shared && matches!(args.store, super::append::Store::Rocks) {
+        return Err("--shared needs --store postgres: a RocksDB log has a single writer".into());
+    }
     let logs = match &args.store {
         super::append::Store::Rocks => Logs::Rocks,
         super::append::Store::Postgres(url) => {
@@ -193,9 +236,15 @@ pub(super) fn run(args: &ActivationArgs, out: &mut dyn Write) -> BenchResult {
     let bytes = Arc::new(super::append::encoded_payload()?);
     let on = match &logs {
         Logs::Rocks => "RocksDB",
+        Logs::Postgres(_) if args.shared => "PostgreSQL, fsync on, the runtime as a shared host",
         Logs::Postgres(_) => "PostgreSQL, fsync on",
     };
-    writeln!(out, "one-shot activations (start → settle → dispose) on {on}, activations/s: median (min–max) of {} runs", args.runs)?;
+    let trees = if args.tree_per_starter {
+        ", a tree per starter"
+    } else {
+        ", one tree"
+    };
+    writeln!(out, "one-shot activations (start → settle → dispose) on {on}{trees}, activations/s: median (min–max) of {} runs", args.runs)?;
     out.flush()?;
     writeln!(
         out,
@@ -225,7 +274,15 @@ pub(super) fn run(args: &ActivationArgs, out: &mut dyn Write) -> BenchResult {
         let mut raws = Vec::new();
         for _ in 0..args.runs {
             let (log, _dir) = logs.open(durability)?;
-            let (rate, mut run_latencies) = tokio.block_on(runtime_run(log, starters, total))?;
+            let (rate, mut run_latencies) = tokio.block_on(runtime_run(
+                log,
+                starters,
+                total,
+                RunShape {
+                    shared: args.shared,
+                    tree_per_starter: args.tree_per_starter,
+                },
+            ))?;
             rates.push(rate);
             latencies.append(&mut run_latencies);
             let (log, _dir) = logs.open(durability)?;

@@ -121,6 +121,7 @@ pub(super) fn run(
                     Arc::clone(&log),
                     starters,
                     total,
+                    super::activations::RunShape::default(),
                 ))?;
                 let cpu = process_cpu_seconds()? - cpu_before;
                 // The two sides did what they say: spans were built (their

@@ -109,3 +109,22 @@ fn bench_numbers_outside_their_range_are_refused_before_measuring() {
         assert_eq!(stdout, "", "{args:?} measured nothing");
     }
 }
+
+#[test]
+fn a_shared_host_needs_a_postgres_store_and_is_refused_before_measuring() {
+    let output = Command::new(env!("CARGO_BIN_EXE_subagents-bench"))
+        .args(["activations", "--shared"])
+        .output()
+        .expect("run subagents-bench");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("--shared needs --store postgres"),
+        "{stderr}"
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&output.stdout),
+        "",
+        "measured nothing"
+    );
+}

@@ -315,7 +315,14 @@ async fn two_serve_hosts_share_one_postgres_log_and_one_takes_over_the_others_tr
     let host = |name: &'static str| {
         common::serve::Serve::start_with(
             &data,
-            &["--store", &log, "--host-name", name, "--lease-term-ms", "1000"],
+            &[
+                "--store",
+                &log,
+                "--host-name",
+                name,
+                "--lease-term-ms",
+                "1000",
+            ],
         )
     };
     let a = host("host-a");
@@ -356,7 +363,10 @@ async fn two_serve_hosts_share_one_postgres_log_and_one_takes_over_the_others_tr
     assert_eq!(refused.status(), 409);
     let body: serde_json::Value = refused.json().await.unwrap();
     assert_eq!(body["code"], "subagent/tree-elsewhere", "{body}");
-    assert!(body["message"].as_str().unwrap().contains("host-a"), "{body}");
+    assert!(
+        body["message"].as_str().unwrap().contains("host-a"),
+        "{body}"
+    );
 
     assert!(!a.kill().success());
     eventually(15, "host-b takes the root over", || async {
@@ -394,7 +404,10 @@ fn host_flags_need_a_postgres_store_and_a_term_in_range() {
         let output = subagents(&args);
         let (_, err) = text(&output);
         assert_eq!(output.status.code(), Some(2), "{args:?}: {err}");
-        assert!(err.contains("--host-name") || err.contains("--lease-term-ms"), "{err}");
+        assert!(
+            err.contains("--host-name") || err.contains("--lease-term-ms"),
+            "{err}"
+        );
     }
     assert!(!Path::new(data).exists(), "a usage error creates nothing");
 }

@@ -5,6 +5,11 @@
 //!   tree, and neither can act on the other's (taking it back, or an
 //!   interrupt, is refused with `subagent/tree-elsewhere` naming the
 //!   holder). `verify` passes.
+//! - One host with many commands in flight at once (eight trees, four
+//!   starters in each, while a second host delegates beside it): its
+//!   commands of different trees run concurrently, each tree's in order;
+//!   every delegation completes, the host's projections equal a fold of
+//!   the log, and `verify` finds the history admissible.
 //! - Two hosts in two processes: this test binary runs itself as the first
 //!   host (the ignored `host_child` entry point), which opens a root, starts
 //!   a child that stays busy, prints `TREE <root> <child>`, and waits. The
@@ -126,6 +131,67 @@ async fn two_hosts_delegate_in_their_own_trees_and_see_each_others() {
     a.close().await.expect("close a");
     b.close().await.expect("close b");
     assert!(log_a.head() >= head);
+    verified(log_a.as_ref());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_commands_of_many_trees_record_an_admissible_history() {
+    let server = TestServer::shared().expect("a PostgreSQL server of its own");
+    let schema = unique_schema("concurrent");
+    let (log_a, log_b) = (connect(server, &schema), connect(server, &schema));
+    let a = open_host(&log_a, "host-a", replying("a")).await;
+    let b = open_host(&log_b, "host-b", replying("b")).await;
+    let mut tasks = Vec::new();
+    for (host, trees) in [(&a, 8), (&b, 2)] {
+        for _ in 0..trees {
+            let root = host.open_root("root").await.expect("root");
+            for _ in 0..4 {
+                let (host, root) = (host.clone(), root.clone());
+                tasks.push(tokio::spawn(async move {
+                    for _ in 0..3 {
+                        let task = SubagentActivationSpec::with_text_prompt(
+                            "spawn",
+                            "task",
+                            "go",
+                            Delivery::Caller,
+                        );
+                        let child = host
+                            .start_activation(&root, task, CancellationToken::new())
+                            .await
+                            .expect("start");
+                        let result = child.result().await.expect("result");
+                        assert_eq!(result.stop_reason, SubagentStopReason::Completed);
+                        child.dispose().await.expect("dispose");
+                    }
+                }));
+            }
+        }
+    }
+    for task in tasks {
+        task.await.expect("a starter");
+    }
+    assert_eq!(a.held_trees().len(), 8);
+    // Once a's follower has folded the whole log, its projections are
+    // the log's fold.
+    let head = log_a.head();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while a.projections().position < head {
+        assert!(tokio::time::Instant::now() < deadline, "never folded");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let records: Vec<_> = log_a
+        .read_all(1)
+        .take_while(|record| record.as_ref().map_or(true, |r| r.position <= head))
+        .collect::<Result<_, _>>()
+        .expect("read");
+    let mine = a.projections();
+    assert_eq!(mine.position, head, "nothing appended since");
+    assert!(
+        mine == subagent_projections::Projections::fold(&records),
+        "host a's projections differ from the fold of the log"
+    );
+    a.close().await.expect("close a");
+    b.close().await.expect("close b");
     verified(log_a.as_ref());
 }
 

@@ -6,7 +6,9 @@
 //! registered providers and the parents whose admission a drain closed. It
 //! does not use `decide` or the projections. Each generated transition is
 //! applied to the model and to a real [`SubagentRuntime`] driven by the
-//! scripted agent, over the in-memory log and over RocksDB; the runtime's
+//! scripted agent, over the in-memory log, over RocksDB and over
+//! PostgreSQL, there also as a host of a shared log (`open_shared`: a crash
+//! is recovered by the next incarnation taking its own trees back); the runtime's
 //! answer (success, the error code, `wait_for_children`'s flag, what a
 //! reopen after a crash recovered) must equal the model's. After every step, once the runtime is quiescent:
 //! - the set of live activations and runs equals the model's;
@@ -632,6 +634,12 @@ fn scripted_host() -> ScriptedHost {
 /// a PostgreSQL schema connected again on restart.
 trait Backend: 'static {
     fn open(&mut self) -> Arc<dyn EventLog>;
+
+    /// How the runtime runs on it: the log's only writer (`None`), or a
+    /// host of a shared log.
+    fn shared(&self) -> Option<subagent_runtime::SharedHost> {
+        None
+    }
 }
 
 #[derive(Default)]
@@ -708,6 +716,26 @@ impl Backend for Postgres {
     }
 }
 
+/// [`Postgres`], the runtime opened as a host of a shared log
+/// (`open_shared`, the same holder name at every open): its trees held by
+/// leases, a crash recovered by the next incarnation taking its own trees
+/// back.
+#[derive(Default)]
+struct SharedPostgres(Postgres);
+
+impl Backend for SharedPostgres {
+    fn open(&mut self) -> Arc<dyn EventLog> {
+        self.0.open()
+    }
+
+    fn shared(&self) -> Option<subagent_runtime::SharedHost> {
+        Some(subagent_runtime::SharedHost::new(
+            "model-host",
+            Duration::from_secs(5),
+        ))
+    }
+}
+
 fn async_runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -751,27 +779,23 @@ impl<B: Backend + Default> System<B> {
         self.backend.open().head()
     }
 
-    /// What the recovery marker after `head` counted (a reopen with nothing
-    /// to settle writes none).
+    /// What the recovery markers after `head` counted (a reopen with
+    /// nothing to settle writes none; a shared host writes one per tree it
+    /// takes back).
     fn recovered_since(&self, head: u64) -> Outcome {
-        self.runtime()
-            .log()
-            .read_all(head + 1)
-            .find_map(|record| match record.expect("decodes").event {
-                Event::HostRecovered {
-                    abandoned_activations,
-                    failed_runs,
-                    ..
-                } => Some(Outcome::Recovered {
-                    abandoned: abandoned_activations,
-                    failed: failed_runs,
-                }),
-                _ => None,
-            })
-            .unwrap_or(Outcome::Recovered {
-                abandoned: 0,
-                failed: 0,
-            })
+        let (mut abandoned, mut failed) = (0, 0);
+        for record in self.runtime().log().read_all(head + 1) {
+            if let Event::HostRecovered {
+                abandoned_activations,
+                failed_runs,
+                ..
+            } = record.expect("decodes").event
+            {
+                abandoned += abandoned_activations;
+                failed += failed_runs;
+            }
+        }
+        Outcome::Recovered { abandoned, failed }
     }
 
     fn runtime(&self) -> &SubagentRuntime {
@@ -781,10 +805,21 @@ impl<B: Backend + Default> System<B> {
     /// Opens the runtime over the backend and a new root.
     fn open(&mut self) {
         let log = self.backend.open();
+        let shared = self.backend.shared();
         let runtime = self.tokio.block_on(async {
-            let (runtime, _) = SubagentRuntime::open(log, Arc::new(scripted_host()))
-                .await
-                .expect("the runtime opens");
+            let (runtime, _) = match shared {
+                None => SubagentRuntime::open(log, Arc::new(scripted_host())).await,
+                Some(shared) => {
+                    SubagentRuntime::open_shared(
+                        log,
+                        Arc::new(scripted_host()),
+                        subagent_runtime::CapacityLimits::default(),
+                        shared,
+                    )
+                    .await
+                }
+            }
+            .expect("the runtime opens");
             runtime
         });
         runtime
@@ -1230,6 +1265,7 @@ fn cases(default: u32) -> u32 {
 type OverMemory = RuntimeTest<Memory>;
 type OverRocks = RuntimeTest<Rocks>;
 type OverPostgres = RuntimeTest<Postgres>;
+type AsSharedHost = RuntimeTest<SharedPostgres>;
 
 prop_state_machine! {
     #![proptest_config(ProptestConfig {
@@ -1262,4 +1298,15 @@ prop_state_machine! {
 
     #[test]
     fn the_runtime_over_postgres_answers_like_the_model(sequential 1..30 => OverPostgres);
+}
+
+prop_state_machine! {
+    #![proptest_config(ProptestConfig {
+        cases: (cases(256) / 8).max(1),
+        max_shrink_iters: 256,
+        .. ProptestConfig::default()
+    })]
+
+    #[test]
+    fn the_runtime_as_a_shared_host_on_postgres_answers_like_the_model(sequential 1..30 => AsSharedHost);
 }

@@ -267,6 +267,45 @@ pub enum Command {
 }
 
 impl Command {
+    /// The session whose tree the command is about: what a host of a
+    /// shared log serializes the command on (commands of one tree run one
+    /// at a time, commands of different trees concurrently). `None` for the
+    /// host-level commands (registrations, recovery), which run alone.
+    #[must_use]
+    pub fn subject(&self) -> Option<SessionId> {
+        match self {
+            Command::RegisterProvider { .. }
+            | Command::RemoveProvider { .. }
+            | Command::Recover => None,
+            Command::OpenRoot { session, .. }
+            | Command::ReopenRoot { session }
+            | Command::BeginTurn { session }
+            | Command::RecordTranscript { session, .. }
+            | Command::CallTool { session, .. }
+            | Command::ClaimSteering { session }
+            | Command::EndTurn { session, .. } => Some(*session),
+            Command::TakeTree { root, .. } => Some(*root),
+            Command::StartChild(start) => Some(start.parent),
+            Command::PrepareActivation { child, .. }
+            | Command::PublishActivation { child, .. }
+            | Command::SettleActivation { child, .. }
+            | Command::ReleaseActivation { child, .. }
+            | Command::FailActivation { child, .. }
+            | Command::AbandonActivation { child, .. }
+            | Command::StartRun { child }
+            | Command::SettleRun { child, .. }
+            | Command::DisposeRun { child, .. }
+            | Command::FailRunStart { child, .. }
+            | Command::Prompt { child, .. } => Some(*child),
+            Command::SendMessage { target, .. } | Command::Interrupt { target, .. } => {
+                Some(*target)
+            }
+            Command::CloseAdmission { parent } | Command::ReopenAdmission { parent } => {
+                Some(*parent)
+            }
+        }
+    }
+
     /// The command's name in snake case (`start_child`, `begin_turn`, ...):
     /// what its span and its refusal metrics are labelled with.
     #[must_use]

@@ -7,21 +7,27 @@
 //!   order, so every host's listings see every tree;
 //! - a command is decided on the folded state (`decide_as`, which refuses a
 //!   tree this host does not hold), appended with the **fence** of every
-//!   tree it touches, and answered once the follower has folded past it;
-//! - this host's commands run **one at a time**, each decided on everything
-//!   its predecessor recorded. Other hosts cannot write to this host's
-//!   trees (the store checks the fences), so a decision about a tree rests
-//!   on that tree's whole history.
+//!   tree it touches, and answered once its records are folded: applied at
+//!   once when they directly follow what is folded (the common case: no
+//!   other host appended in between), else by the follower in order;
+//! - **one command per tree at a time**, each decided on everything its
+//!   predecessor in the tree recorded; commands of different trees run
+//!   concurrently, and the host-level ones (registrations) alone. A
+//!   decision about a tree reads only that tree's sessions, this host's
+//!   registry and stream, and fresh ids, and other hosts cannot write to
+//!   this host's trees (the store checks the fences), so a decision rests
+//!   on its tree's whole history.
 //!
 //! A fenced append (this host lost the tree to a takeover) is refused with
 //! `subagent/tree-elsewhere` and changes nothing; any other append failure
 //! stops the engine, as in the single-writer mode.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use subagent_core::telemetry::{attr, span};
 use subagent_core::{
-    Attachment, HostId, NewEvent, RecordedEvent, StreamId, SubagentError, TraceContext,
+    Attachment, HostId, NewEvent, RecordedEvent, SessionId, StreamId, SubagentError, TraceContext,
 };
 use subagent_projections::{decide_as, tree_fences, Command};
 use subagent_store::{
@@ -39,12 +45,18 @@ use super::{refuse_oversized, Committed, Engine, Pipeline};
 pub(crate) struct Shared {
     /// This host incarnation: the owner its trees' `TreeAcquired` name.
     pub(crate) host: HostId,
-    /// One command of this host at a time.
-    serial: tokio::sync::Mutex<()>,
-    /// The last position the follower folded; closed when it stopped.
-    folded: watch::Receiver<u64>,
+    /// Held shared by a tree's command, exclusively by a host-level one.
+    host_level: tokio::sync::RwLock<()>,
+    /// One command per tree at a time: the lock of each tree with a
+    /// command in flight, by root (removed when the last holder leaves).
+    trees: Mutex<HashMap<SessionId, Arc<tokio::sync::Mutex<()>>>>,
+    /// The last position folded, by the follower or by a command applying
+    /// its own records.
+    folded: Arc<watch::Sender<u64>>,
     /// Why the follower stopped, when it failed.
     failure: Arc<OnceLock<SubagentError>>,
+    /// Cancelled once the follower has stopped, for whatever reason.
+    stopped: CancellationToken,
     /// Stops the follower.
     stop: CancellationToken,
     follower: Mutex<Option<tokio::task::JoinHandle<()>>>,
@@ -58,21 +70,25 @@ impl Shared {
         pipeline: &Arc<Mutex<Pipeline>>,
         from: u64,
     ) -> Shared {
-        let (folded_tx, folded) = watch::channel(from.saturating_sub(1));
+        let folded = Arc::new(watch::channel(from.saturating_sub(1)).0);
         let failure = Arc::new(OnceLock::new());
         let stop = CancellationToken::new();
+        let stopped = CancellationToken::new();
         let follower = tokio::spawn(follow(
             log.subscribe(from),
             Arc::clone(pipeline),
-            folded_tx,
+            Arc::clone(&folded),
             Arc::clone(&failure),
             stop.clone(),
+            stopped.clone(),
         ));
         Shared {
             host,
-            serial: tokio::sync::Mutex::new(()),
+            host_level: tokio::sync::RwLock::new(()),
+            trees: Mutex::new(HashMap::new()),
             folded,
             failure,
+            stopped,
             stop,
             follower: Mutex::new(Some(follower)),
         }
@@ -92,27 +108,82 @@ impl Shared {
     /// # Errors
     /// `gateway/internal` when the follower stopped first, naming why.
     pub(super) async fn folded_through(&self, position: u64) -> Result<(), SubagentError> {
-        let mut folded = self.folded.clone();
-        let reached = folded.wait_for(|folded| *folded >= position).await.is_ok();
-        if reached {
-            Ok(())
-        } else {
-            Err(self.failure.get().cloned().unwrap_or_else(|| {
-                SubagentError::internal("the log's follower stopped (the log closed)")
-            }))
+        let mut folded = self.folded.subscribe();
+        tokio::select! {
+            _ = folded.wait_for(|folded| *folded >= position) => return Ok(()),
+            () = self.stopped.cancelled() => {}
+        }
+        // The follower may have folded it just before it stopped.
+        if *self.folded.borrow() >= position {
+            return Ok(());
+        }
+        Err(self.failure.get().cloned().unwrap_or_else(|| {
+            SubagentError::internal("the log's follower stopped (the log closed)")
+        }))
+    }
+
+    /// The lock of `root`'s tree, created on first use.
+    fn tree_lock(&self, root: SessionId) -> Arc<tokio::sync::Mutex<()>> {
+        Arc::clone(super::lock(&self.trees).entry(root).or_default())
+    }
+
+    /// Forgets `root`'s lock once no command holds or waits for it.
+    fn release_tree(&self, root: SessionId, lock: Arc<tokio::sync::Mutex<()>>) {
+        let mut trees = super::lock(&self.trees);
+        drop(lock);
+        if trees
+            .get(&root)
+            .is_some_and(|lock| Arc::strong_count(lock) == 1)
+        {
+            trees.remove(&root);
         }
     }
 }
 
-/// Folds every record of `records` into `pipeline`, publishing each
-/// position folded, until `stop` fires or the log ends.
+/// What a command holds while it is decided, appended and folded.
+enum Turn<'a> {
+    /// A tree's command: the host-level lock shared, and the tree's own
+    /// (taken out only when the turn ends).
+    Tree {
+        _shared: tokio::sync::RwLockReadGuard<'a, ()>,
+        guard: Option<tokio::sync::OwnedMutexGuard<()>>,
+        root: SessionId,
+        shared: &'a Shared,
+    },
+    /// A host-level command: the host-level lock alone.
+    Host(#[allow(dead_code)] tokio::sync::RwLockWriteGuard<'a, ()>),
+}
+
+impl Drop for Turn<'_> {
+    fn drop(&mut self) {
+        if let Turn::Tree {
+            guard,
+            root,
+            shared,
+            ..
+        } = self
+        {
+            if let Some(guard) = guard.take() {
+                let lock = Arc::clone(tokio::sync::OwnedMutexGuard::mutex(&guard));
+                drop(guard);
+                shared.release_tree(*root, lock);
+            }
+        }
+    }
+}
+
+/// Folds every record of `records` into `pipeline` (skipping those a
+/// command already applied), publishing each position folded, until `stop`
+/// fires or the log ends; then cancels `stopped`.
 async fn follow(
     mut records: subagent_store::Subscription,
     pipeline: Arc<Mutex<Pipeline>>,
-    folded: watch::Sender<u64>,
+    folded: Arc<watch::Sender<u64>>,
     failure: Arc<OnceLock<SubagentError>>,
     stop: CancellationToken,
+    stopped: CancellationToken,
 ) {
+    let _stopped = stopped.drop_guard();
     loop {
         let item = tokio::select! {
             () = stop.cancelled() => return,
@@ -120,13 +191,12 @@ async fn follow(
         };
         match item {
             Some(Ok(SubscriptionItem::Event(record))) => {
-                let position = {
-                    let mut pipeline = super::lock(&pipeline);
+                let mut pipeline = super::lock(&pipeline);
+                if record.position > pipeline.state.position {
                     pipeline.state.apply(&record);
                     pipeline.since_checkpoint += 1;
-                    pipeline.state.position
-                };
-                folded.send_replace(position);
+                    folded.send_replace(pipeline.state.position);
+                }
             }
             Some(Ok(SubscriptionItem::CaughtUp { .. })) => {}
             Some(Err(err)) => {
@@ -138,7 +208,50 @@ async fn follow(
     }
 }
 
+/// Applies `records` (one append's, contiguous) at once when they directly
+/// follow what `pipeline` folded; the follower skips them when it reads
+/// them. Otherwise (another host appended in between) leaves them to the
+/// follower. Whether it applied them.
+fn apply_own(
+    pipeline: &Mutex<Pipeline>,
+    folded: &watch::Sender<u64>,
+    records: &[RecordedEvent],
+) -> bool {
+    let Some(first) = records.first() else {
+        return true;
+    };
+    let mut pipeline = super::lock(pipeline);
+    if pipeline.state.position.checked_add(1) != Some(first.position) {
+        return false;
+    }
+    for record in records {
+        pipeline.state.apply(record);
+    }
+    pipeline.since_checkpoint += records.len() as u64;
+    folded.send_replace(pipeline.state.position);
+    true
+}
+
 impl Engine {
+    /// Waits for `command`'s turn: its tree's lock (and the host-level lock
+    /// shared), or the host-level lock alone for a host-level command.
+    async fn turn<'a>(&self, shared: &'a Shared, command: &Command) -> Turn<'a> {
+        let Some(subject) = command.subject() else {
+            return Turn::Host(shared.host_level.write().await);
+        };
+        // A session's tree never changes; an unknown one (a new root, or a
+        // command the state machine will refuse) is its own.
+        let root = self.pipeline().state.root_of(subject).unwrap_or(subject);
+        let host_level = shared.host_level.read().await;
+        let guard = shared.tree_lock(root).lock_owned().await;
+        Turn::Tree {
+            _shared: host_level,
+            guard: Some(guard),
+            root,
+            shared,
+        }
+    }
+
     /// [`commit_traced`](Engine::commit_traced) for a host of a shared log
     /// (see the module docs).
     pub(super) async fn commit_shared(
@@ -148,7 +261,7 @@ impl Engine {
         attachments: Vec<Attachment>,
         caller: Option<TraceContext>,
     ) -> Result<Committed, SubagentError> {
-        let _turn = shared.serial.lock().await;
+        let _turn = self.turn(shared, &command).await;
         if self.failed() {
             return Err(self.refusal());
         }
@@ -234,13 +347,15 @@ impl Engine {
             }
         }
         let last = records.last().map_or(0, |record| record.position);
-        tokio::select! {
-            folded = shared.folded_through(last) => {
-                if let Err(err) = folded {
-                    return Err(self.fail(err));
+        if !apply_own(&self.pipeline, &shared.folded, &records) {
+            tokio::select! {
+                folded = shared.folded_through(last) => {
+                    if let Err(err) = folded {
+                        return Err(self.fail(err));
+                    }
                 }
+                () = self.broken.cancelled() => return Err(self.refusal()),
             }
-            () = self.broken.cancelled() => return Err(self.refusal()),
         }
         crate::metrics::appended(enqueued.elapsed());
         debug!(events = records.len(), "committed to the shared log");
