@@ -13,7 +13,9 @@
 //! - Two hosts in two processes: this test binary runs itself as the first
 //!   host (the ignored `host_child` entry point), which opens a root, starts
 //!   a child that stays busy, prints `TREE <root> <child>`, and waits. The
-//!   parent SIGKILLs it; the host in the parent takes the tree over once
+//!   host in the parent delegates in a tree of its own and lists the
+//!   first's; while the first lives it can neither take its root nor
+//!   interrupt its child. The parent SIGKILLs it; the host in the parent takes the tree over once
 //!   the lease lapses and settles the child (`ActivationAbandoned
 //!   { HostRestart }`, in the same append as its `TreeAcquired`); an append
 //!   presenting the killed host's fence is refused and writes nothing; the
@@ -272,9 +274,21 @@ async fn a_killed_hosts_tree_is_taken_over_after_its_lease_and_its_late_append_i
         }
     };
     let b = open_host(&log, "host-b", replying("from b")).await;
+    // Each host delegates in its own tree; this one lists the first's.
+    let own = b.open_root("own").await.expect("root");
+    let task = SubagentActivationSpec::with_text_prompt("spawn", "mine", "go", Delivery::Caller);
+    let mine = b
+        .start_activation(&own, task, CancellationToken::new())
+        .await
+        .expect("start");
+    mine.result().await.expect("result");
+    mine.dispose().await.expect("dispose");
+    let listed = b.list_children(root).await.expect("list");
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].entry.child_id, child);
     // The first host is alive and renewing: its tree is not taken.
     tokio::time::sleep(TERM * 2).await;
-    assert!(b.held_trees().is_empty(), "taken from a live host");
+    assert_eq!(b.held_trees(), [own.session()], "taken from a live host");
     assert_eq!(
         b.reopen_root(root).await.expect_err("held by a").code(),
         ErrorCode::TreeElsewhere
@@ -300,7 +314,7 @@ async fn a_killed_hosts_tree_is_taken_over_after_its_lease_and_its_late_append_i
     first.kill().expect("SIGKILL the first host");
     first.wait().expect("reap it");
     let deadline = tokio::time::Instant::now() + TERM * 10;
-    while b.held_trees() != [root] {
+    while !b.held_trees().contains(&root) {
         assert!(tokio::time::Instant::now() < deadline, "never taken over");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
