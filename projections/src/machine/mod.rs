@@ -56,9 +56,10 @@ pub fn decide(state: &Projections, command: Command) -> Result<Decision, Subagen
 
 /// Decides what `command` records when `acting` decides it: a host
 /// incarnation of a shared log, or `None` for a single-writer runtime.
-/// One line per command, each handing off to its concern; then every
-/// session stream of the decision must be in a tree `acting` holds
-/// ([`held_by`]).
+/// One line per command, each handing off to its concern; then every tree
+/// the decision touches (the session streams it appends to, the parents
+/// whose admission it closes or reopens) must be one `acting` holds,
+/// counting a claim the decision itself records.
 ///
 /// # Errors
 /// A typed [`SubagentError`] with its stable code; a rejected command records
