@@ -5,6 +5,7 @@
 //! - startup: opening the projections of a log from its checkpoint plus tail,
 //!   against a full refold from position 1.
 
+use std::ops::ControlFlow;
 use std::time::Instant;
 
 use std::io::Write;
@@ -48,7 +49,8 @@ pub(super) fn replay(args: &ReplayArgs, out: &mut dyn Write) -> BenchResult {
     let workload = workload::build(dir.path(), args.events, 8, 0)?;
     let log = &workload.log;
     let head = log.head() as f64;
-    let (mut raw, mut fold) = (Vec::new(), Vec::new());
+    let (mut raw, mut ahead, mut fold_one_thread, mut fold) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let bar = progress::bar("replay", args.runs as u64, "runs");
     for _ in 0..args.runs {
         let (seconds, _) = timed(|| {
@@ -60,6 +62,16 @@ pub(super) fn replay(args: &ReplayArgs, out: &mut dyn Write) -> BenchResult {
             Ok(count)
         })?;
         raw.push(head / seconds);
+        let (seconds, _) = timed(|| {
+            let mut count = 0u64;
+            subagent_store::read_ahead::scan(log, 1, |record| {
+                std::hint::black_box(record);
+                count += 1;
+                Ok::<_, subagent_store::StoreError>(ControlFlow::Continue(()))
+            })?;
+            Ok(count)
+        })?;
+        ahead.push(head / seconds);
         let (seconds, state) = timed(|| {
             let mut state = Projections::new();
             for record in log.read_all(1) {
@@ -68,11 +80,20 @@ pub(super) fn replay(args: &ReplayArgs, out: &mut dyn Write) -> BenchResult {
             Ok(state)
         })?;
         std::hint::black_box(&state);
+        fold_one_thread.push(head / seconds);
+        // What replay, verify and opening do: the fold beside reader threads.
+        let (seconds, state) = timed(|| Ok(subagent_replay::state_at(log, None)?))?;
+        std::hint::black_box(&state);
         fold.push(head / seconds);
         bar.inc(1);
     }
     bar.finish_and_clear();
-    let (raw, fold) = (Summary::of(&raw), Summary::of(&fold));
+    let (raw, ahead, fold_one_thread, fold) = (
+        Summary::of(&raw),
+        Summary::of(&ahead),
+        Summary::of(&fold_one_thread),
+        Summary::of(&fold),
+    );
     writeln!(
         out,
         "replay of {} events, events/s: median (min–max) of {} runs",
@@ -80,13 +101,20 @@ pub(super) fn replay(args: &ReplayArgs, out: &mut dyn Write) -> BenchResult {
         args.runs
     )?;
     out.flush()?;
-    writeln!(out, "  raw iterate + decode       {raw}")?;
-    out.flush()?;
-    writeln!(out, "  fold into all projections  {fold}")?;
-    out.flush()?;
+    writeln!(out, "  raw iterate + decode, one thread        {raw}")?;
     writeln!(
         out,
-        "  fold / raw                 {:.2}",
+        "  read ahead + decode ({} readers)         {ahead}",
+        subagent_store::read_ahead::READERS
+    )?;
+    writeln!(
+        out,
+        "  fold into all projections, one thread   {fold_one_thread}"
+    )?;
+    writeln!(out, "  fold into all projections (state_at)    {fold}")?;
+    writeln!(
+        out,
+        "  fold / raw one-thread decode            {:.2}",
         fold.median / raw.median
     )?;
     out.flush()?;

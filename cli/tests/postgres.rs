@@ -109,6 +109,43 @@ fn the_demo_delegates_into_postgres_and_every_command_reads_it() {
         tree.contains("└── digger  [continuable · spawn · inactive · aborted]"),
         "{tree}"
     );
+    // Every other reading command on the same URL.
+    let root = common::root_of(&demo);
+    let children: serde_json::Value =
+        serde_json::from_str(&ok(&["children", &log, &root, "--json"])).unwrap();
+    let labels: Vec<&str> = children
+        .as_array()
+        .expect("a list")
+        .iter()
+        .filter_map(|child| child["label"].as_str())
+        .collect();
+    assert_eq!(labels, ["research", "review", "shout", "digger"]);
+    let records = ok(&["log", &log, "--json"]);
+    let head = records.lines().count();
+    assert!(head > 20, "{records}");
+    assert!(
+        records.lines().all(|line| line.starts_with('{')),
+        "{records}"
+    );
+    let state: serde_json::Value = serde_json::from_str(&ok(&["replay", &log, "--json"])).unwrap();
+    assert_eq!(state["roots"].as_array().map(Vec::len), Some(1));
+    let diff = ok(&["diff", &log, "--from", "1", "--json"]);
+    assert!(diff.contains("research"), "{diff}");
+    // Read at a position: the root's first child is listed from its
+    // catalog entry on, not before.
+    let first_child = records
+        .lines()
+        .map(|line| serde_json::from_str::<serde_json::Value>(line).unwrap())
+        .find(|record| record["event"]["type"] == "ChildCataloged")
+        .expect("a child was cataloged")["position"]
+        .as_u64()
+        .unwrap();
+    for (at, listed) in [(first_child - 1, 0), (first_child, 1)] {
+        let at = at.to_string();
+        let children: serde_json::Value =
+            serde_json::from_str(&ok(&["children", &log, &root, "--at", &at, "--json"])).unwrap();
+        assert_eq!(children.as_array().map(Vec::len), Some(listed), "at {at}");
+    }
 }
 
 /// The staging schemas of imports (`import_<pid>_…`) on the server.

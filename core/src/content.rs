@@ -7,7 +7,11 @@
 //! written by a newer host still replays and re-exports byte-for-byte
 //! equivalent JSON.
 
-use serde::de::Error as _;
+use std::borrow::Cow;
+use std::fmt;
+
+use serde::de::value::MapAccessDeserializer;
+use serde::de::{Error as _, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value};
 
@@ -129,49 +133,137 @@ pub fn plain_text(blocks: &[ContentBlock]) -> String {
     blocks.iter().filter_map(ContentBlock::as_text).collect()
 }
 
+/// The wire form of a known block on its way out: `type` first, then the
+/// block's own fields and its preserved unknown ones, written straight to
+/// the serializer (no intermediate `Value`).
+#[derive(Serialize)]
+struct Tagged<'a, B: Serialize> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    #[serde(flatten)]
+    block: &'a B,
+}
+
 impl Serialize for ContentBlock {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let body = match self {
-            ContentBlock::Text(block) => serde_json::to_value(block),
-            ContentBlock::Image(block) => serde_json::to_value(block),
-            ContentBlock::ToolUse(block) => serde_json::to_value(block),
-            ContentBlock::ToolResult(block) => serde_json::to_value(block),
-            ContentBlock::Other(map) => return map.serialize(serializer),
+        match self {
+            ContentBlock::Text(block) => Tagged {
+                kind: "text",
+                block,
+            }
+            .serialize(serializer),
+            ContentBlock::Image(block) => Tagged {
+                kind: "image",
+                block,
+            }
+            .serialize(serializer),
+            ContentBlock::ToolUse(block) => Tagged {
+                kind: "tool_use",
+                block,
+            }
+            .serialize(serializer),
+            ContentBlock::ToolResult(block) => Tagged {
+                kind: "tool_result",
+                block,
+            }
+            .serialize(serializer),
+            ContentBlock::Other(map) => map.serialize(serializer),
         }
-        .map_err(serde::ser::Error::custom)?;
-        let Value::Object(fields) = body else {
-            return Err(serde::ser::Error::custom("content block must be an object"));
-        };
-        let mut tagged = Map::with_capacity(fields.len() + 1);
-        if let Some(name) = self.type_name() {
-            tagged.insert("type".to_owned(), Value::String(name.to_owned()));
-        }
-        tagged.extend(fields);
-        tagged.serialize(serializer)
     }
 }
 
 impl<'de> Deserialize<'de> for ContentBlock {
+    /// Streams a block whose first key is `type` (how this crate writes
+    /// them, so every stored block) straight into its typed form; any other
+    /// key order is gathered into a map first and decoded from it. Both
+    /// accept and refuse the same inputs.
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let mut map = Map::deserialize(deserializer)?;
+        deserializer.deserialize_map(BlockVisitor)
+    }
+}
+
+/// Decodes one block from a JSON object.
+struct BlockVisitor;
+
+impl<'de> Visitor<'de> for BlockVisitor {
+    type Value = ContentBlock;
+
+    fn expecting(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        formatter.write_str("a content block object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<ContentBlock, A::Error> {
+        let Some(first) = map.next_key::<Cow<'de, str>>()? else {
+            return Err(A::Error::custom("content block without `type`"));
+        };
+        if first != "type" {
+            let mut fields = Map::new();
+            fields.insert(first.into_owned(), map.next_value()?);
+            while let Some((key, value)) = map.next_entry::<String, Value>()? {
+                fields.insert(key, value);
+            }
+            return ContentBlock::from_fields(fields).map_err(A::Error::custom);
+        }
+        let Value::String(kind) = map.next_value::<Value>()? else {
+            return Err(A::Error::custom(TYPE_NOT_A_STRING));
+        };
+        let rest = MapAccessDeserializer::new(map);
+        let block = match kind.as_str() {
+            "text" => TextBlock::deserialize(rest).map(ContentBlock::Text),
+            "image" => ImageBlock::deserialize(rest).map(ContentBlock::Image),
+            "tool_use" => ToolUseBlock::deserialize(rest).map(ContentBlock::ToolUse),
+            "tool_result" => ToolResultBlock::deserialize(rest).map(ContentBlock::ToolResult),
+            _ => {
+                let mut fields = Map::deserialize(rest)?;
+                fields.shift_insert(0, "type".to_owned(), Value::String(kind));
+                return Ok(ContentBlock::Other(fields));
+            }
+        }
+        .map_err(|err| A::Error::custom(format!("malformed {kind} block: {err}")))?;
+        if block
+            .extra()
+            .is_some_and(|extra| extra.contains_key("type"))
+        {
+            return Err(A::Error::custom("content block with two `type` fields"));
+        }
+        Ok(block)
+    }
+}
+
+const TYPE_NOT_A_STRING: &str = "content block `type` must be a string";
+
+impl ContentBlock {
+    /// A block from its fields gathered in any order: the slow path of
+    /// [`Deserialize`], for objects whose first key is not `type`.
+    fn from_fields(mut map: Map<String, Value>) -> Result<Self, String> {
         let kind = match map.get("type") {
             Some(Value::String(kind)) => kind.clone(),
-            Some(_) => return Err(D::Error::custom("content block `type` must be a string")),
-            None => return Err(D::Error::custom("content block without `type`")),
+            Some(_) => return Err(TYPE_NOT_A_STRING.to_owned()),
+            None => return Err("content block without `type`".to_owned()),
         };
-        let known = matches!(kind.as_str(), "text" | "image" | "tool_use" | "tool_result");
-        if !known {
+        if !matches!(kind.as_str(), "text" | "image" | "tool_use" | "tool_result") {
             return Ok(ContentBlock::Other(map));
         }
-        map.remove("type");
+        map.shift_remove("type");
         let body = Value::Object(map);
-        let block = match kind.as_str() {
+        match kind.as_str() {
             "text" => serde_json::from_value(body).map(ContentBlock::Text),
             "image" => serde_json::from_value(body).map(ContentBlock::Image),
             "tool_use" => serde_json::from_value(body).map(ContentBlock::ToolUse),
             _ => serde_json::from_value(body).map(ContentBlock::ToolResult),
-        };
-        block.map_err(|err| D::Error::custom(format!("malformed {kind} block: {err}")))
+        }
+        .map_err(|err| format!("malformed {kind} block: {err}"))
+    }
+
+    /// The preserved unknown fields of a known block.
+    fn extra(&self) -> Option<&Map<String, Value>> {
+        match self {
+            ContentBlock::Text(block) => Some(&block.extra),
+            ContentBlock::Image(block) => Some(&block.extra),
+            ContentBlock::ToolUse(block) => Some(&block.extra),
+            ContentBlock::ToolResult(block) => Some(&block.extra),
+            ContentBlock::Other(_) => None,
+        }
     }
 }
 
@@ -220,6 +312,72 @@ mod tests {
                 "{bad}"
             );
         }
+    }
+
+    #[test]
+    fn stored_blocks_re_encode_byte_for_byte() {
+        // `type` first (as this crate writes blocks), unknown fields after
+        // the known ones in their own order: decoding from text streams the
+        // block, and encoding it again gives the same bytes.
+        for text in [
+            r#"{"type":"text","text":"hi","zeta":1,"alpha":{"b":2,"a":1},"mid":[true,null]}"#,
+            r#"{"type":"image","mimeType":"image/png","attachment":"ab12","z":1,"a":2}"#,
+            r#"{"type":"tool_use","id":"c1","name":"grep","input":{"q":"x","a":[1,2.5]},"z":0,"a":0}"#,
+            r#"{"type":"tool_result","toolUseId":"c1","content":[{"type":"text","text":"ok","y":1,"b":2}],"isError":true,"z":3,"a":4}"#,
+            r#"{"type":"thinking","thinking":"hmm","signature":"abc"}"#,
+        ] {
+            let block: ContentBlock = serde_json::from_str(text).unwrap();
+            assert_eq!(serde_json::to_string(&block).unwrap(), text);
+            let from_value: ContentBlock =
+                serde_json::from_value(serde_json::from_str(text).unwrap()).unwrap();
+            assert_eq!(from_value, block, "{text}");
+        }
+    }
+
+    #[test]
+    fn any_key_order_decodes_to_the_same_block() {
+        let streamed: ContentBlock =
+            serde_json::from_str(r#"{"type":"text","text":"hi","x":1,"y":2}"#).unwrap();
+        let gathered: ContentBlock =
+            serde_json::from_str(r#"{"text":"hi","x":1,"type":"text","y":2}"#).unwrap();
+        assert_eq!(streamed, gathered);
+        assert_eq!(
+            serde_json::to_string(&gathered).unwrap(),
+            r#"{"type":"text","text":"hi","x":1,"y":2}"#
+        );
+        let other: ContentBlock =
+            serde_json::from_str(r#"{"thinking":"t","type":"thinking"}"#).unwrap();
+        assert_eq!(
+            serde_json::to_string(&other).unwrap(),
+            r#"{"thinking":"t","type":"thinking"}"#
+        );
+    }
+
+    #[test]
+    fn malformed_blocks_are_rejected_in_either_key_order() {
+        for bad in [
+            r#"{}"#,
+            r#"[]"#,
+            r#""text""#,
+            r#"{"type":"text"}"#,
+            r#"{"text":"x"}"#,
+            r#"{"type":3,"text":"x"}"#,
+            r#"{"text":"x","type":3}"#,
+            r#"{"type":"text","text":"x","type":"image"}"#,
+            r#"{"type":"text","text":5}"#,
+            r#"{"type":"image","mimeType":"image/png","data":7}"#,
+            r#"{"type":"tool_use","id":"c1"}"#,
+            r#"{"id":"c1","type":"tool_use"}"#,
+            r#"{"type":"tool_result","toolUseId":"c1","content":[{"text":"no type"}]}"#,
+            r#"{"type":"tool_result","toolUseId":"c1","content":[],"isError":null}"#,
+        ] {
+            let err = serde_json::from_str::<ContentBlock>(bad);
+            assert!(err.is_err(), "{bad} decoded: {err:?}");
+        }
+        let err = serde_json::from_str::<ContentBlock>(r#"{"type":3}"#).unwrap_err();
+        assert!(err.to_string().contains("must be a string"), "{err}");
+        let err = serde_json::from_str::<ContentBlock>(r#"{"type":"text"}"#).unwrap_err();
+        assert!(err.to_string().contains("malformed text block"), "{err}");
     }
 
     #[test]

@@ -20,6 +20,13 @@
 //!   { HostRestart }`, in the same append as its `TreeAcquired`); an append
 //!   presenting the killed host's fence is refused and writes nothing; the
 //!   new holder takes the root back and delegates in it; `verify` passes.
+//! - A host paused past its lease (SIGSTOP, in a process of its own, with a
+//!   child mid-turn) while the other takes its tree over: once resumed
+//!   (SIGCONT), its child's late turn, its keeper and a new start are all
+//!   refused, it gives the tree up, and it writes nothing more.
+//! - A host that lost its lease unawares (nothing in the log says so yet):
+//!   its next command is fenced by the store, answered
+//!   `subagent/tree-elsewhere`, and writes nothing.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -40,6 +47,11 @@ use tokio_util::sync::CancellationToken;
 
 const PORT_ENV: &str = "SUBAGENTS_PG_HOST_PORT";
 const SCHEMA_ENV: &str = "SUBAGENTS_PG_HOST_SCHEMA";
+/// Set: the first host is the paused one (its child says more after a
+/// pause, and it reports what it was refused once resumed).
+const PAUSED_ENV: &str = "SUBAGENTS_PG_HOST_PAUSED";
+/// What the paused host's child says after its pause, refused.
+const LATE_WORDS: &str = "late words";
 const TERM: Duration = Duration::from_millis(1500);
 
 fn replying(text: &str) -> Arc<ScriptedHost> {
@@ -213,9 +225,18 @@ fn host_child() {
     let log: Arc<dyn EventLog> = Arc::new(
         PgLog::connect(subagent_pg::PgOptions::new(config).with_schema(schema)).expect("connect"),
     );
-    let busy = Arc::new(ScriptedHost::new(Script {
-        turns: vec![vec![Step::Say("working".into()), Step::SleepMs(600_000)]],
-    }));
+    let paused = std::env::var(PAUSED_ENV).is_ok();
+    let turn = if paused {
+        vec![
+            Step::Say("working".into()),
+            Step::SleepMs(1_000),
+            Step::Say(LATE_WORDS.into()),
+            Step::SleepMs(600_000),
+        ]
+    } else {
+        vec![Step::Say("working".into()), Step::SleepMs(600_000)]
+    };
+    let busy = Arc::new(ScriptedHost::new(Script { turns: vec![turn] }));
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     runtime.block_on(async move {
         let host = open_host(&log, "host-a", busy).await;
@@ -236,16 +257,52 @@ fn host_child() {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         println!("TREE {} {}", root.session(), child.child_id());
-        tokio::time::sleep(Duration::from_secs(600)).await;
+        if !paused {
+            tokio::time::sleep(Duration::from_secs(600)).await;
+            return;
+        }
+        // Paused past the lease and resumed: the keeper's renewal is
+        // fenced, and the tree is given up.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        while !host.held_trees().is_empty() {
+            assert!(tokio::time::Instant::now() < deadline, "never gave up");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        println!("GAVE-UP");
+        // Once the follower has folded the other host's claim, a start
+        // names the new holder.
+        while host
+            .projections()
+            .owner_of(root.session())
+            .is_none_or(|owner| owner.holder != "host-b")
+        {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "never saw the claim"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let task =
+            SubagentActivationSpec::with_text_prompt("spawn", "late", "go", Delivery::Caller);
+        let refused = host
+            .start_activation(&root, task, CancellationToken::new())
+            .await
+            .err()
+            .expect("the tree is another host's");
+        assert_eq!(
+            refused,
+            SubagentError::TreeElsewhere {
+                root: root.session(),
+                holder: Some("host-b".into())
+            }
+        );
+        println!("REFUSED {}", refused.code());
     });
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_killed_hosts_tree_is_taken_over_after_its_lease_and_its_late_append_is_fenced() {
-    let server = TestServer::shared().expect("a PostgreSQL server of its own");
-    let schema = unique_schema("takeover");
-    let log = connect(server, &schema);
-    let mut first = Command::new(std::env::current_exe().expect("test binary"))
+fn first_host(server: &TestServer, schema: &str, paused: bool) -> std::process::Child {
+    let mut command = Command::new(std::env::current_exe().expect("test binary"));
+    command
         .args([
             "--exact",
             "host_child",
@@ -255,13 +312,20 @@ async fn a_killed_hosts_tree_is_taken_over_after_its_lease_and_its_late_append_i
             "1",
         ])
         .env(PORT_ENV, server.port().to_string())
-        .env(SCHEMA_ENV, &schema)
+        .env(SCHEMA_ENV, schema)
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn the first host");
-    let mut lines = BufReader::new(first.stdout.take().expect("stdout")).lines();
-    let (root, child) = loop {
+        .stderr(Stdio::null());
+    if paused {
+        command.env(PAUSED_ENV, "1");
+    }
+    command.spawn().expect("spawn the first host")
+}
+
+/// The first host's `TREE <root> <child>` line.
+fn reported_tree(
+    lines: &mut impl Iterator<Item = std::io::Result<String>>,
+) -> (SessionId, SessionId) {
+    loop {
         let line = lines
             .next()
             .expect("the first host reports its tree")
@@ -270,9 +334,89 @@ async fn a_killed_hosts_tree_is_taken_over_after_its_lease_and_its_late_append_i
             let mut ids = line[start + 5..].split(' ');
             let root = SessionId::parse(ids.next().expect("root")).expect("root id");
             let child = SessionId::parse(ids.next().expect("child")).expect("child id");
-            break (root, child);
+            return (root, child);
         }
-    };
+    }
+}
+
+/// Sends `signal` (`STOP`, `CONT`) to a child process.
+fn signal(process: &std::process::Child, signal: &str) {
+    let status = Command::new("kill")
+        .args([&format!("-{signal}"), &process.id().to_string()])
+        .status()
+        .expect("run kill");
+    assert!(status.success(), "kill -{signal}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_host_resumes_to_find_its_tree_taken_and_writes_nothing() {
+    let server = TestServer::shared().expect("a PostgreSQL server of its own");
+    let schema = unique_schema("paused");
+    let log = connect(server, &schema);
+    let mut first = first_host(server, &schema, true);
+    let mut lines = BufReader::new(first.stdout.take().expect("stdout")).lines();
+    let (root, child) = reported_tree(&mut lines);
+    signal(&first, "STOP");
+    let b = open_host(&log, "host-b", replying("from b")).await;
+    let deadline = tokio::time::Instant::now() + TERM * 10;
+    while !b.held_trees().contains(&root) {
+        assert!(tokio::time::Instant::now() < deadline, "never taken over");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let head = log.head();
+    let settled = log.read_stream(StreamId::Session(child), 1).any(|record| {
+        matches!(
+            record.expect("read").event,
+            Event::ActivationAbandoned {
+                reason: AbandonReason::HostRestart,
+                ..
+            }
+        )
+    });
+    assert!(settled, "the takeover settles the paused host's child");
+
+    signal(&first, "CONT");
+    let reports: Vec<String> = tokio::task::spawn_blocking(move || {
+        let reports = lines
+            .map_while(Result::ok)
+            .filter(|line| line.contains("GAVE-UP") || line.contains("REFUSED "))
+            .collect();
+        let status = first.wait().expect("wait");
+        assert!(status.success(), "the paused host failed: {status}");
+        reports
+    })
+    .await
+    .expect("the paused host's reports");
+    assert_eq!(reports.len(), 2, "{reports:?}");
+    assert!(reports[0].contains("GAVE-UP"), "{reports:?}");
+    assert!(
+        reports[1].contains("REFUSED subagent/tree-elsewhere"),
+        "{reports:?}"
+    );
+    // Nothing from the paused host landed after the takeover: not its
+    // child's late words, not its refused start.
+    assert_eq!(
+        log.head(),
+        head,
+        "the paused host wrote after losing its tree"
+    );
+    let late = log.read_all(1).filter_map(Result::ok).any(|record| {
+        matches!(&record.event, Event::AssistantMessage { content, .. }
+            if plain_text(content) == LATE_WORDS)
+    });
+    assert!(!late, "the late words were recorded");
+    b.close().await.expect("close");
+    verified(log.as_ref());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_hosts_tree_is_taken_over_after_its_lease_and_its_late_append_is_fenced() {
+    let server = TestServer::shared().expect("a PostgreSQL server of its own");
+    let schema = unique_schema("takeover");
+    let log = connect(server, &schema);
+    let mut first = first_host(server, &schema, false);
+    let mut lines = BufReader::new(first.stdout.take().expect("stdout")).lines();
+    let (root, child) = reported_tree(&mut lines);
     let b = open_host(&log, "host-b", replying("from b")).await;
     // Each host delegates in its own tree; this one lists the first's.
     let own = b.open_root("own").await.expect("root");
@@ -386,4 +530,91 @@ async fn a_killed_hosts_tree_is_taken_over_after_its_lease_and_its_late_append_i
     again.dispose().await.expect("dispose");
     b.close().await.expect("close");
     verified(log.as_ref());
+}
+
+/// A host that lost its tree without knowing it (its lease lapsed while it
+/// was paused, and another holder took the tree without writing anything
+/// yet, so the host's own projections still say it holds the tree): its
+/// next command is decided, presented with its stale fence, refused by the
+/// store, answered `subagent/tree-elsewhere`, and writes nothing; its
+/// keeper's next renewal is refused too, and the host gives the tree up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_that_lost_its_lease_unawares_is_fenced_and_gives_the_tree_up() {
+    let server = TestServer::shared().expect("a PostgreSQL server of its own");
+    let schema = unique_schema("unaware");
+    let log_a = connect(server, &schema);
+    let a = open_host(&log_a, "host-a", replying("a")).await;
+    let root = a.open_root("root").await.expect("root");
+    let taker = PgLog::connect(server.options(&schema)).expect("connect");
+    let (sql, connection) = server
+        .config()
+        .connect(subagent_pg::tokio_postgres::NoTls)
+        .await
+        .expect("connect");
+    tokio::spawn(connection);
+    // The lease lapses (as if host a had been paused past its term) and
+    // another holder takes it; the keeper may renew in between, so retry.
+    let lapse = format!(
+        "UPDATE \"{schema}\".leases SET expires_at = clock_timestamp() - interval '1 second' \
+         WHERE root = $1"
+    );
+    let taken = loop {
+        sql.execute(&lapse, &[&root.session().as_uuid()])
+            .await
+            .expect("lapse the lease");
+        match taker.acquire_lease(root.session(), "host-b", Duration::from_secs(3600)) {
+            Ok(lease) => break lease,
+            Err(StoreError::LeaseHeld { .. }) => continue,
+            Err(err) => panic!("take the lease: {err:?}"),
+        }
+    };
+    assert_eq!(taken.holder, "host-b");
+    assert_eq!(
+        a.projections()
+            .owner_of(root.session())
+            .map(|owner| owner.holder.clone()),
+        Some("host-a".to_owned()),
+        "nothing in the log says host a lost the tree"
+    );
+
+    let head = log_a.head();
+    let task = SubagentActivationSpec::with_text_prompt("spawn", "late", "go", Delivery::Caller);
+    let refused = a
+        .start_activation(&root, task, CancellationToken::new())
+        .await
+        .err()
+        .expect("fenced");
+    assert_eq!(
+        refused,
+        SubagentError::TreeElsewhere {
+            root: root.session(),
+            holder: None
+        }
+    );
+    assert_eq!(log_a.head(), head, "a fenced command writes nothing");
+
+    // The keeper's renewal is fenced too: the tree is given up.
+    let deadline = tokio::time::Instant::now() + TERM * 10;
+    while !a.held_trees().is_empty() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never gave the tree up"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let task = SubagentActivationSpec::with_text_prompt("spawn", "later", "go", Delivery::Caller);
+    assert_eq!(
+        a.start_activation(&root, task, CancellationToken::new())
+            .await
+            .err()
+            .expect("the tree is no longer this host's"),
+        SubagentError::TreeElsewhere {
+            root: root.session(),
+            holder: None
+        },
+        "the log does not say who took it"
+    );
+    assert_eq!(log_a.head(), head, "nothing written after the loss");
+    a.close().await.expect("close");
+    verified(log_a.as_ref());
 }

@@ -5,6 +5,11 @@
 //! - Three children appending at once: the positions are gap-free, every
 //!   acknowledged event is at its acknowledged position, and a subscriber
 //!   in the parent sees every event once, in order.
+//! - Three children racing on ONE stream with the SAME event ids (each
+//!   appends event k at the version it last read, retrying on a conflict):
+//!   the version check and the id check hold across transactions of
+//!   separate processes, so each event is written once, at one position
+//!   every child was told, and the stream's versions are gap-free.
 //! - A child SIGKILLed mid-append, over several rounds: every acknowledged
 //!   event survives at its position, the log stays a gap-free prefix with
 //!   indexes that agree, and the next writer is not blocked by the dead
@@ -19,13 +24,61 @@ use futures::StreamExt as _;
 use subagent_core::{Event, EventId, NewEvent, SessionId, StreamId};
 use subagent_pg::testing::{unique_schema, TestServer};
 use subagent_pg::PgLog;
-use subagent_store::{EventLog, EventLogExt, ExpectedVersion, SubscriptionItem};
+use subagent_store::{EventLog, EventLogExt, ExpectedVersion, Subscription, SubscriptionItem};
 
 const PORT_ENV: &str = "SUBAGENTS_PG_CHILD_PORT";
 const SCHEMA_ENV: &str = "SUBAGENTS_PG_CHILD_SCHEMA";
 /// How many appends the child makes per task; 0 for endless.
 const COUNT_ENV: &str = "SUBAGENTS_PG_CHILD_COUNT";
 const TASKS_ENV: &str = "SUBAGENTS_PG_CHILD_TASKS";
+/// Set: the child races on this one stream (a UUID) with the event ids
+/// every racer shares, instead of appending to streams of its own.
+const RACE_ENV: &str = "SUBAGENTS_PG_CHILD_RACE";
+
+/// The id every racer gives its `k`th event on `stream`.
+fn race_id(stream: SessionId, k: u64) -> EventId {
+    EventId::from_uuid(uuid::Uuid::from_u128(
+        stream.as_uuid().as_u128() ^ u128::from(k + 1),
+    ))
+}
+
+/// The race: event `k` appended at the version last read, re-read and
+/// retried on a conflict, until written or found already written.
+async fn race(log: &PgLog, stream: SessionId, count: u64) {
+    for k in 0..count {
+        loop {
+            let expected = log
+                .stream_version(&StreamId::Session(stream))
+                .expect("version");
+            let mut event = NewEvent::new(Event::TurnStarted { turn: k, epoch: 1 });
+            event.event_id = race_id(stream, k);
+            match log
+                .append(
+                    StreamId::Session(stream),
+                    ExpectedVersion::Exact(expected),
+                    vec![event],
+                )
+                .await
+            {
+                Ok(outcome) => {
+                    let mut out = std::io::stdout().lock();
+                    writeln!(
+                        out,
+                        "ACK {} {} {}",
+                        race_id(stream, k),
+                        outcome.first_position,
+                        if outcome.deduplicated { "dup" } else { "new" }
+                    )
+                    .expect("stdout");
+                    out.flush().expect("flush");
+                    break;
+                }
+                Err(subagent_store::StoreError::Conflict { .. }) => continue,
+                Err(err) => panic!("append: {err:?}"),
+            }
+        }
+    }
+}
 
 /// Not a test: the child process of the tests below.
 #[test]
@@ -51,6 +104,11 @@ fn append_child() {
     let log =
         PgLog::connect(subagent_pg::PgOptions::new(config).with_schema(schema)).expect("connect");
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    if let Ok(stream) = std::env::var(RACE_ENV) {
+        let stream = SessionId::parse(&stream).expect("race stream");
+        runtime.block_on(race(&log, stream, count));
+        return;
+    }
     runtime.block_on(async move {
         let mut handles = Vec::new();
         for _ in 0..tasks {
@@ -80,7 +138,14 @@ fn append_child() {
 }
 
 fn child(server: &TestServer, schema: &str, count: u64, tasks: usize) -> Child {
-    Command::new(std::env::current_exe().expect("test binary"))
+    child_command(server, schema, count, tasks)
+        .spawn()
+        .expect("spawn the child")
+}
+
+fn child_command(server: &TestServer, schema: &str, count: u64, tasks: usize) -> Command {
+    let mut command = Command::new(std::env::current_exe().expect("test binary"));
+    command
         .args([
             "--exact",
             "append_child",
@@ -94,9 +159,8 @@ fn child(server: &TestServer, schema: &str, count: u64, tasks: usize) -> Child {
         .env(COUNT_ENV, count.to_string())
         .env(TASKS_ENV, tasks.to_string())
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn the child")
+        .stderr(Stdio::null());
+    command
 }
 
 /// The child's acknowledgements: event id → position.
@@ -151,18 +215,24 @@ async fn three_processes_append_gap_free_and_a_subscriber_sees_each_event_once()
     let server = TestServer::shared().expect("a PostgreSQL server");
     let schema = unique_schema("processes");
     let log = PgLog::connect(server.options(&schema)).expect("connect");
-    let mut subscription = log.subscribe(1);
     let (per_task, tasks) = (40u64, 2usize);
+    let total = 3 * per_task * tasks as u64;
+    // Two subscribers read while the children write: one from the start,
+    // one that joins once the log has events and catches up to them.
+    let early = tokio::spawn(deliver(log.subscribe(1), total));
     let children: Vec<Child> = (0..3)
         .map(|_| child(server, &schema, per_task, tasks))
         .collect();
+    while log.head() == 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let late = tokio::spawn(deliver(log.subscribe(1), total));
     let mut acknowledged = HashMap::new();
     for mut child in children {
         let stdout = child.stdout.take().expect("stdout");
         acknowledged.extend(acks(BufReader::new(stdout)));
         assert!(child.wait().expect("wait").success(), "a child failed");
     }
-    let total = 3 * per_task * tasks as u64;
     assert_eq!(
         acknowledged.len() as u64,
         total,
@@ -176,23 +246,105 @@ async fn three_processes_append_gap_free_and_a_subscriber_sees_each_event_once()
         "acknowledged positions are 1..=total"
     );
     assert_eq!(check_log(&log, &acknowledged), total);
+    let (early, late) = (
+        early.await.expect("subscriber"),
+        late.await.expect("subscriber"),
+    );
+    for delivered in [&early, &late] {
+        assert_eq!(
+            delivered.positions,
+            (1..=total).collect::<Vec<_>>(),
+            "each once, in order"
+        );
+    }
+    // The early one caught up on an empty log: it read every event live,
+    // while the children were writing.
+    assert!(early.live, "the early subscriber delivered nothing live");
+}
 
-    let mut delivered = Vec::new();
-    while delivered.len() < total as usize {
-        let item = tokio::time::timeout(Duration::from_secs(10), subscription.next())
+/// What a subscriber delivered, and whether any event came after it had
+/// caught up (live).
+struct Delivered {
+    positions: Vec<u64>,
+    live: bool,
+}
+
+/// Reads `subscription` until `total` events arrived.
+async fn deliver(mut subscription: Subscription, total: u64) -> Delivered {
+    let mut delivered = Delivered {
+        positions: Vec::new(),
+        live: false,
+    };
+    let mut caught_up = false;
+    while delivered.positions.len() < total as usize {
+        let item = tokio::time::timeout(Duration::from_secs(30), subscription.next())
             .await
             .expect("the subscription stalled")
             .expect("the subscription ended")
             .expect("the subscription failed");
-        if let SubscriptionItem::Event(record) = item {
-            delivered.push(record.position);
+        match item {
+            SubscriptionItem::Event(record) => {
+                delivered.live |= caught_up;
+                delivered.positions.push(record.position);
+            }
+            SubscriptionItem::CaughtUp { .. } => caught_up = true,
         }
     }
+    delivered
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn processes_racing_on_one_stream_write_each_event_once() {
+    let server = TestServer::shared().expect("a PostgreSQL server");
+    let schema = unique_schema("race");
+    let log = PgLog::connect(server.options(&schema)).expect("connect");
+    let stream = SessionId::new();
+    let count = 30u64;
+    let racers: Vec<Child> = (0..3)
+        .map(|_| {
+            child_command(server, &schema, count, 1)
+                .env(RACE_ENV, stream.to_string())
+                .spawn()
+                .expect("spawn a racer")
+        })
+        .collect();
+    // Per event id: the positions each racer was told, and how many wrote it.
+    let mut told: HashMap<EventId, (Vec<u64>, usize)> = HashMap::new();
+    for mut racer in racers {
+        let stdout = racer.stdout.take().expect("stdout");
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let Some(start) = line.find("ACK ") else {
+                continue;
+            };
+            let words: Vec<&str> = line[start + 4..].split(' ').collect();
+            let id = EventId::parse(words[0]).expect("id");
+            let entry = told.entry(id).or_default();
+            entry.0.push(words[1].parse().expect("position"));
+            entry.1 += usize::from(words[2] == "new");
+        }
+        assert!(racer.wait().expect("wait").success(), "a racer failed");
+    }
+    let records: Vec<_> = log
+        .read_stream(StreamId::Session(stream), 1)
+        .map(|record| record.expect("read"))
+        .collect();
     assert_eq!(
-        delivered,
-        (1..=total).collect::<Vec<_>>(),
-        "each once, in order"
+        records.iter().map(|r| r.version).collect::<Vec<_>>(),
+        (1..=count).collect::<Vec<_>>(),
+        "each event once, versions gap-free"
     );
+    for (k, record) in (0..count).zip(&records) {
+        assert_eq!(record.event_id, race_id(stream, k), "in the order raced");
+        let (positions, writers) = &told[&record.event_id];
+        assert_eq!(positions.len(), 3, "every racer acknowledged event {k}");
+        assert!(
+            positions.iter().all(|p| *p == record.position),
+            "event {k}: told {positions:?}, stored at {}",
+            record.position
+        );
+        assert_eq!(*writers, 1, "event {k} written by exactly one racer");
+    }
+    assert_eq!(check_log(&log, &HashMap::new()), count);
 }
 
 #[test]

@@ -5,7 +5,11 @@
 //! callers then discard it and rebuild from the log. A checkpoint is never
 //! trusted beyond what it can prove about itself.
 
-use serde::{Deserialize, Serialize};
+use std::cell::Cell;
+
+use serde::de::{Error as _, IgnoredAny, MapAccess, Visitor};
+use serde::{Deserialize, Deserializer as _, Serialize};
+use serde_json::value::RawValue;
 
 use crate::state::Projections;
 
@@ -46,14 +50,6 @@ struct CheckpointOut<'a> {
     state: &'a Projections,
 }
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct CheckpointIn {
-    checkpoint_version: u32,
-    position: u64,
-    state: Projections,
-}
-
 /// Why a checkpoint was discarded.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum CheckpointRejected {
@@ -89,29 +85,100 @@ pub fn encode(state: &Projections) -> Vec<u8> {
     .unwrap_or_default()
 }
 
-/// Decodes a checkpoint.
+/// Decodes a checkpoint, in one pass over its bytes: the version (which
+/// [`encode`] writes first) is checked as soon as it is read, and the state
+/// is decoded straight into [`Projections`]. A state that comes before the
+/// version (not written by this crate, but valid JSON all the same) is kept
+/// raw and decoded once the version is known.
 ///
 /// # Errors
 /// [`CheckpointRejected`] for anything but a well-formed checkpoint of this version.
 pub fn decode(bytes: &[u8]) -> Result<Projections, CheckpointRejected> {
-    #[derive(Deserialize)]
-    #[serde(rename_all = "camelCase")]
-    struct Header {
-        checkpoint_version: u32,
-    }
-    let header: Header = serde_json::from_slice(bytes)
-        .map_err(|err| CheckpointRejected::Malformed(err.to_string()))?;
-    if header.checkpoint_version != CHECKPOINT_VERSION {
-        return Err(CheckpointRejected::UnknownVersion(
-            header.checkpoint_version,
-        ));
-    }
-    let checkpoint: CheckpointIn = serde_json::from_slice(bytes)
-        .map_err(|err| CheckpointRejected::Malformed(err.to_string()))?;
-    if checkpoint.position != checkpoint.state.position
-        || checkpoint.checkpoint_version != CHECKPOINT_VERSION
-    {
+    let found = Cell::new(None);
+    let mut input = serde_json::Deserializer::from_slice(bytes);
+    let decoded = input
+        .deserialize_map(CheckpointVisitor { found: &found })
+        .and_then(|checkpoint| input.end().map(|()| checkpoint));
+    let (position, state) = match decoded {
+        Ok(checkpoint) => checkpoint,
+        Err(err) => {
+            return Err(match found.get() {
+                Some(version) if version != CHECKPOINT_VERSION => {
+                    CheckpointRejected::UnknownVersion(version)
+                }
+                _ => CheckpointRejected::Malformed(err.to_string()),
+            })
+        }
+    };
+    if position != state.position {
         return Err(CheckpointRejected::Inconsistent);
     }
-    Ok(checkpoint.state)
+    Ok(state)
+}
+
+/// The fields of a checkpoint.
+#[derive(Deserialize)]
+#[serde(field_identifier, rename_all = "camelCase")]
+enum Field {
+    CheckpointVersion,
+    Position,
+    State,
+    #[serde(other)]
+    Other,
+}
+
+/// Reads a checkpoint's fields in any order; tells `found` the version as
+/// soon as it is read, so a checkpoint of another version stops there.
+struct CheckpointVisitor<'a> {
+    found: &'a Cell<Option<u32>>,
+}
+
+impl<'de> Visitor<'de> for CheckpointVisitor<'_> {
+    type Value = (u64, Projections);
+
+    fn expecting(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str("a projections checkpoint")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let (mut position, mut state, mut early_state) = (None, None, None::<Box<RawValue>>);
+        let mut version_seen = false;
+        while let Some(field) = map.next_key::<Field>()? {
+            match field {
+                Field::CheckpointVersion if version_seen => {
+                    return Err(A::Error::duplicate_field("checkpointVersion"))
+                }
+                Field::CheckpointVersion => {
+                    let version: u32 = map.next_value()?;
+                    self.found.set(Some(version));
+                    version_seen = true;
+                    if version != CHECKPOINT_VERSION {
+                        return Err(A::Error::custom(format!("checkpoint version {version}")));
+                    }
+                }
+                Field::Position if position.is_some() => {
+                    return Err(A::Error::duplicate_field("position"))
+                }
+                Field::Position => position = Some(map.next_value::<u64>()?),
+                Field::State if state.is_some() || early_state.is_some() => {
+                    return Err(A::Error::duplicate_field("state"))
+                }
+                Field::State if version_seen => state = Some(map.next_value::<Projections>()?),
+                Field::State => early_state = Some(map.next_value()?),
+                Field::Other => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        if !version_seen {
+            return Err(A::Error::missing_field("checkpointVersion"));
+        }
+        let position = position.ok_or_else(|| A::Error::missing_field("position"))?;
+        let state = match (state, early_state) {
+            (Some(state), _) => state,
+            (None, Some(raw)) => serde_json::from_str(raw.get()).map_err(A::Error::custom)?,
+            (None, None) => return Err(A::Error::missing_field("state")),
+        };
+        Ok((position, state))
+    }
 }

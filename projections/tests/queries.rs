@@ -334,4 +334,54 @@ fn checkpoints_round_trip_and_bad_ones_are_rejected() {
         checkpoint::decode(&serde_json::to_vec(&lying).unwrap()),
         Err(checkpoint::CheckpointRejected::Inconsistent)
     );
+
+    // The fields in another order (the state first) decode the same, and
+    // the version is still judged.
+    let text = String::from_utf8(bytes.clone()).unwrap();
+    let state_json = serde_json::to_string(&state).unwrap();
+    let reordered = |version: u32| {
+        format!(
+            r#"{{"state":{state_json},"extra":[1,{{"a":null}}],"position":{},"checkpointVersion":{version}}}"#,
+            state.position
+        )
+    };
+    assert_eq!(
+        checkpoint::decode(reordered(checkpoint::CHECKPOINT_VERSION).as_bytes()).unwrap(),
+        state
+    );
+    assert_eq!(
+        checkpoint::decode(reordered(checkpoint::CHECKPOINT_VERSION + 1).as_bytes()),
+        Err(checkpoint::CheckpointRejected::UnknownVersion(
+            checkpoint::CHECKPOINT_VERSION + 1
+        ))
+    );
+    // Missing, repeated or trailing parts are malformed.
+    let version = checkpoint::CHECKPOINT_VERSION;
+    for bad in [
+        format!(
+            r#"{{"checkpointVersion":{version},"position":{}}}"#,
+            state.position
+        ),
+        format!(r#"{{"checkpointVersion":{version},"state":{state_json}}}"#),
+        format!(r#"{{"position":0,"state":{state_json}}}"#),
+        format!(
+            r#"{{"checkpointVersion":{version},"checkpointVersion":{version},"position":0,"state":{{}}}}"#
+        ),
+        format!(
+            r#"{{"checkpointVersion":{version},"position":{},"state":{state_json},"state":{state_json}}}"#,
+            state.position
+        ),
+        format!("{text} {{}}"),
+        format!(r#"{{"checkpointVersion":"{version}","position":0,"state":{state_json}}}"#),
+        "[]".to_owned(),
+        String::new(),
+    ] {
+        assert!(
+            matches!(
+                checkpoint::decode(bad.as_bytes()),
+                Err(checkpoint::CheckpointRejected::Malformed(_))
+            ),
+            "{bad}"
+        );
+    }
 }

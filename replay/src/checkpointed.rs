@@ -4,9 +4,10 @@
 //! claims a position past the head is discarded and the state rebuilt from
 //! the log; it is never trusted.
 
+use std::ops::ControlFlow;
+
 use subagent_core::RecordedEvent;
 use subagent_projections::{checkpoint, Projections};
-use subagent_store::log::READ_PAGE;
 use subagent_store::EventLog;
 
 use crate::error::ReplayError;
@@ -67,22 +68,24 @@ impl<L: EventLog> Checkpointed<L> {
     /// # Errors
     /// A read failure.
     pub fn catch_up(&mut self) -> Result<u64, ReplayError> {
+        // Nothing follows u64::MAX (a checkpoint can claim it only if the
+        // head does too, and no log grows that far).
+        let Some(next) = self.state.position.checked_add(1) else {
+            return Ok(0);
+        };
         let mut count = 0;
-        loop {
-            // Nothing follows u64::MAX (a checkpoint can claim it only if the
-            // head does too, and no log grows that far).
-            let Some(next) = self.state.position.checked_add(1) else {
-                return Ok(count);
-            };
-            let page = self.log.read_all_page(next, READ_PAGE)?;
-            if page.is_empty() {
-                return Ok(count);
-            }
-            for record in &page {
-                self.apply(record)?;
-                count += 1;
-            }
-        }
+        let Checkpointed {
+            log,
+            state,
+            every,
+            since_save,
+        } = self;
+        subagent_store::read_ahead::scan(&*log, next, |record| {
+            fold_one(&*log, state, *every, since_save, &record)?;
+            count += 1;
+            Ok::<_, ReplayError>(ControlFlow::Continue(()))
+        })?;
+        Ok(count)
     }
 
     /// Applies one event (in position order) and saves a checkpoint when due.
@@ -90,15 +93,13 @@ impl<L: EventLog> Checkpointed<L> {
     /// # Errors
     /// A checkpoint write failure.
     pub fn apply(&mut self, record: &RecordedEvent) -> Result<(), ReplayError> {
-        let before = self.state.position;
-        self.state.apply(record);
-        if self.state.position > before {
-            self.since_save += 1;
-            if self.every > 0 && self.since_save >= self.every {
-                self.save()?;
-            }
-        }
-        Ok(())
+        fold_one(
+            &self.log,
+            &mut self.state,
+            self.every,
+            &mut self.since_save,
+            record,
+        )
     }
 
     /// Saves a checkpoint of the current state.
@@ -106,10 +107,7 @@ impl<L: EventLog> Checkpointed<L> {
     /// # Errors
     /// A write failure.
     pub fn save(&mut self) -> Result<(), ReplayError> {
-        self.log
-            .write_checkpoint(CHECKPOINT_NAME, &checkpoint::encode(&self.state))?;
-        self.since_save = 0;
-        Ok(())
+        save(&self.log, &self.state, &mut self.since_save)
     }
 
     /// Saves a final checkpoint and returns the log.
@@ -130,4 +128,35 @@ impl<L: EventLog> Checkpointed<L> {
     pub fn log(&self) -> &L {
         &self.log
     }
+}
+
+/// [`Checkpointed::apply`] on its parts, so a fold can borrow them apart
+/// from the log it reads.
+fn fold_one<L: EventLog + ?Sized>(
+    log: &L,
+    state: &mut Projections,
+    every: u64,
+    since_save: &mut u64,
+    record: &RecordedEvent,
+) -> Result<(), ReplayError> {
+    let before = state.position;
+    state.apply(record);
+    if state.position > before {
+        *since_save += 1;
+        if every > 0 && *since_save >= every {
+            save(log, state, since_save)?;
+        }
+    }
+    Ok(())
+}
+
+/// [`Checkpointed::save`] on its parts.
+fn save<L: EventLog + ?Sized>(
+    log: &L,
+    state: &Projections,
+    since_save: &mut u64,
+) -> Result<(), ReplayError> {
+    log.write_checkpoint(CHECKPOINT_NAME, &checkpoint::encode(state))?;
+    *since_save = 0;
+    Ok(())
 }

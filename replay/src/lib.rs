@@ -41,8 +41,9 @@ pub use spans::{spans, RebuiltSpan, SpanKind};
 pub use transfer::{export, export_with_progress, import, import_directory};
 pub use verify::{verify, verify_with_progress, VerifyReport};
 
+use std::ops::ControlFlow;
 use subagent_projections::Projections;
-use subagent_store::{EventLog, EventLogExt};
+use subagent_store::EventLog;
 
 /// Every projection as it was right after position `at` (the head when
 /// `None`), folded from position 1.
@@ -104,14 +105,14 @@ pub fn state_at_with_progress<L: EventLog + ?Sized, P: Progress + ?Sized>(
     progress.set_total(at);
     let mut state = Projections::new();
     let mut done = 0;
-    for record in log.read_all(1) {
-        let record = record?;
+    subagent_store::read_ahead::scan(log, 1, |record| {
         if record.position > at {
-            break;
+            return Ok::<_, ReplayError>(ControlFlow::Break(()));
         }
         state.apply(&record);
         done += 1;
         progress.reached(done);
-    }
+        Ok(ControlFlow::Continue(()))
+    })?;
     Ok(state)
 }

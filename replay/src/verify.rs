@@ -6,10 +6,11 @@
 //! - The projections rebuilt from position 1 equal the stored checkpoint (at
 //!   its position) and the checkpoint plus the tail (at the head).
 
+use std::ops::ControlFlow;
 use subagent_projections::{
     admit, admit_end, checkpoint, Expectation, HistoryViolation, Projections,
 };
-use subagent_store::{EventLog, EventLogExt};
+use subagent_store::EventLog;
 
 use crate::checkpointed::CHECKPOINT_NAME;
 use crate::diff::structural_diff;
@@ -94,8 +95,7 @@ pub fn verify_with_progress<L: EventLog + ?Sized, P: Progress + ?Sized>(
     let mut expected = Expectation::None;
     let mut indexes = IndexAudit::default();
     let mut checked = std::collections::HashSet::new();
-    for record in log.read_all(1) {
-        let record = record?;
+    subagent_store::read_ahead::scan(log, 1, |record| {
         if let Some(stored) = &stored {
             if stored.position.checked_add(1) == Some(record.position)
                 || (stored.position == 0 && record.position == 1)
@@ -119,7 +119,8 @@ pub fn verify_with_progress<L: EventLog + ?Sized, P: Progress + ?Sized>(
         }
         report.events += 1;
         progress.reached(report.events);
-    }
+        Ok::<_, ReplayError>(ControlFlow::Continue(()))
+    })?;
     if report.impossible_history.is_none() {
         report.impossible_history = admit_end(&rebuilt, expected).err();
     }

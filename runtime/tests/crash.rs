@@ -17,6 +17,12 @@
 //! Rounds accumulate in one directory, so later rounds also recover logs that
 //! earlier kills left behind. `make test` runs a few rounds;
 //! `make soak` runs `SUBAGENTS_CRASH_ROUNDS` (100 by default).
+//!
+//! The same harness runs on PostgreSQL with the runtime as a host of a
+//! shared log (`open_shared`, on a server the test starts): the killed
+//! child's lease is still live, and the recovering host (the same holder
+//! name, as a restarted host) takes its tree back at once, recording the
+//! claim and the same settling events in one append.
 
 mod common;
 
@@ -39,6 +45,67 @@ use subagent_store::{EventLog, EventLogExt, RocksLog, RocksOptions};
 use tokio_util::sync::CancellationToken;
 
 const CHILD_DIR_ENV: &str = "SUBAGENTS_CRASH_CHILD_DIR";
+/// Set (to `port/schema`) instead of the directory: the child runs as a
+/// shared host on that PostgreSQL schema.
+const CHILD_PG_ENV: &str = "SUBAGENTS_CRASH_CHILD_PG";
+/// The holder name of every incarnation of the PostgreSQL host.
+const HOLDER: &str = "crash-host";
+const TERM: Duration = Duration::from_secs(5);
+
+/// Where a round's log lives.
+enum Store {
+    Rocks(tempfile::TempDir),
+    Postgres { port: u16, schema: String },
+}
+
+impl Store {
+    fn child_env(&self) -> (&'static str, String) {
+        match self {
+            Store::Rocks(dir) => (CHILD_DIR_ENV, dir.path().display().to_string()),
+            Store::Postgres { port, schema } => (CHILD_PG_ENV, format!("{port}/{schema}")),
+        }
+    }
+}
+
+/// The log named by the child's environment variable `(name, value)`.
+fn open_log(name: &str, value: &str) -> Arc<dyn EventLog> {
+    if name == CHILD_DIR_ENV {
+        return Arc::new(RocksLog::open(value, RocksOptions::default()).expect("open the log"));
+    }
+    let (port, schema) = value.split_once('/').expect("port/schema");
+    let mut config = subagent_pg::tokio_postgres::Config::new();
+    config
+        .host("127.0.0.1")
+        .port(port.parse().expect("port"))
+        .user("postgres")
+        .dbname("postgres");
+    Arc::new(
+        subagent_pg::PgLog::connect(subagent_pg::PgOptions::new(config).with_schema(schema))
+            .expect("connect"),
+    )
+}
+
+/// Opens the runtime: a single writer on RocksDB, a shared host (always
+/// the same holder) on PostgreSQL.
+async fn open_runtime(
+    name: &str,
+    log: Arc<dyn EventLog>,
+) -> (SubagentRuntime, subagent_runtime::RecoveryReport) {
+    if name == CHILD_DIR_ENV {
+        SubagentRuntime::open(log, Arc::new(host()))
+            .await
+            .expect("open the runtime")
+    } else {
+        SubagentRuntime::open_shared(
+            log,
+            Arc::new(host()),
+            subagent_runtime::CapacityLimits::default(),
+            subagent_runtime::SharedHost::new(HOLDER, TERM),
+        )
+        .await
+        .expect("open the shared host")
+    }
+}
 const ROUNDS_ENV: &str = "SUBAGENTS_CRASH_ROUNDS";
 const DEFAULT_ROUNDS: u64 = 3;
 
@@ -85,15 +152,15 @@ fn host() -> ScriptedHost {
 #[test]
 #[ignore = "entry point of the crash harness's child process"]
 fn crash_workload_child() {
-    let Ok(dir) = std::env::var(CHILD_DIR_ENV) else {
+    let Some((name, value)) = [CHILD_DIR_ENV, CHILD_PG_ENV]
+        .into_iter()
+        .find_map(|name| Some((name, std::env::var(name).ok()?)))
+    else {
         return;
     };
     let tokio = tokio::runtime::Runtime::new().expect("tokio");
     tokio.block_on(async move {
-        let log = RocksLog::open(&dir, RocksOptions::default()).expect("child opens the log");
-        let (runtime, _) = SubagentRuntime::open(Arc::new(log), Arc::new(host()))
-            .await
-            .expect("child opens the runtime");
+        let (runtime, _) = open_runtime(name, open_log(name, &value)).await;
         runtime
             .register_provider(Arc::new(SpawnProvider))
             .await
@@ -190,11 +257,27 @@ fn rounds() -> u64 {
 
 #[test]
 fn sigkill_keeps_acknowledged_work_and_recovery_settles_the_rest() {
-    let dir = tempfile::tempdir().expect("tempdir");
+    crash_rounds(
+        &Store::Rocks(tempfile::tempdir().expect("tempdir")),
+        rounds(),
+    );
+}
+
+#[test]
+fn sigkill_of_a_shared_postgres_host_keeps_acknowledged_work_and_its_restart_settles_the_rest() {
+    let server = subagent_pg::testing::TestServer::shared().expect("a PostgreSQL test server");
+    let store = Store::Postgres {
+        port: server.port(),
+        schema: subagent_pg::testing::unique_schema("crash"),
+    };
+    crash_rounds(&store, rounds().min(2));
+}
+
+fn crash_rounds(store: &Store, rounds: u64) {
+    let (env_name, env_value) = store.child_env();
     let mut dice = Dice::seeded();
     let mut acknowledged: Vec<(String, String)> = Vec::new();
     let (mut abandoned_total, mut failed_total) = (0, 0);
-    let rounds = rounds();
     for round in 0..rounds {
         let mut child = Command::new(std::env::current_exe().expect("test binary"))
             .args([
@@ -204,7 +287,7 @@ fn sigkill_keeps_acknowledged_work_and_recovery_settles_the_rest() {
                 "--nocapture",
                 "--test-threads=1",
             ])
-            .env(CHILD_DIR_ENV, dir.path())
+            .env(env_name, &env_value)
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
@@ -238,10 +321,10 @@ fn sigkill_keeps_acknowledged_work_and_recovery_settles_the_rest() {
         assert!(!acks.is_empty(), "round {round}: nothing was acknowledged");
         acknowledged.extend(acks);
 
-        let log = RocksLog::open(dir.path(), RocksOptions::default()).expect("reopen");
-        let report = subagent_replay::verify(&log).expect("verify reads the log");
+        let log = open_log(env_name, &env_value);
+        let report = subagent_replay::verify(log.as_ref()).expect("verify reads the log");
         assert!(report.is_ok(), "round {round}: verify: {report:?}");
-        let before = records(&log);
+        let before = records(log.as_ref());
         let ids: HashSet<String> = before
             .iter()
             .filter_map(|record| match &record.event {
@@ -271,11 +354,8 @@ fn sigkill_keeps_acknowledged_work_and_recovery_settles_the_rest() {
             .map(|(session, _)| *session)
             .collect();
         let head = log.head();
-        let log: Arc<dyn EventLog> = Arc::new(log);
         let tokio = tokio::runtime::Runtime::new().expect("tokio");
-        let (runtime, recovery) = tokio
-            .block_on(SubagentRuntime::open(Arc::clone(&log), Arc::new(host())))
-            .expect("the runtime reopens");
+        let (runtime, recovery) = tokio.block_on(open_runtime(env_name, Arc::clone(&log)));
         assert!(
             recovery.events > 0,
             "round {round}: recovery records its marker"
@@ -336,7 +416,7 @@ fn sigkill_keeps_acknowledged_work_and_recovery_settles_the_rest() {
         drop(log);
     }
     println!(
-        "crash harness: {rounds} rounds, {} acknowledged ids kept, {abandoned_total} activations abandoned and {failed_total} runs settled by recovery",
+        "crash harness ({env_name}): {rounds} rounds, {} acknowledged ids kept, {abandoned_total} activations abandoned and {failed_total} runs settled by recovery",
         acknowledged.len()
     );
 }

@@ -41,7 +41,8 @@ pub enum StoreError {
         /// The directory.
         path: String,
     },
-    /// The directory holds a log of an unknown on-disk format.
+    /// The log is of a format this build does not know: a RocksDB
+    /// directory's format, or a PostgreSQL schema's version, newer than it.
     #[error("unsupported log format {found} (this build writes {supported})")]
     UnsupportedFormat {
         /// Found format.

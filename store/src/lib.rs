@@ -18,6 +18,10 @@
 //!
 //! A backend several hosts share also keeps tree leases ([`lease`]): an
 //! append that presents a stale [`Fence`] is refused, writing nothing.
+//!
+//! Whole-log folds read with [`read_ahead::scan`]: the same records in the
+//! same order as [`EventLogExt::read_all`], decoded on reader threads ahead
+//! of the fold.
 
 pub mod append_check;
 pub mod error;
@@ -25,6 +29,7 @@ pub mod indexes;
 pub mod lease;
 pub mod log;
 pub mod memory;
+pub mod read_ahead;
 pub mod record;
 pub mod rocks;
 pub mod subscription;

@@ -100,34 +100,46 @@ type TransactionResult = Result<Vec<AppendOutcome>, StoreError>;
 ///
 /// The append is enqueued when `append_atomic` returns, so appends issued one
 /// after another by one caller land in that order even before their tickets
-/// are awaited.
+/// are awaited. A backend that wrote the append before returning hands back
+/// a ticket that is already complete (no channel, no allocation).
 #[derive(Debug)]
-pub struct TransactionTicket(oneshot::Receiver<TransactionResult>);
+pub struct TransactionTicket(TicketState);
+
+#[derive(Debug)]
+enum TicketState {
+    /// Answered when the writer sends.
+    Pending(oneshot::Receiver<TransactionResult>),
+    /// Answered already; `None` once taken by a poll.
+    Ready(Option<TransactionResult>),
+}
 
 impl TransactionTicket {
     /// A ticket and the sender that completes it.
     #[must_use]
     pub fn channel() -> (oneshot::Sender<TransactionResult>, TransactionTicket) {
         let (sender, receiver) = oneshot::channel();
-        (sender, TransactionTicket(receiver))
+        (sender, TransactionTicket(TicketState::Pending(receiver)))
     }
 
     /// A ticket that is already complete.
     #[must_use]
     pub fn ready(result: TransactionResult) -> TransactionTicket {
-        let (sender, ticket) = Self::channel();
-        // The receiver is alive in `ticket`, so this cannot fail.
-        let _ = sender.send(result);
-        ticket
+        TransactionTicket(TicketState::Ready(Some(result)))
     }
 
     /// Blocks the current thread until the append is durable or refused.
-    /// Must not be called from inside an async task.
+    /// Must not be called from inside an async task (a ready ticket never
+    /// blocks).
     ///
     /// # Errors
     /// The append's error, or [`StoreError::Closed`] if the log stopped first.
     pub fn wait(self) -> TransactionResult {
-        self.0.blocking_recv().unwrap_or(Err(StoreError::Closed))
+        match self.0 {
+            TicketState::Pending(receiver) => {
+                receiver.blocking_recv().unwrap_or(Err(StoreError::Closed))
+            }
+            TicketState::Ready(result) => result.unwrap_or(Err(StoreError::Closed)),
+        }
     }
 }
 
@@ -135,9 +147,14 @@ impl Future for TransactionTicket {
     type Output = TransactionResult;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        Pin::new(&mut self.0)
-            .poll(cx)
-            .map(|received| received.unwrap_or(Err(StoreError::Closed)))
+        match &mut self.0 {
+            TicketState::Pending(receiver) => Pin::new(receiver)
+                .poll(cx)
+                .map(|received| received.unwrap_or(Err(StoreError::Closed))),
+            TicketState::Ready(result) => {
+                Poll::Ready(result.take().unwrap_or(Err(StoreError::Closed)))
+            }
+        }
     }
 }
 

@@ -39,7 +39,7 @@ use subagent_core::{
     MAX_CONTENT_BYTES, MAX_EVENT_BYTES,
 };
 use subagent_projections::{checkpoint, decide, Command, Projections};
-use subagent_store::{EventLog, EventLogExt, ExpectedVersion, StreamAppend};
+use subagent_store::{EventLog, ExpectedVersion, StoreError, StreamAppend};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, warn, Instrument};
 
@@ -165,12 +165,13 @@ impl Engine {
             }
         };
         let mut versions = HashMap::new();
-        for record in log.read_all(state.position + 1) {
-            let record = record.map_err(SubagentError::internal_from)?;
+        subagent_store::read_ahead::scan(log.as_ref(), state.position + 1, |record| {
             versions.insert(record.stream, record.version);
             state.apply(&record);
             stats.tail_events += 1;
-        }
+            Ok::<_, StoreError>(std::ops::ControlFlow::Continue(()))
+        })
+        .map_err(SubagentError::internal_from)?;
         let engine = Engine {
             log,
             pipeline: Arc::new(Mutex::new(Pipeline {

@@ -144,15 +144,30 @@ impl SubagentRuntime {
                 .is_some_and(|driver| !driver.stop.is_cancelled())
     }
 
+    /// Whether `agent` may act here: `subagent/closed` once closed;
+    /// `subagent/tree-elsewhere` when this host of a shared log no longer
+    /// holds the agent's tree (naming the holder once the log says who
+    /// took it); else `gateway/unauthorized` when it is not live here.
     pub(crate) fn authorize(&self, agent: &LiveAgent) -> Result<(), SubagentError> {
         self.ensure_open()?;
         if self.is_live(agent.session) {
-            Ok(())
-        } else {
-            Err(SubagentError::Unauthorized(format!(
-                "no live agent {}",
-                agent.session
-            )))
+            return Ok(());
         }
+        let state = self.inner.engine.state();
+        if let (Some(root), Some(owner)) =
+            (state.root_of(agent.session), state.owner_of(agent.session))
+        {
+            if self.lost_tree(root) {
+                let elsewhere = Some(owner.host) != self.host_id();
+                return Err(SubagentError::TreeElsewhere {
+                    root,
+                    holder: elsewhere.then(|| owner.holder.clone()),
+                });
+            }
+        }
+        Err(SubagentError::Unauthorized(format!(
+            "no live agent {}",
+            agent.session
+        )))
     }
 }

@@ -113,6 +113,14 @@ impl SubagentRuntime {
         roots
     }
 
+    /// Whether this host of a shared log no longer holds `root`'s tree
+    /// (another host holds it, or this host gave it up); `false` for a
+    /// single-writer runtime.
+    pub(crate) fn lost_tree(&self, root: SessionId) -> bool {
+        self.shared()
+            .is_some_and(|shared| !lock(&shared.leases).contains_key(&root))
+    }
+
     /// Takes the lease of a new root's tree and returns the claim its
     /// `OpenRoot` records (`None` for a single-writer runtime).
     pub(crate) async fn claim_new_root(

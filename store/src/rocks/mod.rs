@@ -35,7 +35,7 @@ use crate::log::{
 use crate::record;
 use crate::subscription::{self, Subscription};
 use open::DirectoryState;
-use writer::{AppendRequest, Writer};
+use writer::{AppendRequest, Transaction, Writer, WriterSlot};
 
 /// Options of a RocksDB log.
 #[derive(Clone, Copy, Debug, Default)]
@@ -55,6 +55,8 @@ struct Shared {
     durability: Durability,
     head: Arc<watch::Sender<u64>>,
     requests: Mutex<Option<mpsc::Sender<AppendRequest>>>,
+    /// The writer, shared with its thread; `None` for a read-only handle.
+    slot: Option<Arc<WriterSlot>>,
     writer: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -190,9 +192,11 @@ impl RocksLog {
             options.durability,
             Arc::clone(&head_watch),
         );
+        let slot = Arc::new(WriterSlot::new(writer, options.durability));
+        let thread_slot = Arc::clone(&slot);
         let handle = std::thread::Builder::new()
             .name("subagents-log-writer".into())
-            .spawn(move || writer.run(&receiver))
+            .spawn(move || thread_slot.run(&receiver))
             .map_err(|err| StoreError::Io(format!("starting the writer thread: {err}")))?;
         Ok(RocksLog {
             shared: Arc::new(Shared {
@@ -203,6 +207,7 @@ impl RocksLog {
                 durability: options.durability,
                 head: head_watch,
                 requests: Mutex::new(Some(sender)),
+                slot: Some(slot),
                 writer: Mutex::new(Some(handle)),
             }),
         })
@@ -250,6 +255,7 @@ impl RocksLog {
                 durability: Durability::Sync,
                 head: Arc::new(watch::channel(head).0),
                 requests: Mutex::new(None),
+                slot: None,
                 writer: Mutex::new(None),
             }),
         }
@@ -359,14 +365,24 @@ impl EventLog for RocksLog {
         if let Err(err) = self.refuse_if_read_only() {
             return TransactionTicket::ready(Err(err));
         }
-        let (reply, ticket) = TransactionTicket::channel();
-        let request = AppendRequest {
-            parts,
-            attachments,
-            reply,
+        let Some(slot) = &self.shared.slot else {
+            return TransactionTicket::ready(Err(StoreError::Closed));
         };
+        let transaction = match slot.try_inline(Transaction { parts, attachments }) {
+            Ok(result) => return TransactionTicket::ready(result),
+            Err(transaction) => transaction,
+        };
+        let (reply, ticket) = TransactionTicket::channel();
+        let request = AppendRequest { transaction, reply };
         let sent = match self.shared.requests.lock() {
-            Ok(requests) => requests.as_ref().map(|sender| sender.send(request).is_ok()),
+            Ok(requests) => requests.as_ref().map(|sender| {
+                slot.queue_one();
+                let sent = sender.send(request).is_ok();
+                if !sent {
+                    slot.unqueue_one();
+                }
+                sent
+            }),
             Err(_) => None,
         };
         match sent {

@@ -1,4 +1,5 @@
-//! The single writer thread of a [`super::RocksLog`]: group commit.
+//! The writer of a [`super::RocksLog`]: group commit, on its own thread or,
+//! when that thread is idle, in the appender's.
 //!
 //! Appenders enqueue requests on a channel. The writer takes the first one,
 //! then everything else already queued (up to [`MAX_GROUP_REQUESTS`]), checks
@@ -7,11 +8,22 @@
 //! new head in ONE `WriteBatch` with ONE WAL sync, and only then answers the
 //! appenders. Under load, many appends share one fsync; alone, an append
 //! pays exactly one.
+//!
+//! In `Buffered` mode an append that finds nothing queued and the writer
+//! idle is written at once in the appender's own thread ([`WriterSlot::
+//! try_inline`]): the same group commit of one request, without the two
+//! thread handoffs (to the writer and back) that cost a lone appender most
+//! of its time. Order is kept: a request counts as queued until the writer
+//! thread holds the writer's lock with it, so an appender's later append
+//! can never overtake its earlier one. `Sync` mode never writes inline: an
+//! fsync in the caller would block an async worker (and a runtime's
+//! pipeline, which appends under its lock) for a disk flush.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, TryRecvError};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError};
 
 use rocksdb::{WriteBatch, WriteOptions, DB};
 use subagent_core::{Attachment, EventId, StreamId};
@@ -31,11 +43,120 @@ use crate::memory::unix_millis;
 /// The most requests folded into one group commit.
 pub(crate) const MAX_GROUP_REQUESTS: usize = 1024;
 
-pub(crate) struct AppendRequest {
+type TransactionResult = Result<Vec<AppendOutcome>, StoreError>;
+
+/// One atomic append: its parts, and the attachments stored in the same
+/// batch as its events when those are written.
+pub(crate) struct Transaction {
     pub(crate) parts: Vec<StreamAppend>,
-    /// Stored in the same batch as `parts`' events, when those are written.
     pub(crate) attachments: Vec<Attachment>,
-    pub(crate) reply: oneshot::Sender<Result<Vec<AppendOutcome>, StoreError>>,
+}
+
+/// A transaction sent to the writer thread, and where its answer goes.
+pub(crate) struct AppendRequest {
+    pub(crate) transaction: Transaction,
+    pub(crate) reply: oneshot::Sender<TransactionResult>,
+}
+
+/// The writer, shared by its thread and the appenders that write inline.
+pub(crate) struct WriterSlot {
+    writer: Mutex<Writer>,
+    /// Requests sent to the thread that it has not yet taken while holding
+    /// `writer`: while any is, no append may be written inline (it would
+    /// overtake them).
+    queued: AtomicUsize,
+    /// Whether appends may be written in the appender's thread (`Buffered`).
+    inline: bool,
+}
+
+impl WriterSlot {
+    pub(crate) fn new(writer: Writer, durability: Durability) -> Self {
+        WriterSlot {
+            writer: Mutex::new(writer),
+            queued: AtomicUsize::new(0),
+            inline: durability == Durability::Buffered,
+        }
+    }
+
+    /// Writes `transaction` now, in the caller's thread, when the log is
+    /// `Buffered`, nothing is queued for the writer thread and the writer is
+    /// idle; otherwise hands it back, to be sent to the thread (after
+    /// [`WriterSlot::queue_one`]).
+    pub(crate) fn try_inline(
+        &self,
+        transaction: Transaction,
+    ) -> Result<TransactionResult, Transaction> {
+        if !self.inline || self.queued.load(Ordering::SeqCst) != 0 {
+            return Err(transaction);
+        }
+        let mut writer = match self.writer.try_lock() {
+            Ok(writer) => writer,
+            Err(TryLockError::WouldBlock) => return Err(transaction),
+            Err(TryLockError::Poisoned(poisoned)) => fail_stopped(poisoned),
+        };
+        // Sent between the check and the lock, by another appender: it is
+        // concurrent with this one, so either order is an order; but keep
+        // the rule simple and let the thread take it first.
+        if self.queued.load(Ordering::SeqCst) != 0 {
+            return Err(transaction);
+        }
+        let mut results = writer.commit_group(vec![transaction]);
+        Ok(results.pop().unwrap_or(Err(StoreError::Closed)))
+    }
+
+    /// Counts a request about to be sent to the thread (before the send,
+    /// so the thread never takes an uncounted one).
+    pub(crate) fn queue_one(&self) {
+        self.queued.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Takes back [`WriterSlot::queue_one`] for a request whose send failed.
+    pub(crate) fn unqueue_one(&self) {
+        self.queued.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// The writer thread: runs until every sender is dropped.
+    pub(crate) fn run(&self, requests: &Receiver<AppendRequest>) {
+        while let Ok(first) = requests.recv() {
+            let mut writer = self.lock();
+            // Taken under the lock: from here no inline append can pass it.
+            self.queued.fetch_sub(1, Ordering::SeqCst);
+            let mut group = vec![first];
+            while group.len() < MAX_GROUP_REQUESTS {
+                match requests.try_recv() {
+                    Ok(request) => {
+                        self.queued.fetch_sub(1, Ordering::SeqCst);
+                        group.push(request);
+                    }
+                    Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
+                }
+            }
+            let (transactions, replies): (Vec<_>, Vec<_>) = group
+                .into_iter()
+                .map(|request| (request.transaction, request.reply))
+                .unzip();
+            let results = writer.commit_group(transactions);
+            drop(writer);
+            for (reply, result) in replies.into_iter().zip(results) {
+                // An appender that stopped waiting is not an error of the log.
+                let _ = reply.send(result);
+            }
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Writer> {
+        self.writer.lock().unwrap_or_else(fail_stopped)
+    }
+}
+
+/// The writer after a panic mid-commit: its state may be half-updated, so
+/// it refuses every later append (fail-stop, as after a failed write).
+fn fail_stopped(poisoned: PoisonError<MutexGuard<'_, Writer>>) -> MutexGuard<'_, Writer> {
+    let mut writer = poisoned.into_inner();
+    writer.failed.get_or_insert_with(|| {
+        StoreError::Io("the log's writer panicked; reopen the log".to_owned())
+    });
+    writer
 }
 
 pub(crate) struct Writer {
@@ -52,10 +173,9 @@ pub(crate) struct Writer {
     head_watch: Arc<watch::Sender<u64>>,
 }
 
-/// A reply held until the group's batch is written.
-struct PendingReply {
-    reply: oneshot::Sender<Result<Vec<AppendOutcome>, StoreError>>,
-    result: Result<Vec<AppendOutcome>, StoreError>,
+/// A result held until the group's batch is written.
+struct PendingResult {
+    result: TransactionResult,
     /// Whether the answer is only true once the batch is durable.
     needs_write: bool,
 }
@@ -85,20 +205,6 @@ impl Writer {
             versions: HashMap::new(),
             write_options,
             head_watch,
-        }
-    }
-
-    /// Runs until every sender is dropped.
-    pub(crate) fn run(mut self, requests: &Receiver<AppendRequest>) {
-        while let Ok(first) = requests.recv() {
-            let mut group = vec![first];
-            while group.len() < MAX_GROUP_REQUESTS {
-                match requests.try_recv() {
-                    Ok(request) => group.push(request),
-                    Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
-                }
-            }
-            self.commit_group(group);
         }
     }
 
@@ -140,33 +246,21 @@ impl Writer {
         }
     }
 
-    fn commit_group(&mut self, group: Vec<AppendRequest>) {
+    /// Commits `group` in one batch; one result per transaction, in order.
+    fn commit_group(&mut self, group: Vec<Transaction>) -> Vec<TransactionResult> {
         let _span = crate::telemetry::group_commit(group.len()).entered();
         if let Some(failure) = &self.failed {
-            for request in group {
-                let _ = request.reply.send(Err(failure.clone()));
-            }
-            return;
+            return group.iter().map(|_| Err(failure.clone())).collect();
         }
         let mut next_position = match position_after(self.head) {
             Ok(next) => next,
-            Err(exhausted) => {
-                for request in group {
-                    let _ = request.reply.send(Err(exhausted.clone()));
-                }
-                return;
-            }
+            Err(exhausted) => return group.iter().map(|_| Err(exhausted.clone())).collect(),
         };
         let mut batch = WriteBatch::default();
         let mut overlay = GroupOverlay::default();
-        let mut replies = Vec::with_capacity(group.len());
+        let mut pending = Vec::with_capacity(group.len());
         let recorded_at = unix_millis();
-        for AppendRequest {
-            parts,
-            attachments,
-            reply,
-        } in group
-        {
+        for Transaction { parts, attachments } in group {
             let result = self.stage(
                 &mut batch,
                 &mut overlay,
@@ -181,8 +275,7 @@ impl Writer {
                     .any(|outcome| !outcome.deduplicated || outcome.last_position > self.head),
                 Err(_) => false,
             };
-            replies.push(PendingReply {
-                reply,
+            pending.push(PendingResult {
                 result,
                 needs_write,
             });
@@ -201,7 +294,7 @@ impl Writer {
                     self.head_watch.send_replace(new_head);
                 }
                 debug!(
-                    requests = replies.len(),
+                    requests = pending.len(),
                     head = self.head,
                     "group committed"
                 );
@@ -211,14 +304,13 @@ impl Writer {
                 self.failed = Some(err.clone());
             }
         }
-        for pending in replies {
-            let result = match (&written, pending.needs_write) {
+        pending
+            .into_iter()
+            .map(|pending| match (&written, pending.needs_write) {
                 (Err(err), true) => Err(err.clone()),
                 _ => pending.result,
-            };
-            // An appender that stopped waiting is not an error of the log.
-            let _ = pending.reply.send(result);
-        }
+            })
+            .collect()
     }
 
     fn write(&self, mut batch: WriteBatch, new_head: u64) -> Result<(), StoreError> {
