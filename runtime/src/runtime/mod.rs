@@ -242,6 +242,7 @@ impl SubagentRuntime {
         let shared = shared_host::SharedState {
             options,
             leases: Mutex::new(HashMap::new()),
+            lost: Mutex::new(std::collections::HashSet::new()),
         };
         let runtime = Self::assemble(engine, host, limits, Some(shared));
         let taken = runtime.take_over_lapsed().await;

@@ -145,24 +145,21 @@ impl SubagentRuntime {
     }
 
     /// Whether `agent` may act here: `subagent/closed` once closed;
-    /// `subagent/tree-elsewhere` when this host of a shared log no longer
-    /// holds the agent's tree (naming the holder once the log says who
-    /// took it); else `gateway/unauthorized` when it is not live here.
+    /// `subagent/tree-elsewhere` when another host of a shared log holds
+    /// the agent's tree (naming the holder once the log says who took it);
+    /// else `gateway/unauthorized` when it is not live here.
     pub(crate) fn authorize(&self, agent: &LiveAgent) -> Result<(), SubagentError> {
         self.ensure_open()?;
         if self.is_live(agent.session) {
             return Ok(());
         }
         let state = self.inner.engine.state();
-        if let (Some(root), Some(owner)) =
-            (state.root_of(agent.session), state.owner_of(agent.session))
-        {
-            if self.lost_tree(root) {
-                let elsewhere = Some(owner.host) != self.host_id();
-                return Err(SubagentError::TreeElsewhere {
-                    root,
-                    holder: elsewhere.then(|| owner.holder.clone()),
-                });
+        if let Some(root) = state.root_of(agent.session) {
+            let holder = state
+                .owner_of(agent.session)
+                .map(|owner| owner.holder.as_str());
+            if let Some(elsewhere) = self.tree_elsewhere(root, holder) {
+                return Err(elsewhere);
             }
         }
         Err(SubagentError::Unauthorized(format!(

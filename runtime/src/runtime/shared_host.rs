@@ -55,6 +55,9 @@ pub(crate) struct SharedState {
     pub(crate) options: SharedHost,
     /// The lease of every tree this host holds, by root.
     pub(crate) leases: std::sync::Mutex<HashMap<SessionId, Lease>>,
+    /// The roots of the trees this host gave up because another host took
+    /// them (its renewal or an append was fenced).
+    pub(crate) lost: std::sync::Mutex<std::collections::HashSet<SessionId>>,
 }
 
 /// Runs blocking lease work off the async workers.
@@ -113,12 +116,29 @@ impl SubagentRuntime {
         roots
     }
 
-    /// Whether this host of a shared log no longer holds `root`'s tree
-    /// (another host holds it, or this host gave it up); `false` for a
-    /// single-writer runtime.
-    pub(crate) fn lost_tree(&self, root: SessionId) -> bool {
-        self.shared()
-            .is_some_and(|shared| !lock(&shared.leases).contains_key(&root))
+    /// Why `root`'s tree is not this host's to act in, when another host
+    /// holds it: the holder the log names, or `None` when this host gave
+    /// the tree up to a taker the log does not name yet. `None` also for
+    /// a tree no other host holds (or a single-writer runtime).
+    pub(crate) fn tree_elsewhere(
+        &self,
+        root: SessionId,
+        logged_holder: Option<&str>,
+    ) -> Option<SubagentError> {
+        let shared = self.shared()?;
+        if lock(&shared.leases).contains_key(&root) {
+            return None;
+        }
+        match logged_holder {
+            Some(holder) if holder != shared.options.holder => Some(SubagentError::TreeElsewhere {
+                root,
+                holder: Some(holder.to_owned()),
+            }),
+            _ if lock(&shared.lost).contains(&root) => {
+                Some(SubagentError::TreeElsewhere { root, holder: None })
+            }
+            _ => None,
+        }
     }
 
     /// Takes the lease of a new root's tree and returns the claim its
@@ -269,6 +289,7 @@ impl SubagentRuntime {
         warn!(%root, "another host took the tree over; giving it up");
         if let Some(shared) = self.shared() {
             lock(&shared.leases).remove(&root);
+            lock(&shared.lost).insert(root);
         }
         lock(&self.inner.roots).remove(&root);
         let stopped: Vec<_> = {
