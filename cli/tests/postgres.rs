@@ -404,6 +404,32 @@ async fn two_serve_hosts_share_one_postgres_log_and_one_takes_over_the_others_tr
         body["message"].as_str().unwrap().contains("host-a"),
         "{body}"
     );
+    // A start, a message or a close in host-a's tree, sent to host-b, is
+    // the same refusal naming the holder (not "unauthorized").
+    let start = serde_json::json!({
+        "provider": "spawn",
+        "label": "stray",
+        "request": {"prompt": [{"type": "text", "text": "hi"}]},
+        "delivery": "parent"
+    });
+    for refused in [
+        http.post(format!("{}/v1/roots/{root}/children", b.base))
+            .bearer_auth(token)
+            .json(&start)
+            .send()
+            .await
+            .unwrap(),
+        http.delete(format!("{}/v1/roots/{root}", b.base))
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap(),
+    ] {
+        assert_eq!(refused.status(), 409);
+        let body: serde_json::Value = refused.json().await.unwrap();
+        assert_eq!(body["code"], "subagent/tree-elsewhere", "{body}");
+        assert!(body["message"].as_str().unwrap().contains("host-a"), "{body}");
+    }
 
     assert!(!a.kill().success());
     eventually(15, "host-b takes the root over", || async {

@@ -79,12 +79,16 @@ pub(crate) async fn close(
     Ok(StatusCode::NO_CONTENT)
 }
 
-/// The handle of a root this gateway holds.
+/// The handle of a root this gateway holds. Another host's root (on a
+/// shared log) is `subagent/tree-elsewhere` naming its holder; any other
+/// root this gateway does not hold is `subagent/unauthorized`.
 pub(crate) fn held(
     gateway: &Gateway,
     root: SessionId,
 ) -> Result<subagent_runtime::LiveAgent, GatewayError> {
-    gateway.roots().get(&root).cloned().ok_or_else(|| {
-        SubagentError::Unauthorized(format!("{root} is not a root this gateway holds")).into()
-    })
+    if let Some(agent) = gateway.roots().get(&root).cloned() {
+        return Ok(agent);
+    }
+    gateway.runtime.refuse_tree_elsewhere(root)?;
+    Err(SubagentError::Unauthorized(format!("{root} is not a root this gateway holds")).into())
 }

@@ -153,18 +153,30 @@ impl SubagentRuntime {
         if self.is_live(agent.session) {
             return Ok(());
         }
-        let state = self.inner.engine.state();
-        if let Some(root) = state.root_of(agent.session) {
-            let holder = state
-                .owner_of(agent.session)
-                .map(|owner| owner.holder.as_str());
-            if let Some(elsewhere) = self.tree_elsewhere(root, holder) {
-                return Err(elsewhere);
-            }
-        }
+        self.refuse_tree_elsewhere(agent.session)?;
         Err(SubagentError::Unauthorized(format!(
             "no live agent {}",
             agent.session
         )))
+    }
+
+    /// `subagent/tree-elsewhere` when `session`'s tree is held by another
+    /// host of a shared log (naming the holder once the log says who took
+    /// it); `Ok` otherwise, including for an unknown session and on a
+    /// single-writer log. A gateway asks this before it answers that it
+    /// does not hold a root.
+    ///
+    /// # Errors
+    /// `subagent/tree-elsewhere`.
+    pub fn refuse_tree_elsewhere(&self, session: SessionId) -> Result<(), SubagentError> {
+        let state = self.inner.engine.state();
+        let Some(root) = state.root_of(session) else {
+            return Ok(());
+        };
+        let holder = state.owner_of(session).map(|owner| owner.holder.as_str());
+        match self.tree_elsewhere(root, holder) {
+            Some(elsewhere) => Err(elsewhere),
+            None => Ok(()),
+        }
     }
 }
