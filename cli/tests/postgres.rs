@@ -428,7 +428,10 @@ async fn two_serve_hosts_share_one_postgres_log_and_one_takes_over_the_others_tr
         assert_eq!(refused.status(), 409);
         let body: serde_json::Value = refused.json().await.unwrap();
         assert_eq!(body["code"], "subagent/tree-elsewhere", "{body}");
-        assert!(body["message"].as_str().unwrap().contains("host-a"), "{body}");
+        assert!(
+            body["message"].as_str().unwrap().contains("host-a"),
+            "{body}"
+        );
     }
 
     assert!(!a.kill().success());

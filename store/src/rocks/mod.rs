@@ -18,7 +18,6 @@ pub use salvage::{DamagedLog, SalvageRecovery};
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
@@ -35,7 +34,7 @@ use crate::log::{
 use crate::record;
 use crate::subscription::{self, Subscription};
 use open::DirectoryState;
-use writer::{AppendRequest, Transaction, Writer, WriterSlot};
+use writer::{Transaction, Writer, WriterSlot};
 
 /// Options of a RocksDB log.
 #[derive(Clone, Copy, Debug, Default)]
@@ -54,7 +53,6 @@ struct Shared {
     path: PathBuf,
     durability: Durability,
     head: Arc<watch::Sender<u64>>,
-    requests: Mutex<Option<mpsc::Sender<AppendRequest>>>,
     /// The writer, shared with its thread; `None` for a read-only handle.
     slot: Option<Arc<WriterSlot>>,
     writer: Mutex<Option<JoinHandle<()>>>,
@@ -62,10 +60,10 @@ struct Shared {
 
 impl Drop for Shared {
     fn drop(&mut self) {
-        // Closing the channel stops the writer after it commits what is queued;
+        // Closing the queue stops the writer after it commits what is queued;
         // joining makes "the last handle is dropped" mean "the directory is free".
-        if let Ok(mut requests) = self.requests.lock() {
-            requests.take();
+        if let Some(slot) = &self.slot {
+            slot.close();
         }
         if let Some(handle) = self.writer.lock().ok().and_then(|mut writer| writer.take()) {
             let _ = handle.join();
@@ -184,7 +182,6 @@ impl RocksLog {
         let head = Self::check_format_and_head(&db, &path, true)?;
         let db = Arc::new(db);
         let head_watch = Arc::new(watch::channel(head).0);
-        let (sender, receiver) = mpsc::channel();
         let writer = Writer::new(
             Arc::clone(&db),
             path.clone(),
@@ -196,7 +193,7 @@ impl RocksLog {
         let thread_slot = Arc::clone(&slot);
         let handle = std::thread::Builder::new()
             .name("subagents-log-writer".into())
-            .spawn(move || thread_slot.run(&receiver))
+            .spawn(move || thread_slot.run())
             .map_err(|err| StoreError::Io(format!("starting the writer thread: {err}")))?;
         Ok(RocksLog {
             shared: Arc::new(Shared {
@@ -206,7 +203,6 @@ impl RocksLog {
                 path,
                 durability: options.durability,
                 head: head_watch,
-                requests: Mutex::new(Some(sender)),
                 slot: Some(slot),
                 writer: Mutex::new(Some(handle)),
             }),
@@ -254,7 +250,6 @@ impl RocksLog {
                 path,
                 durability: Durability::Sync,
                 head: Arc::new(watch::channel(head).0),
-                requests: Mutex::new(None),
                 slot: None,
                 writer: Mutex::new(None),
             }),
@@ -365,29 +360,9 @@ impl EventLog for RocksLog {
         if let Err(err) = self.refuse_if_read_only() {
             return TransactionTicket::ready(Err(err));
         }
-        let Some(slot) = &self.shared.slot else {
-            return TransactionTicket::ready(Err(StoreError::Closed));
-        };
-        let transaction = match slot.try_inline(Transaction { parts, attachments }) {
-            Ok(result) => return TransactionTicket::ready(result),
-            Err(transaction) => transaction,
-        };
-        let (reply, ticket) = TransactionTicket::channel();
-        let request = AppendRequest { transaction, reply };
-        let sent = match self.shared.requests.lock() {
-            Ok(requests) => requests.as_ref().map(|sender| {
-                slot.queue_one();
-                let sent = sender.send(request).is_ok();
-                if !sent {
-                    slot.unqueue_one();
-                }
-                sent
-            }),
-            Err(_) => None,
-        };
-        match sent {
-            Some(true) => ticket,
-            _ => TransactionTicket::ready(Err(StoreError::Closed)),
+        match &self.shared.slot {
+            Some(slot) => slot.append(Transaction { parts, attachments }),
+            None => TransactionTicket::ready(Err(StoreError::Closed)),
         }
     }
 

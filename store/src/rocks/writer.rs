@@ -1,7 +1,7 @@
 //! The writer of a [`super::RocksLog`]: group commit, on its own thread or,
 //! when that thread is idle, in the appender's.
 //!
-//! Appenders enqueue requests on a channel. The writer takes the first one,
+//! Appenders queue requests. The writer takes the first one,
 //! then everything else already queued (up to [`MAX_GROUP_REQUESTS`]), checks
 //! each against the stream versions as they will be after the requests before
 //! it, writes all accepted events, their stream and id index entries and the
@@ -9,21 +9,22 @@
 //! appenders. Under load, many appends share one fsync; alone, an append
 //! pays exactly one.
 //!
-//! In `Buffered` mode an append that finds nothing queued and the writer
-//! idle is written at once in the appender's own thread ([`WriterSlot::
-//! try_inline`]): the same group commit of one request, without the two
-//! thread handoffs (to the writer and back) that cost a lone appender most
-//! of its time. Order is kept: a request counts as queued until the writer
-//! thread holds the writer's lock with it, so an appender's later append
-//! can never overtake its earlier one. `Sync` mode never writes inline: an
-//! fsync in the caller would block an async worker (and a runtime's
-//! pipeline, which appends under its lock) for a disk flush.
+//! In `Buffered` mode an append that finds the writer free leads the commit
+//! itself, in the appender's own thread ([`WriterSlot::append`]): it takes
+//! everything queued before it and commits that and its own transaction as
+//! one group, without the two thread handoffs (to the writer and back)
+//! that cost a lone appender most of its time; appends that find the
+//! writer busy queue behind it, and the next leader (or the thread) commits
+//! them together. Order is kept because only a holder of the writer's lock
+//! takes requests off the queue, oldest first, and a leader's own
+//! transaction goes last. `Sync` mode never leads inline: an fsync in the
+//! caller would block an async worker (and a runtime's pipeline, which
+//! appends under its lock) for a disk flush.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::mpsc::{Receiver, TryRecvError};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, TryLockError};
 
 use rocksdb::{WriteBatch, WriteOptions, DB};
 use subagent_core::{Attachment, EventId, StreamId};
@@ -37,7 +38,7 @@ use crate::append_check::{
     TransactionVerdict,
 };
 use crate::error::StoreError;
-use crate::log::{AppendOutcome, Durability, StreamAppend};
+use crate::log::{AppendOutcome, Durability, StreamAppend, TransactionTicket};
 use crate::memory::unix_millis;
 
 /// The most requests folded into one group commit.
@@ -52,101 +53,156 @@ pub(crate) struct Transaction {
     pub(crate) attachments: Vec<Attachment>,
 }
 
-/// A transaction sent to the writer thread, and where its answer goes.
-pub(crate) struct AppendRequest {
-    pub(crate) transaction: Transaction,
-    pub(crate) reply: oneshot::Sender<TransactionResult>,
+/// A queued transaction, and where its answer goes.
+struct AppendRequest {
+    transaction: Transaction,
+    reply: Reply,
 }
 
-/// The writer, shared by its thread and the appenders that write inline.
+/// The writer, its queue, and who may commit: whoever holds `writer`.
 pub(crate) struct WriterSlot {
     writer: Mutex<Writer>,
-    /// Requests sent to the thread that it has not yet taken while holding
-    /// `writer`: while any is, no append may be written inline (it would
-    /// overtake them).
-    queued: AtomicUsize,
-    /// Whether appends may be written in the appender's thread (`Buffered`).
+    /// Requests waiting for a commit, in the order they were appended.
+    /// Only a holder of `writer` takes them out, so nothing can be
+    /// committed ahead of a request queued before it.
+    queue: Mutex<Queue>,
+    /// Wakes the writer thread when a request is queued or the log closes.
+    queued: Condvar,
+    /// Whether an appender may lead a commit in its own thread
+    /// (`Buffered`).
     inline: bool,
+    /// Whether the last commit was of one request: the log is quiet, and
+    /// an appender leads its own commit. Under load (groups of several)
+    /// appends queue to the thread instead, which batches more of them
+    /// while the appenders' threads keep preparing the next ones. A hint
+    /// only: either path keeps the order.
+    quiet: AtomicBool,
+}
+
+struct Queue {
+    requests: VecDeque<AppendRequest>,
+    closed: bool,
 }
 
 impl WriterSlot {
     pub(crate) fn new(writer: Writer, durability: Durability) -> Self {
         WriterSlot {
             writer: Mutex::new(writer),
-            queued: AtomicUsize::new(0),
+            queue: Mutex::new(Queue {
+                requests: VecDeque::new(),
+                closed: false,
+            }),
+            queued: Condvar::new(),
             inline: durability == Durability::Buffered,
+            quiet: AtomicBool::new(true),
         }
     }
 
-    /// Writes `transaction` now, in the caller's thread, when the log is
-    /// `Buffered`, nothing is queued for the writer thread and the writer is
-    /// idle; otherwise hands it back, to be sent to the thread (after
-    /// [`WriterSlot::queue_one`]).
-    pub(crate) fn try_inline(
-        &self,
-        transaction: Transaction,
-    ) -> Result<TransactionResult, Transaction> {
-        if !self.inline || self.queued.load(Ordering::SeqCst) != 0 {
-            return Err(transaction);
+    /// Appends `transaction`. In `Buffered` mode, when the writer is free,
+    /// the caller leads: it commits everything queued before it and its
+    /// own transaction last, in one group, in its own thread, and gets a
+    /// ticket that is already complete. Otherwise the transaction is
+    /// queued for the writer thread (or for the next leader).
+    pub(crate) fn append(&self, transaction: Transaction) -> TransactionTicket {
+        if self.inline && self.quiet.load(Ordering::Relaxed) {
+            let writer = match self.writer.try_lock() {
+                Ok(writer) => Some(writer),
+                Err(TryLockError::WouldBlock) => None,
+                Err(TryLockError::Poisoned(poisoned)) => Some(fail_stopped(poisoned)),
+            };
+            if let Some(writer) = writer {
+                return TransactionTicket::ready(self.lead(writer, transaction));
+            }
         }
-        let mut writer = match self.writer.try_lock() {
-            Ok(writer) => writer,
-            Err(TryLockError::WouldBlock) => return Err(transaction),
-            Err(TryLockError::Poisoned(poisoned)) => fail_stopped(poisoned),
-        };
-        // Sent between the check and the lock, by another appender: it is
-        // concurrent with this one, so either order is an order; but keep
-        // the rule simple and let the thread take it first.
-        if self.queued.load(Ordering::SeqCst) != 0 {
-            return Err(transaction);
+        let (reply, ticket) = TransactionTicket::channel();
+        {
+            let mut queue = lock_queue(&self.queue);
+            if queue.closed {
+                return TransactionTicket::ready(Err(StoreError::Closed));
+            }
+            queue
+                .requests
+                .push_back(AppendRequest { transaction, reply });
         }
-        let mut results = writer.commit_group(vec![transaction]);
-        Ok(results.pop().unwrap_or(Err(StoreError::Closed)))
+        self.queued.notify_one();
+        ticket
     }
 
-    /// Counts a request about to be sent to the thread (before the send,
-    /// so the thread never takes an uncounted one).
-    pub(crate) fn queue_one(&self) {
-        self.queued.fetch_add(1, Ordering::SeqCst);
+    /// Commits what is queued, then `own`, as one group under `writer`;
+    /// answers the queued requests and returns `own`'s result.
+    fn lead(&self, mut writer: MutexGuard<'_, Writer>, own: Transaction) -> TransactionResult {
+        let (mut transactions, replies) = self.take_queued();
+        transactions.push(own);
+        self.quiet.store(transactions.len() == 1, Ordering::Relaxed);
+        let mut results = writer.commit_group(transactions);
+        drop(writer);
+        let own = results.pop().unwrap_or(Err(StoreError::Closed));
+        answer(replies, results);
+        own
     }
 
-    /// Takes back [`WriterSlot::queue_one`] for a request whose send failed.
-    pub(crate) fn unqueue_one(&self) {
-        self.queued.fetch_sub(1, Ordering::SeqCst);
+    /// Takes up to [`MAX_GROUP_REQUESTS`] queued requests, oldest first.
+    /// Called only with `writer` held.
+    fn take_queued(&self) -> (Vec<Transaction>, Vec<Reply>) {
+        let mut queue = lock_queue(&self.queue);
+        let take = queue.requests.len().min(MAX_GROUP_REQUESTS);
+        queue
+            .requests
+            .drain(..take)
+            .map(|request| (request.transaction, request.reply))
+            .unzip()
     }
 
-    /// The writer thread: runs until every sender is dropped.
-    pub(crate) fn run(&self, requests: &Receiver<AppendRequest>) {
-        while let Ok(first) = requests.recv() {
-            let mut writer = self.lock();
-            // Taken under the lock: from here no inline append can pass it.
-            self.queued.fetch_sub(1, Ordering::SeqCst);
-            let mut group = vec![first];
-            while group.len() < MAX_GROUP_REQUESTS {
-                match requests.try_recv() {
-                    Ok(request) => {
-                        self.queued.fetch_sub(1, Ordering::SeqCst);
-                        group.push(request);
-                    }
-                    Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
+    /// The writer thread: commits whatever is queued, group by group,
+    /// until the log is closed and the queue is empty.
+    pub(crate) fn run(&self) {
+        loop {
+            {
+                let mut queue = lock_queue(&self.queue);
+                while queue.requests.is_empty() && !queue.closed {
+                    queue = self
+                        .queued
+                        .wait(queue)
+                        .unwrap_or_else(PoisonError::into_inner);
+                }
+                if queue.requests.is_empty() {
+                    return;
                 }
             }
-            let (transactions, replies): (Vec<_>, Vec<_>) = group
-                .into_iter()
-                .map(|request| (request.transaction, request.reply))
-                .unzip();
+            let mut writer = self.writer.lock().unwrap_or_else(fail_stopped);
+            // A leader may have taken them meanwhile.
+            let (transactions, replies) = self.take_queued();
+            if transactions.is_empty() {
+                continue;
+            }
+            self.quiet.store(transactions.len() == 1, Ordering::Relaxed);
             let results = writer.commit_group(transactions);
             drop(writer);
-            for (reply, result) in replies.into_iter().zip(results) {
-                // An appender that stopped waiting is not an error of the log.
-                let _ = reply.send(result);
-            }
+            answer(replies, results);
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, Writer> {
-        self.writer.lock().unwrap_or_else(fail_stopped)
+    /// Refuses later appends and lets the thread end once the queue is
+    /// committed.
+    pub(crate) fn close(&self) {
+        lock_queue(&self.queue).closed = true;
+        self.queued.notify_all();
     }
+}
+
+type Reply = oneshot::Sender<TransactionResult>;
+
+fn answer(replies: Vec<Reply>, results: Vec<TransactionResult>) {
+    for (reply, result) in replies.into_iter().zip(results) {
+        // An appender that stopped waiting is not an error of the log.
+        let _ = reply.send(result);
+    }
+}
+
+/// The queue holds plain data that is never left half-changed, so a panic
+/// elsewhere while it was locked leaves it usable.
+fn lock_queue(queue: &Mutex<Queue>) -> MutexGuard<'_, Queue> {
+    queue.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// The writer after a panic mid-commit: its state may be half-updated, so
