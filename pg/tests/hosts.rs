@@ -34,8 +34,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use subagent_core::{
-    content::plain_text, AbandonReason, AddressMode, Delivery, ErrorCode, Event, InterruptRequest,
-    NewEvent, SessionId, StreamId, SubagentActivationSpec, SubagentError, SubagentStopReason,
+    content::plain_text, AbandonReason, AddressMode, ContentBlock, ContinuableAddress, Delivery,
+    ErrorCode, Event, InterruptRequest, MessageDelivery, NewEvent, PromptRequest, SessionId,
+    StreamId, SubagentActivationSpec, SubagentError, SubagentStopReason,
 };
 use subagent_pg::testing::{unique_schema, TestServer};
 use subagent_pg::PgLog;
@@ -454,6 +455,33 @@ async fn a_killed_hosts_tree_is_taken_over_after_its_lease_and_its_late_append_i
             holder: Some("host-a".into())
         }
     );
+    // So is a message to it (the spec's `prompt`), and nothing is written.
+    let head = log.head();
+    let prompted = b
+        .prompt(
+            PromptRequest {
+                address: ContinuableAddress {
+                    child_session_id: child,
+                    parent_session_id: root,
+                    mode: AddressMode::Continuable,
+                },
+                delivery: MessageDelivery::Queue,
+                request_id: "stray".into(),
+                content: vec![ContentBlock::text("from the wrong host")],
+                time_zone: None,
+            },
+            CancellationToken::new(),
+        )
+        .await
+        .expect_err("the child is in another host's tree");
+    assert_eq!(
+        prompted,
+        SubagentError::TreeElsewhere {
+            root,
+            holder: Some("host-a".into())
+        }
+    );
+    assert_eq!(log.head(), head);
 
     first.kill().expect("SIGKILL the first host");
     first.wait().expect("reap it");

@@ -149,8 +149,9 @@ impl SubagentRuntime {
     /// another body), `subagent/invalid-time-zone`,
     /// `subagent/attachment-invalid` (an image part that is malformed, over
     /// a cap, not the type it declares, or for a child whose route takes no
-    /// images; see `attachments`), `subagent/parent-unavailable` (the parent is not
-    /// live), `subagent/unauthorized` (not the direct parent),
+    /// images; see `attachments`), `subagent/tree-elsewhere` (the parent's tree
+    /// is another host's, on a shared log), `subagent/parent-unavailable`
+    /// (the parent is not live), `subagent/unauthorized` (not the direct parent),
     /// `subagent/not-resumable`, `subagent/delivery-unavailable` (a cold
     /// resume at capacity, or structured capture closed the input),
     /// `subagent/admission-closed`, `gateway/cancelled`, `subagent/closed`,
@@ -191,6 +192,8 @@ impl SubagentRuntime {
             return Ok(first);
         }
         if !self.is_live(parent) {
+            // Another host's tree: say whose, so the caller can go there.
+            self.refuse_tree_elsewhere(parent)?;
             return Err(SubagentError::ParentUnavailable(format!(
                 "{parent} has no live agent"
             )));
