@@ -18,6 +18,7 @@ pub use salvage::{DamagedLog, SalvageRecovery};
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
+use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
@@ -34,7 +35,7 @@ use crate::log::{
 use crate::record;
 use crate::subscription::{self, Subscription};
 use open::DirectoryState;
-use writer::{Transaction, Writer, WriterSlot};
+use writer::{AppendRequest, Writer};
 
 /// Options of a RocksDB log.
 #[derive(Clone, Copy, Debug, Default)]
@@ -53,17 +54,16 @@ struct Shared {
     path: PathBuf,
     durability: Durability,
     head: Arc<watch::Sender<u64>>,
-    /// The writer, shared with its thread; `None` for a read-only handle.
-    slot: Option<Arc<WriterSlot>>,
+    requests: Mutex<Option<mpsc::Sender<AppendRequest>>>,
     writer: Mutex<Option<JoinHandle<()>>>,
 }
 
 impl Drop for Shared {
     fn drop(&mut self) {
-        // Closing the queue stops the writer after it commits what is queued;
+        // Closing the channel stops the writer after it commits what is queued;
         // joining makes "the last handle is dropped" mean "the directory is free".
-        if let Some(slot) = &self.slot {
-            slot.close();
+        if let Ok(mut requests) = self.requests.lock() {
+            requests.take();
         }
         if let Some(handle) = self.writer.lock().ok().and_then(|mut writer| writer.take()) {
             let _ = handle.join();
@@ -182,6 +182,7 @@ impl RocksLog {
         let head = Self::check_format_and_head(&db, &path, true)?;
         let db = Arc::new(db);
         let head_watch = Arc::new(watch::channel(head).0);
+        let (sender, receiver) = mpsc::channel();
         let writer = Writer::new(
             Arc::clone(&db),
             path.clone(),
@@ -189,11 +190,9 @@ impl RocksLog {
             options.durability,
             Arc::clone(&head_watch),
         );
-        let slot = Arc::new(WriterSlot::new(writer, options.durability));
-        let thread_slot = Arc::clone(&slot);
         let handle = std::thread::Builder::new()
             .name("subagents-log-writer".into())
-            .spawn(move || thread_slot.run())
+            .spawn(move || writer.run(&receiver))
             .map_err(|err| StoreError::Io(format!("starting the writer thread: {err}")))?;
         Ok(RocksLog {
             shared: Arc::new(Shared {
@@ -203,7 +202,7 @@ impl RocksLog {
                 path,
                 durability: options.durability,
                 head: head_watch,
-                slot: Some(slot),
+                requests: Mutex::new(Some(sender)),
                 writer: Mutex::new(Some(handle)),
             }),
         })
@@ -250,7 +249,7 @@ impl RocksLog {
                 path,
                 durability: Durability::Sync,
                 head: Arc::new(watch::channel(head).0),
-                slot: None,
+                requests: Mutex::new(None),
                 writer: Mutex::new(None),
             }),
         }
@@ -360,9 +359,19 @@ impl EventLog for RocksLog {
         if let Err(err) = self.refuse_if_read_only() {
             return TransactionTicket::ready(Err(err));
         }
-        match &self.shared.slot {
-            Some(slot) => slot.append(Transaction { parts, attachments }),
-            None => TransactionTicket::ready(Err(StoreError::Closed)),
+        let (reply, ticket) = TransactionTicket::channel();
+        let request = AppendRequest {
+            parts,
+            attachments,
+            reply,
+        };
+        let sent = match self.shared.requests.lock() {
+            Ok(requests) => requests.as_ref().map(|sender| sender.send(request).is_ok()),
+            Err(_) => None,
+        };
+        match sent {
+            Some(true) => ticket,
+            _ => TransactionTicket::ready(Err(StoreError::Closed)),
         }
     }
 

@@ -1,30 +1,17 @@
-//! The writer of a [`super::RocksLog`]: group commit, on its own thread or,
-//! when that thread is idle, in the appender's.
+//! The single writer thread of a [`super::RocksLog`]: group commit.
 //!
-//! Appenders queue requests. The writer takes the first one,
+//! Appenders enqueue requests on a channel. The writer takes the first one,
 //! then everything else already queued (up to [`MAX_GROUP_REQUESTS`]), checks
 //! each against the stream versions as they will be after the requests before
 //! it, writes all accepted events, their stream and id index entries and the
 //! new head in ONE `WriteBatch` with ONE WAL sync, and only then answers the
 //! appenders. Under load, many appends share one fsync; alone, an append
 //! pays exactly one.
-//!
-//! In `Buffered` mode an append that finds the writer free leads the commit
-//! itself, in the appender's own thread ([`WriterSlot::append`]): it takes
-//! everything queued before it and commits that and its own transaction as
-//! one group, without the two thread handoffs (to the writer and back)
-//! that cost a lone appender most of its time; appends that find the
-//! writer busy queue behind it, and the next leader (or the thread) commits
-//! them together. Order is kept because only a holder of the writer's lock
-//! takes requests off the queue, oldest first, and a leader's own
-//! transaction goes last. `Sync` mode never leads inline: an fsync in the
-//! caller would block an async worker (and a runtime's pipeline, which
-//! appends under its lock) for a disk flush.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, TryLockError};
+use std::sync::mpsc::{Receiver, TryRecvError};
+use std::sync::Arc;
 
 use rocksdb::{WriteBatch, WriteOptions, DB};
 use subagent_core::{Attachment, EventId, StreamId};
@@ -38,181 +25,17 @@ use crate::append_check::{
     TransactionVerdict,
 };
 use crate::error::StoreError;
-use crate::log::{AppendOutcome, Durability, StreamAppend, TransactionTicket};
+use crate::log::{AppendOutcome, Durability, StreamAppend};
 use crate::memory::unix_millis;
 
 /// The most requests folded into one group commit.
 pub(crate) const MAX_GROUP_REQUESTS: usize = 1024;
 
-type TransactionResult = Result<Vec<AppendOutcome>, StoreError>;
-
-/// One atomic append: its parts, and the attachments stored in the same
-/// batch as its events when those are written.
-pub(crate) struct Transaction {
+pub(crate) struct AppendRequest {
     pub(crate) parts: Vec<StreamAppend>,
+    /// Stored in the same batch as `parts`' events, when those are written.
     pub(crate) attachments: Vec<Attachment>,
-}
-
-/// A queued transaction, and where its answer goes.
-struct AppendRequest {
-    transaction: Transaction,
-    reply: Reply,
-}
-
-/// The writer, its queue, and who may commit: whoever holds `writer`.
-pub(crate) struct WriterSlot {
-    writer: Mutex<Writer>,
-    /// Requests waiting for a commit, in the order they were appended.
-    /// Only a holder of `writer` takes them out, so nothing can be
-    /// committed ahead of a request queued before it.
-    queue: Mutex<Queue>,
-    /// Wakes the writer thread when a request is queued or the log closes.
-    queued: Condvar,
-    /// Whether an appender may lead a commit in its own thread
-    /// (`Buffered`).
-    inline: bool,
-    /// Whether the last commit was of one request: the log is quiet, and
-    /// an appender leads its own commit. Under load (groups of several)
-    /// appends queue to the thread instead, which batches more of them
-    /// while the appenders' threads keep preparing the next ones. A hint
-    /// only: either path keeps the order.
-    quiet: AtomicBool,
-}
-
-struct Queue {
-    requests: VecDeque<AppendRequest>,
-    closed: bool,
-}
-
-impl WriterSlot {
-    pub(crate) fn new(writer: Writer, durability: Durability) -> Self {
-        WriterSlot {
-            writer: Mutex::new(writer),
-            queue: Mutex::new(Queue {
-                requests: VecDeque::new(),
-                closed: false,
-            }),
-            queued: Condvar::new(),
-            inline: durability == Durability::Buffered,
-            quiet: AtomicBool::new(true),
-        }
-    }
-
-    /// Appends `transaction`. In `Buffered` mode, when the writer is free,
-    /// the caller leads: it commits everything queued before it and its
-    /// own transaction last, in one group, in its own thread, and gets a
-    /// ticket that is already complete. Otherwise the transaction is
-    /// queued for the writer thread (or for the next leader).
-    pub(crate) fn append(&self, transaction: Transaction) -> TransactionTicket {
-        if self.inline && self.quiet.load(Ordering::Relaxed) {
-            let writer = match self.writer.try_lock() {
-                Ok(writer) => Some(writer),
-                Err(TryLockError::WouldBlock) => None,
-                Err(TryLockError::Poisoned(poisoned)) => Some(fail_stopped(poisoned)),
-            };
-            if let Some(writer) = writer {
-                return TransactionTicket::ready(self.lead(writer, transaction));
-            }
-        }
-        let (reply, ticket) = TransactionTicket::channel();
-        {
-            let mut queue = lock_queue(&self.queue);
-            if queue.closed {
-                return TransactionTicket::ready(Err(StoreError::Closed));
-            }
-            queue
-                .requests
-                .push_back(AppendRequest { transaction, reply });
-        }
-        self.queued.notify_one();
-        ticket
-    }
-
-    /// Commits what is queued, then `own`, as one group under `writer`;
-    /// answers the queued requests and returns `own`'s result.
-    fn lead(&self, mut writer: MutexGuard<'_, Writer>, own: Transaction) -> TransactionResult {
-        let (mut transactions, replies) = self.take_queued();
-        transactions.push(own);
-        self.quiet.store(transactions.len() == 1, Ordering::Relaxed);
-        let mut results = writer.commit_group(transactions);
-        drop(writer);
-        let own = results.pop().unwrap_or(Err(StoreError::Closed));
-        answer(replies, results);
-        own
-    }
-
-    /// Takes up to [`MAX_GROUP_REQUESTS`] queued requests, oldest first.
-    /// Called only with `writer` held.
-    fn take_queued(&self) -> (Vec<Transaction>, Vec<Reply>) {
-        let mut queue = lock_queue(&self.queue);
-        let take = queue.requests.len().min(MAX_GROUP_REQUESTS);
-        queue
-            .requests
-            .drain(..take)
-            .map(|request| (request.transaction, request.reply))
-            .unzip()
-    }
-
-    /// The writer thread: commits whatever is queued, group by group,
-    /// until the log is closed and the queue is empty.
-    pub(crate) fn run(&self) {
-        loop {
-            {
-                let mut queue = lock_queue(&self.queue);
-                while queue.requests.is_empty() && !queue.closed {
-                    queue = self
-                        .queued
-                        .wait(queue)
-                        .unwrap_or_else(PoisonError::into_inner);
-                }
-                if queue.requests.is_empty() {
-                    return;
-                }
-            }
-            let mut writer = self.writer.lock().unwrap_or_else(fail_stopped);
-            // A leader may have taken them meanwhile.
-            let (transactions, replies) = self.take_queued();
-            if transactions.is_empty() {
-                continue;
-            }
-            self.quiet.store(transactions.len() == 1, Ordering::Relaxed);
-            let results = writer.commit_group(transactions);
-            drop(writer);
-            answer(replies, results);
-        }
-    }
-
-    /// Refuses later appends and lets the thread end once the queue is
-    /// committed.
-    pub(crate) fn close(&self) {
-        lock_queue(&self.queue).closed = true;
-        self.queued.notify_all();
-    }
-}
-
-type Reply = oneshot::Sender<TransactionResult>;
-
-fn answer(replies: Vec<Reply>, results: Vec<TransactionResult>) {
-    for (reply, result) in replies.into_iter().zip(results) {
-        // An appender that stopped waiting is not an error of the log.
-        let _ = reply.send(result);
-    }
-}
-
-/// The queue holds plain data that is never left half-changed, so a panic
-/// elsewhere while it was locked leaves it usable.
-fn lock_queue(queue: &Mutex<Queue>) -> MutexGuard<'_, Queue> {
-    queue.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// The writer after a panic mid-commit: its state may be half-updated, so
-/// it refuses every later append (fail-stop, as after a failed write).
-fn fail_stopped(poisoned: PoisonError<MutexGuard<'_, Writer>>) -> MutexGuard<'_, Writer> {
-    let mut writer = poisoned.into_inner();
-    writer.failed.get_or_insert_with(|| {
-        StoreError::Io("the log's writer panicked; reopen the log".to_owned())
-    });
-    writer
+    pub(crate) reply: oneshot::Sender<Result<Vec<AppendOutcome>, StoreError>>,
 }
 
 pub(crate) struct Writer {
@@ -229,9 +52,10 @@ pub(crate) struct Writer {
     head_watch: Arc<watch::Sender<u64>>,
 }
 
-/// A result held until the group's batch is written.
-struct PendingResult {
-    result: TransactionResult,
+/// A reply held until the group's batch is written.
+struct PendingReply {
+    reply: oneshot::Sender<Result<Vec<AppendOutcome>, StoreError>>,
+    result: Result<Vec<AppendOutcome>, StoreError>,
     /// Whether the answer is only true once the batch is durable.
     needs_write: bool,
 }
@@ -261,6 +85,20 @@ impl Writer {
             versions: HashMap::new(),
             write_options,
             head_watch,
+        }
+    }
+
+    /// Runs until every sender is dropped.
+    pub(crate) fn run(mut self, requests: &Receiver<AppendRequest>) {
+        while let Ok(first) = requests.recv() {
+            let mut group = vec![first];
+            while group.len() < MAX_GROUP_REQUESTS {
+                match requests.try_recv() {
+                    Ok(request) => group.push(request),
+                    Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
+                }
+            }
+            self.commit_group(group);
         }
     }
 
@@ -302,21 +140,33 @@ impl Writer {
         }
     }
 
-    /// Commits `group` in one batch; one result per transaction, in order.
-    fn commit_group(&mut self, group: Vec<Transaction>) -> Vec<TransactionResult> {
+    fn commit_group(&mut self, group: Vec<AppendRequest>) {
         let _span = crate::telemetry::group_commit(group.len()).entered();
         if let Some(failure) = &self.failed {
-            return group.iter().map(|_| Err(failure.clone())).collect();
+            for request in group {
+                let _ = request.reply.send(Err(failure.clone()));
+            }
+            return;
         }
         let mut next_position = match position_after(self.head) {
             Ok(next) => next,
-            Err(exhausted) => return group.iter().map(|_| Err(exhausted.clone())).collect(),
+            Err(exhausted) => {
+                for request in group {
+                    let _ = request.reply.send(Err(exhausted.clone()));
+                }
+                return;
+            }
         };
         let mut batch = WriteBatch::default();
         let mut overlay = GroupOverlay::default();
-        let mut pending = Vec::with_capacity(group.len());
+        let mut replies = Vec::with_capacity(group.len());
         let recorded_at = unix_millis();
-        for Transaction { parts, attachments } in group {
+        for AppendRequest {
+            parts,
+            attachments,
+            reply,
+        } in group
+        {
             let result = self.stage(
                 &mut batch,
                 &mut overlay,
@@ -331,7 +181,8 @@ impl Writer {
                     .any(|outcome| !outcome.deduplicated || outcome.last_position > self.head),
                 Err(_) => false,
             };
-            pending.push(PendingResult {
+            replies.push(PendingReply {
+                reply,
                 result,
                 needs_write,
             });
@@ -350,7 +201,7 @@ impl Writer {
                     self.head_watch.send_replace(new_head);
                 }
                 debug!(
-                    requests = pending.len(),
+                    requests = replies.len(),
                     head = self.head,
                     "group committed"
                 );
@@ -360,13 +211,14 @@ impl Writer {
                 self.failed = Some(err.clone());
             }
         }
-        pending
-            .into_iter()
-            .map(|pending| match (&written, pending.needs_write) {
+        for pending in replies {
+            let result = match (&written, pending.needs_write) {
                 (Err(err), true) => Err(err.clone()),
                 _ => pending.result,
-            })
-            .collect()
+            };
+            // An appender that stopped waiting is not an error of the log.
+            let _ = pending.reply.send(result);
+        }
     }
 
     fn write(&self, mut batch: WriteBatch, new_head: u64) -> Result<(), StoreError> {
