@@ -49,5 +49,5 @@ pub use log::{
     StreamAppend, TransactionTicket,
 };
 pub use memory::MemoryLog;
-pub use rocks::{RocksLog, RocksOptions};
+pub use rocks::{CommitCounts, RocksLog, RocksOptions};
 pub use subscription::{Subscription, SubscriptionItem};

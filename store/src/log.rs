@@ -10,6 +10,7 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Weak;
 use std::task::{Context, Poll};
 
 use serde::{Deserialize, Serialize};
@@ -95,22 +96,63 @@ pub struct StreamAppend {
 
 type TransactionResult = Result<Vec<AppendOutcome>, StoreError>;
 
+/// The committer of a backend whose appends are committed by whoever
+/// awaits them (a group-commit leader), not by a thread of its own.
+///
+/// Contract: every request a backend queues behind a [`Lead`] is committed
+/// once any of its own or later tickets is awaited, waited on or dropped,
+/// or, for a ticket left alone, by the backend's own backstop; a commit
+/// answers every ticket it covers through its channel.
+pub(crate) trait Lead: Send + Sync {
+    /// Commits what is queued if no one else is committing, in the
+    /// caller's thread. Returns whether it committed anything; `false`
+    /// means someone else holds the commit, or has taken every queued
+    /// request, and will answer them.
+    fn try_lead(&self) -> bool;
+
+    /// As [`try_lead`](Self::try_lead), but waits for a commit in progress
+    /// first. For a thread that may block.
+    fn lead_blocking(&self) -> bool;
+
+    /// Makes sure what is queued gets committed without this caller (a
+    /// ticket dropped before its answer).
+    fn hand_off(&self);
+}
+
 /// The pending result of one atomic append: one outcome per part, in order.
 /// Await it, or [`wait`](Self::wait) from a thread outside the async runtime.
 ///
 /// The append is enqueued when `append_atomic` returns, so appends issued one
 /// after another by one caller land in that order even before their tickets
 /// are awaited. A backend that wrote the append before returning hands back
-/// a ticket that is already complete (no channel, no allocation).
+/// a ticket that is already complete (no channel, no allocation). A backend
+/// that commits in the awaiting task (RocksDB in `Buffered` mode) does so
+/// on the ticket's first poll, after the caller released whatever it held
+/// while appending, so the caller's next decisions and this write overlap.
 #[derive(Debug)]
 pub struct TransactionTicket(TicketState);
 
-#[derive(Debug)]
 enum TicketState {
     /// Answered when the writer sends.
     Pending(oneshot::Receiver<TransactionResult>),
+    /// Answered when the writer sends; committed by the awaiting task when
+    /// no one else is committing.
+    Led {
+        answer: oneshot::Receiver<TransactionResult>,
+        lead: Weak<dyn Lead>,
+    },
     /// Answered already; `None` once taken by a poll.
     Ready(Option<TransactionResult>),
+}
+
+impl fmt::Debug for TicketState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TicketState::Pending(_) => f.write_str("Pending"),
+            TicketState::Led { .. } => f.write_str("Led"),
+            TicketState::Ready(result) => f.debug_tuple("Ready").field(result).finish(),
+        }
+    }
 }
 
 impl TransactionTicket {
@@ -119,6 +161,17 @@ impl TransactionTicket {
     pub fn channel() -> (oneshot::Sender<TransactionResult>, TransactionTicket) {
         let (sender, receiver) = oneshot::channel();
         (sender, TransactionTicket(TicketState::Pending(receiver)))
+    }
+
+    /// A ticket whose request `lead` commits when the ticket is awaited,
+    /// and the sender that completes it. A ticket holds its committer
+    /// weakly: once the log is gone, its close has committed or refused
+    /// the request, and the ticket only reads the answer.
+    pub(crate) fn led(
+        lead: Weak<dyn Lead>,
+    ) -> (oneshot::Sender<TransactionResult>, TransactionTicket) {
+        let (sender, answer) = oneshot::channel();
+        (sender, TransactionTicket(TicketState::Led { answer, lead }))
     }
 
     /// A ticket that is already complete.
@@ -133,11 +186,26 @@ impl TransactionTicket {
     ///
     /// # Errors
     /// The append's error, or [`StoreError::Closed`] if the log stopped first.
-    pub fn wait(self) -> TransactionResult {
-        match self.0 {
+    pub fn wait(mut self) -> TransactionResult {
+        let state = std::mem::replace(&mut self.0, TicketState::Ready(None));
+        match state {
             TicketState::Pending(receiver) => {
                 receiver.blocking_recv().unwrap_or(Err(StoreError::Closed))
             }
+            TicketState::Led {
+                mut answer,
+                lead,
+            } => loop {
+                match answer.try_recv() {
+                    Ok(result) => return result,
+                    Err(oneshot::error::TryRecvError::Closed) => return Err(StoreError::Closed),
+                    Err(oneshot::error::TryRecvError::Empty) => {}
+                }
+                if !lead.upgrade().is_some_and(|lead| lead.lead_blocking()) {
+                    // Another committer took it and answers it.
+                    return answer.blocking_recv().unwrap_or(Err(StoreError::Closed));
+                }
+            },
             TicketState::Ready(result) => result.unwrap_or(Err(StoreError::Closed)),
         }
     }
@@ -147,12 +215,41 @@ impl Future for TransactionTicket {
     type Output = TransactionResult;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        match &mut self.0 {
-            TicketState::Pending(receiver) => Pin::new(receiver)
-                .poll(cx)
-                .map(|received| received.unwrap_or(Err(StoreError::Closed))),
+        let answered = match &mut self.0 {
+            TicketState::Pending(receiver) => {
+                return Pin::new(receiver)
+                    .poll(cx)
+                    .map(|received| received.unwrap_or(Err(StoreError::Closed)));
+            }
+            TicketState::Led { answer, lead } => loop {
+                if let Poll::Ready(received) = Pin::new(&mut *answer).poll(cx) {
+                    break received.unwrap_or(Err(StoreError::Closed));
+                }
+                if !lead.upgrade().is_some_and(|lead| lead.try_lead()) {
+                    return Poll::Pending;
+                }
+            },
             TicketState::Ready(result) => {
-                Poll::Ready(result.take().unwrap_or(Err(StoreError::Closed)))
+                return Poll::Ready(result.take().unwrap_or(Err(StoreError::Closed)));
+            }
+        };
+        self.0 = TicketState::Ready(None);
+        Poll::Ready(answered)
+    }
+}
+
+impl Drop for TransactionTicket {
+    fn drop(&mut self) {
+        // A ticket given up before its answer must not leave its request
+        // waiting for a leader that will never come.
+        if let TicketState::Led { answer, lead } = &mut self.0 {
+            if matches!(
+                answer.try_recv(),
+                Err(oneshot::error::TryRecvError::Empty)
+            ) {
+                if let Some(lead) = lead.upgrade() {
+                    lead.hand_off();
+                }
             }
         }
     }

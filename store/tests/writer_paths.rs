@@ -81,3 +81,112 @@ fn buffered_appends_of_one_appender_keep_their_order_on_either_path() {
 fn sync_appends_of_one_appender_keep_their_order() {
     chained_appends_keep_their_order(Durability::Sync);
 }
+
+fn tokio_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap()
+}
+
+/// Waits (at most a generous bound, so a broken backstop fails instead of
+/// hanging) until the log's head reaches `head`.
+async fn head_reaches(log: &RocksLog, head: u64) {
+    let mut watch = log.watch_head();
+    tokio::time::timeout(
+        std::time::Duration::from_secs(20),
+        watch.wait_for(|now| *now >= head),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("the head never reached {head}: {}", log.head()))
+    .expect("the log closed");
+}
+
+/// In `Buffered` mode the task that awaits a ticket commits it; appends
+/// no one awaits are committed anyway, in order, by the writer thread's
+/// backstop: while appends come, and after the log went quiet and the
+/// thread fell asleep.
+#[test]
+fn buffered_appends_no_one_awaits_are_committed_by_the_backstop() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = open(dir.path(), Durability::Buffered);
+    let stream = StreamId::Session(SessionId::new());
+    tokio_runtime().block_on(async {
+        let first = log.append(stream, ExpectedVersion::Exact(0), vec![turn(0)]);
+        let second = log.append(stream, ExpectedVersion::Exact(1), vec![turn(1)]);
+        head_reaches(&log, 2).await;
+        assert_eq!(log.commit_counts().by_appenders, 0, "nobody awaited yet");
+        assert!(log.commit_counts().by_thread >= 1);
+        assert_eq!(first.await.unwrap().first_position, 1);
+        assert_eq!(second.await.unwrap().first_position, 2);
+        // Quiet for longer than the thread's idle rounds: it sleeps until
+        // the next append wakes it.
+        tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+        let third = log.append(stream, ExpectedVersion::Exact(2), vec![turn(2)]);
+        head_reaches(&log, 3).await;
+        assert_eq!(third.await.unwrap().stream_version, 3);
+    });
+}
+
+/// A ticket dropped before its answer hands its append to the thread:
+/// it is written, and later appends land after it.
+#[test]
+fn a_dropped_buffered_ticket_is_still_committed() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = open(dir.path(), Durability::Buffered);
+    let stream = StreamId::Session(SessionId::new());
+    tokio_runtime().block_on(async {
+        drop(log.append(stream, ExpectedVersion::Exact(0), vec![turn(0)]));
+        head_reaches(&log, 1).await;
+        let next = log
+            .append(stream, ExpectedVersion::Exact(1), vec![turn(1)])
+            .await
+            .unwrap();
+        assert_eq!(next.first_position, 2);
+    });
+}
+
+/// A lone appender that awaits each append commits it in its own task
+/// (no handoff to the writer thread and back); in `Sync` mode the thread
+/// commits every group, so no fsync runs on a caller's worker.
+#[test]
+fn an_awaiting_appender_leads_in_buffered_mode_only() {
+    for (durability, led) in [(Durability::Buffered, true), (Durability::Sync, false)] {
+        let dir = tempfile::tempdir().unwrap();
+        let log = open(dir.path(), durability);
+        let stream = StreamId::Session(SessionId::new());
+        tokio_runtime().block_on(async {
+            for version in 0..100 {
+                log.append(stream, ExpectedVersion::Exact(version), vec![turn(version)])
+                    .await
+                    .unwrap();
+            }
+        });
+        let counts = log.commit_counts();
+        if led {
+            // The backstop may take an append between its queueing and
+            // its ticket's poll, rarely.
+            assert!(counts.by_appenders >= 50, "{durability:?}: {counts:?}");
+        } else {
+            assert_eq!(counts.by_appenders, 0, "{durability:?}: {counts:?}");
+            assert_eq!(counts.by_thread, 100, "{durability:?}: {counts:?}");
+        }
+        assert_eq!(counts.by_appenders + counts.by_thread, 100, "{durability:?}");
+    }
+}
+
+/// Dropping the last handle commits what is queued and frees the
+/// directory, even while a ticket is still held: the ticket keeps neither
+/// the writer nor the database, and reads its answer afterwards.
+#[test]
+fn a_ticket_outliving_its_log_holds_no_lock_and_reads_its_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = open(dir.path(), Durability::Buffered);
+    let stream = StreamId::Session(SessionId::new());
+    let ticket = log.append(stream, ExpectedVersion::Exact(0), vec![turn(0)]);
+    drop(log);
+    let reopened = open(dir.path(), Durability::Buffered);
+    assert_eq!(reopened.head(), 1, "the close committed the queued append");
+    let outcome = tokio_runtime().block_on(ticket).unwrap();
+    assert_eq!(outcome.first_position, 1);
+}

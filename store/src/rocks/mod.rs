@@ -1,24 +1,25 @@
 //! [`RocksLog`]: the embedded RocksDB backend, the default.
 //!
-//! Layout of the column families: `keys`. Writes go through one writer
-//! thread that group-commits (`writer`); reads run concurrently on the
-//! caller's thread. What a directory must hold to be opened, and the
+//! Layout of the column families: `keys`. Writes are group commits
+//! (`writer`), made by the writer thread or by the task that awaits the
+//! append (`leader`); reads run concurrently on the caller's thread. What a directory must hold to be opened, and the
 //! process lock: `open`.
 
 mod indexes;
 mod keys;
+mod leader;
 mod log_files;
 mod open;
 mod salvage;
 mod writer;
 
 pub use keys::FORMAT_VERSION;
+pub use leader::CommitCounts;
 pub use open::LOCK_FILE;
 pub use salvage::{DamagedLog, SalvageRecovery};
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
@@ -35,7 +36,8 @@ use crate::log::{
 use crate::record;
 use crate::subscription::{self, Subscription};
 use open::DirectoryState;
-use writer::{AppendRequest, Writer};
+use leader::WriterSlot;
+use writer::{Transaction, Writer};
 
 /// Options of a RocksDB log.
 #[derive(Clone, Copy, Debug, Default)]
@@ -46,24 +48,26 @@ pub struct RocksOptions {
 
 struct Shared {
     db: Arc<DB>,
+    /// The writer, shared with its thread; `None` for a read-only handle.
+    /// Its own handle on the database is dropped with it, before `_lock`.
+    slot: Option<Arc<WriterSlot>>,
     /// The exclusive directory lock of a read-write handle; declared after
-    /// `db` so it is released only once the database is closed.
+    /// `db` and `slot` so it is released only once the database is closed.
     _lock: Option<File>,
     /// Opened with [`RocksLog::open_read_only`]: no writer, no lock.
     read_only: bool,
     path: PathBuf,
     durability: Durability,
     head: Arc<watch::Sender<u64>>,
-    requests: Mutex<Option<mpsc::Sender<AppendRequest>>>,
     writer: Mutex<Option<JoinHandle<()>>>,
 }
 
 impl Drop for Shared {
     fn drop(&mut self) {
-        // Closing the channel stops the writer after it commits what is queued;
+        // Closing the queue stops the writer after it commits what is queued;
         // joining makes "the last handle is dropped" mean "the directory is free".
-        if let Ok(mut requests) = self.requests.lock() {
-            requests.take();
+        if let Some(slot) = &self.slot {
+            slot.close();
         }
         if let Some(handle) = self.writer.lock().ok().and_then(|mut writer| writer.take()) {
             let _ = handle.join();
@@ -182,7 +186,6 @@ impl RocksLog {
         let head = Self::check_format_and_head(&db, &path, true)?;
         let db = Arc::new(db);
         let head_watch = Arc::new(watch::channel(head).0);
-        let (sender, receiver) = mpsc::channel();
         let writer = Writer::new(
             Arc::clone(&db),
             path.clone(),
@@ -190,9 +193,11 @@ impl RocksLog {
             options.durability,
             Arc::clone(&head_watch),
         );
+        let slot = WriterSlot::new(writer, options.durability);
+        let thread_slot = Arc::clone(&slot);
         let handle = std::thread::Builder::new()
             .name("subagents-log-writer".into())
-            .spawn(move || writer.run(&receiver))
+            .spawn(move || thread_slot.run())
             .map_err(|err| StoreError::Io(format!("starting the writer thread: {err}")))?;
         Ok(RocksLog {
             shared: Arc::new(Shared {
@@ -202,7 +207,7 @@ impl RocksLog {
                 path,
                 durability: options.durability,
                 head: head_watch,
-                requests: Mutex::new(Some(sender)),
+                slot: Some(slot),
                 writer: Mutex::new(Some(handle)),
             }),
         })
@@ -249,7 +254,7 @@ impl RocksLog {
                 path,
                 durability: Durability::Sync,
                 head: Arc::new(watch::channel(head).0),
-                requests: Mutex::new(None),
+                slot: None,
                 writer: Mutex::new(None),
             }),
         }
@@ -333,6 +338,17 @@ impl RocksLog {
             .map_err(|err| map_rocks_error(err, position, path))
     }
 
+    /// How many group commits this log made since it was opened, by who
+    /// made them (all zero for a read-only handle).
+    #[must_use]
+    pub fn commit_counts(&self) -> CommitCounts {
+        self.shared
+            .slot
+            .as_ref()
+            .map(|slot| slot.counts())
+            .unwrap_or_default()
+    }
+
     /// Whether this handle was opened with [`RocksLog::open_read_only`].
     #[must_use]
     pub fn is_read_only(&self) -> bool {
@@ -359,19 +375,9 @@ impl EventLog for RocksLog {
         if let Err(err) = self.refuse_if_read_only() {
             return TransactionTicket::ready(Err(err));
         }
-        let (reply, ticket) = TransactionTicket::channel();
-        let request = AppendRequest {
-            parts,
-            attachments,
-            reply,
-        };
-        let sent = match self.shared.requests.lock() {
-            Ok(requests) => requests.as_ref().map(|sender| sender.send(request).is_ok()),
-            Err(_) => None,
-        };
-        match sent {
-            Some(true) => ticket,
-            _ => TransactionTicket::ready(Err(StoreError::Closed)),
+        match &self.shared.slot {
+            Some(slot) => slot.append(Transaction { parts, attachments }),
+            None => TransactionTicket::ready(Err(StoreError::Closed)),
         }
     }
 

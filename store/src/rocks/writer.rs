@@ -1,21 +1,18 @@
-//! The single writer thread of a [`super::RocksLog`]: group commit.
+//! The writer of a [`super::RocksLog`]: one group commit.
 //!
-//! Appenders enqueue requests on a channel. The writer takes the first one,
-//! then everything else already queued (up to [`MAX_GROUP_REQUESTS`]), checks
-//! each against the stream versions as they will be after the requests before
-//! it, writes all accepted events, their stream and id index entries and the
-//! new head in ONE `WriteBatch` with ONE WAL sync, and only then answers the
-//! appenders. Under load, many appends share one fsync; alone, an append
-//! pays exactly one.
+//! [`Writer::commit_group`] checks each transaction of a group against the
+//! stream versions as they will be after the transactions before it,
+//! writes all accepted events, their stream and id index entries and the
+//! new head in ONE `WriteBatch` with ONE WAL sync (in `Sync` mode), and
+//! only then returns their answers. Who calls it, and when, is `leader`'s.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::mpsc::{Receiver, TryRecvError};
 use std::sync::Arc;
 
 use rocksdb::{WriteBatch, WriteOptions, DB};
 use subagent_core::{Attachment, EventId, StreamId};
-use tokio::sync::{oneshot, watch};
+use tokio::sync::watch;
 use tracing::{debug, warn};
 
 use super::keys::{self, CF_BLOBS, CF_EVENT_IDS, CF_LOG, CF_META, CF_STREAMS};
@@ -28,21 +25,20 @@ use crate::error::StoreError;
 use crate::log::{AppendOutcome, Durability, StreamAppend};
 use crate::memory::unix_millis;
 
-/// The most requests folded into one group commit.
-pub(crate) const MAX_GROUP_REQUESTS: usize = 1024;
+pub(crate) type TransactionResult = Result<Vec<AppendOutcome>, StoreError>;
 
-pub(crate) struct AppendRequest {
+/// One atomic append: its parts, and the attachments stored in the same
+/// batch as its events when those are written.
+pub(crate) struct Transaction {
     pub(crate) parts: Vec<StreamAppend>,
-    /// Stored in the same batch as `parts`' events, when those are written.
     pub(crate) attachments: Vec<Attachment>,
-    pub(crate) reply: oneshot::Sender<Result<Vec<AppendOutcome>, StoreError>>,
 }
 
 pub(crate) struct Writer {
     /// Set by the first failed write: from then on every append is refused,
     /// so nothing decided on top of a lost write can land after it
     /// (fail-stop; reopen the log to recover).
-    failed: Option<StoreError>,
+    pub(crate) failed: Option<StoreError>,
     db: Arc<DB>,
     /// The log directory, for error messages.
     path: PathBuf,
@@ -52,10 +48,9 @@ pub(crate) struct Writer {
     head_watch: Arc<watch::Sender<u64>>,
 }
 
-/// A reply held until the group's batch is written.
-struct PendingReply {
-    reply: oneshot::Sender<Result<Vec<AppendOutcome>, StoreError>>,
-    result: Result<Vec<AppendOutcome>, StoreError>,
+/// A result held until the group's batch is written.
+struct PendingResult {
+    result: TransactionResult,
     /// Whether the answer is only true once the batch is durable.
     needs_write: bool,
 }
@@ -85,20 +80,6 @@ impl Writer {
             versions: HashMap::new(),
             write_options,
             head_watch,
-        }
-    }
-
-    /// Runs until every sender is dropped.
-    pub(crate) fn run(mut self, requests: &Receiver<AppendRequest>) {
-        while let Ok(first) = requests.recv() {
-            let mut group = vec![first];
-            while group.len() < MAX_GROUP_REQUESTS {
-                match requests.try_recv() {
-                    Ok(request) => group.push(request),
-                    Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
-                }
-            }
-            self.commit_group(group);
         }
     }
 
@@ -140,33 +121,21 @@ impl Writer {
         }
     }
 
-    fn commit_group(&mut self, group: Vec<AppendRequest>) {
+    /// Commits `group` in one batch; one result per transaction, in order.
+    pub(crate) fn commit_group(&mut self, group: Vec<Transaction>) -> Vec<TransactionResult> {
         let _span = crate::telemetry::group_commit(group.len()).entered();
         if let Some(failure) = &self.failed {
-            for request in group {
-                let _ = request.reply.send(Err(failure.clone()));
-            }
-            return;
+            return group.iter().map(|_| Err(failure.clone())).collect();
         }
         let mut next_position = match position_after(self.head) {
             Ok(next) => next,
-            Err(exhausted) => {
-                for request in group {
-                    let _ = request.reply.send(Err(exhausted.clone()));
-                }
-                return;
-            }
+            Err(exhausted) => return group.iter().map(|_| Err(exhausted.clone())).collect(),
         };
         let mut batch = WriteBatch::default();
         let mut overlay = GroupOverlay::default();
-        let mut replies = Vec::with_capacity(group.len());
+        let mut pending = Vec::with_capacity(group.len());
         let recorded_at = unix_millis();
-        for AppendRequest {
-            parts,
-            attachments,
-            reply,
-        } in group
-        {
+        for Transaction { parts, attachments } in group {
             let result = self.stage(
                 &mut batch,
                 &mut overlay,
@@ -181,8 +150,7 @@ impl Writer {
                     .any(|outcome| !outcome.deduplicated || outcome.last_position > self.head),
                 Err(_) => false,
             };
-            replies.push(PendingReply {
-                reply,
+            pending.push(PendingResult {
                 result,
                 needs_write,
             });
@@ -201,7 +169,7 @@ impl Writer {
                     self.head_watch.send_replace(new_head);
                 }
                 debug!(
-                    requests = replies.len(),
+                    requests = pending.len(),
                     head = self.head,
                     "group committed"
                 );
@@ -211,14 +179,13 @@ impl Writer {
                 self.failed = Some(err.clone());
             }
         }
-        for pending in replies {
-            let result = match (&written, pending.needs_write) {
+        pending
+            .into_iter()
+            .map(|pending| match (&written, pending.needs_write) {
                 (Err(err), true) => Err(err.clone()),
                 _ => pending.result,
-            };
-            // An appender that stopped waiting is not an error of the log.
-            let _ = pending.reply.send(result);
-        }
+            })
+            .collect()
     }
 
     fn write(&self, mut batch: WriteBatch, new_head: u64) -> Result<(), StoreError> {

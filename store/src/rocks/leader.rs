@@ -1,0 +1,300 @@
+//! Who commits a [`super::RocksLog`]'s appends, and when: the queue of
+//! appends, the awaiting task that leads a commit, and the writer thread.
+//!
+//! Every append is queued, oldest first, and only a holder of the
+//! [`Writer`]'s lock takes requests off the queue, so nothing is committed
+//! ahead of a request queued before it, whoever commits.
+//!
+//! - **`Sync` mode**: the writer thread commits. An append wakes it only
+//!   when it is waiting; busy, it finds the newcomers when it loops, and
+//!   takes everything queued (up to [`MAX_GROUP_REQUESTS`]) as one group
+//!   with one fsync. An fsync never runs on a caller's async worker.
+//! - **`Buffered` mode**: the task that awaits a ticket leads the commit
+//!   itself, on the ticket's first poll: it takes everything queued and
+//!   commits it as one group in its own thread, sparing a lone appender
+//!   the two thread handoffs (to a writer thread and back) that were most
+//!   of its time. The append is queued while the caller holds whatever it
+//!   holds (a runtime's pipeline lock); the commit runs once it awaits,
+//!   after releasing it, so the caller's next decisions overlap this
+//!   write. A poll that finds the writer busy waits for its answer; a
+//!   leader that finds requests queued behind it once done hands them to
+//!   the thread. The thread is also the **backstop** for tickets nobody
+//!   awaits: it looks at the queue every [`BACKSTOP`] while appends come,
+//!   and after [`IDLE_ROUNDS`] quiet rounds sleeps until the next append
+//!   wakes it. A dropped ticket hands its request to the thread at once.
+//!
+//! The log's close commits what is queued, then ends the thread.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, TryLockError, Weak};
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+
+use super::writer::{Transaction, TransactionResult, Writer};
+use crate::error::StoreError;
+use crate::log::{Durability, Lead, TransactionTicket};
+
+/// The most requests folded into one group commit.
+pub(crate) const MAX_GROUP_REQUESTS: usize = 1024;
+
+/// How often the writer thread looks for requests no one leads, while
+/// appends come (`Buffered` mode).
+pub(crate) const BACKSTOP: Duration = Duration::from_millis(2);
+
+/// Backstop rounds with no append before the writer thread sleeps until
+/// the next append wakes it: 100 ms of a quiet log.
+pub(crate) const IDLE_ROUNDS: u32 = 50;
+
+/// A queued transaction, and where its answer goes.
+struct AppendRequest {
+    transaction: Transaction,
+    reply: Reply,
+}
+
+type Reply = oneshot::Sender<TransactionResult>;
+
+/// What the writer thread is doing, which decides whether an append must
+/// wake it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum ThreadState {
+    /// Committing, or about to look at the queue.
+    Busy,
+    /// Waiting at most [`BACKSTOP`].
+    Backstop,
+    /// Waiting until woken.
+    Asleep,
+}
+
+struct Queue {
+    /// Requests waiting for a commit, in the order they were appended.
+    requests: VecDeque<AppendRequest>,
+    /// Appends ever queued: the thread's measure of a quiet log.
+    appended: u64,
+    closed: bool,
+    thread: ThreadState,
+}
+
+/// The writer, its queue, and who may commit: whoever holds `writer`.
+pub(crate) struct WriterSlot {
+    writer: Mutex<Writer>,
+    queue: Mutex<Queue>,
+    /// Wakes the writer thread.
+    wake: Condvar,
+    /// Whether the awaiting task leads the commit (`Buffered`).
+    led: bool,
+    /// Group commits made by appenders' tasks and threads.
+    by_appenders: AtomicU64,
+    /// Group commits made by the writer thread.
+    by_thread: AtomicU64,
+    /// This slot, for the tickets it hands out (a ticket outliving the log
+    /// keeps neither the writer nor the database alive).
+    this: Weak<WriterSlot>,
+}
+
+impl WriterSlot {
+    pub(crate) fn new(writer: Writer, durability: Durability) -> Arc<Self> {
+        Arc::new_cyclic(|this| WriterSlot {
+            writer: Mutex::new(writer),
+            queue: Mutex::new(Queue {
+                requests: VecDeque::new(),
+                appended: 0,
+                closed: false,
+                thread: ThreadState::Busy,
+            }),
+            wake: Condvar::new(),
+            led: durability == Durability::Buffered,
+            by_appenders: AtomicU64::new(0),
+            by_thread: AtomicU64::new(0),
+            this: this.clone(),
+        })
+    }
+
+    /// Queues `transaction`, and returns its ticket: in `Buffered` mode one
+    /// that commits when awaited, else one the writer thread answers.
+    pub(crate) fn append(&self, transaction: Transaction) -> TransactionTicket {
+        let mut queue = lock_queue(&self.queue);
+        if queue.closed {
+            return TransactionTicket::ready(Err(StoreError::Closed));
+        }
+        let (reply, ticket) = if self.led {
+            let this: Weak<dyn Lead> = self.this.clone();
+            TransactionTicket::led(this)
+        } else {
+            TransactionTicket::channel()
+        };
+        queue
+            .requests
+            .push_back(AppendRequest { transaction, reply });
+        queue.appended += 1;
+        let wake = match queue.thread {
+            ThreadState::Busy => false,
+            ThreadState::Backstop => !self.led,
+            ThreadState::Asleep => true,
+        };
+        drop(queue);
+        if wake {
+            self.wake.notify_one();
+        }
+        ticket
+    }
+
+    /// Commits up to [`MAX_GROUP_REQUESTS`] queued requests, oldest first,
+    /// as one group under `writer`, and answers them. Returns whether there
+    /// was anything to commit.
+    fn commit_queued(&self, mut writer: MutexGuard<'_, Writer>) -> bool {
+        let (transactions, replies): (Vec<Transaction>, Vec<Reply>) = {
+            let mut queue = lock_queue(&self.queue);
+            let take = queue.requests.len().min(MAX_GROUP_REQUESTS);
+            queue
+                .requests
+                .drain(..take)
+                .map(|request| (request.transaction, request.reply))
+                .unzip()
+        };
+        if transactions.is_empty() {
+            return false;
+        }
+        let results = writer.commit_group(transactions);
+        drop(writer);
+        for (reply, result) in replies.into_iter().zip(results) {
+            // An appender that stopped waiting is not an error of the log.
+            let _ = reply.send(result);
+        }
+        true
+    }
+
+    /// The writer thread: commits whatever is queued, group by group, until
+    /// the log is closed and the queue is empty.
+    pub(crate) fn run(&self) {
+        let mut idle_rounds = 0;
+        loop {
+            {
+                let mut queue = lock_queue(&self.queue);
+                loop {
+                    if !queue.requests.is_empty() {
+                        break;
+                    }
+                    if queue.closed {
+                        return;
+                    }
+                    let appended = queue.appended;
+                    if self.led && idle_rounds < IDLE_ROUNDS {
+                        queue.thread = ThreadState::Backstop;
+                        queue = self
+                            .wake
+                            .wait_timeout(queue, BACKSTOP)
+                            .unwrap_or_else(PoisonError::into_inner)
+                            .0;
+                        if queue.appended == appended {
+                            idle_rounds += 1;
+                        } else {
+                            idle_rounds = 0;
+                        }
+                    } else {
+                        queue.thread = ThreadState::Asleep;
+                        queue = self
+                            .wake
+                            .wait(queue)
+                            .unwrap_or_else(PoisonError::into_inner);
+                        idle_rounds = 0;
+                    }
+                    queue.thread = ThreadState::Busy;
+                }
+            }
+            let writer = self.writer.lock().unwrap_or_else(fail_stopped);
+            if self.commit_queued(writer) {
+                self.by_thread.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// How many group commits each committer made so far.
+    pub(crate) fn counts(&self) -> CommitCounts {
+        CommitCounts {
+            by_appenders: self.by_appenders.load(Ordering::Relaxed),
+            by_thread: self.by_thread.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Refuses later appends and lets the thread end once the queue is
+    /// committed.
+    pub(crate) fn close(&self) {
+        lock_queue(&self.queue).closed = true;
+        self.wake.notify_all();
+    }
+
+    /// Wakes the thread to commit what is queued.
+    fn wake_thread(&self) {
+        let asleep = lock_queue(&self.queue).thread != ThreadState::Busy;
+        if asleep {
+            self.wake.notify_one();
+        }
+    }
+
+    /// After a leader's commit: counts it, and hands whatever was queued meanwhile to the
+    /// thread, since the tickets behind it are waiting for their answers,
+    /// not polling.
+    fn hand_on(&self) {
+        self.by_appenders.fetch_add(1, Ordering::Relaxed);
+        if !lock_queue(&self.queue).requests.is_empty() {
+            self.wake_thread();
+        }
+    }
+}
+
+impl Lead for WriterSlot {
+    fn try_lead(&self) -> bool {
+        let writer = match self.writer.try_lock() {
+            Ok(writer) => writer,
+            Err(TryLockError::WouldBlock) => return false,
+            Err(TryLockError::Poisoned(poisoned)) => fail_stopped(poisoned),
+        };
+        let committed = self.commit_queued(writer);
+        if committed {
+            self.hand_on();
+        }
+        committed
+    }
+
+    fn lead_blocking(&self) -> bool {
+        let writer = self.writer.lock().unwrap_or_else(fail_stopped);
+        let committed = self.commit_queued(writer);
+        if committed {
+            self.hand_on();
+        }
+        committed
+    }
+
+    fn hand_off(&self) {
+        self.wake_thread();
+    }
+}
+
+/// How many group commits a read-write [`super::RocksLog`] made, by who
+/// made them: a diagnostic of the two paths of `Buffered` mode (in `Sync`
+/// mode the thread makes them all).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CommitCounts {
+    /// Commits led by an appender awaiting (or waiting on) its ticket.
+    pub by_appenders: u64,
+    /// Commits made by the writer thread.
+    pub by_thread: u64,
+}
+
+/// The queue holds plain data that is never left half-changed, so a panic
+/// elsewhere while it was locked leaves it usable.
+fn lock_queue(queue: &Mutex<Queue>) -> MutexGuard<'_, Queue> {
+    queue.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The writer after a panic mid-commit: its state may be half-updated, so
+/// it refuses every later append (fail-stop, as after a failed write).
+fn fail_stopped(poisoned: PoisonError<MutexGuard<'_, Writer>>) -> MutexGuard<'_, Writer> {
+    let mut writer = poisoned.into_inner();
+    writer.failed.get_or_insert_with(|| {
+        StoreError::Io("the log's writer panicked; reopen the log".to_owned())
+    });
+    writer
+}
