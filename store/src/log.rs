@@ -192,10 +192,7 @@ impl TransactionTicket {
             TicketState::Pending(receiver) => {
                 receiver.blocking_recv().unwrap_or(Err(StoreError::Closed))
             }
-            TicketState::Led {
-                mut answer,
-                lead,
-            } => loop {
+            TicketState::Led { mut answer, lead } => loop {
                 match answer.try_recv() {
                     Ok(result) => return result,
                     Err(oneshot::error::TryRecvError::Closed) => return Err(StoreError::Closed),
@@ -243,10 +240,7 @@ impl Drop for TransactionTicket {
         // A ticket given up before its answer must not leave its request
         // waiting for a leader that will never come.
         if let TicketState::Led { answer, lead } = &mut self.0 {
-            if matches!(
-                answer.try_recv(),
-                Err(oneshot::error::TryRecvError::Empty)
-            ) {
+            if matches!(answer.try_recv(), Err(oneshot::error::TryRecvError::Empty)) {
                 if let Some(lead) = lead.upgrade() {
                     lead.hand_off();
                 }

@@ -171,7 +171,11 @@ fn an_awaiting_appender_leads_in_buffered_mode_only() {
             assert_eq!(counts.by_appenders, 0, "{durability:?}: {counts:?}");
             assert_eq!(counts.by_thread, 100, "{durability:?}: {counts:?}");
         }
-        assert_eq!(counts.by_appenders + counts.by_thread, 100, "{durability:?}");
+        assert_eq!(
+            counts.by_appenders + counts.by_thread,
+            100,
+            "{durability:?}"
+        );
     }
 }
 

@@ -18,10 +18,10 @@
 //!   after releasing it, so the caller's next decisions overlap this
 //!   write. A poll that finds the writer busy waits for its answer; a
 //!   leader that finds requests queued behind it once done hands them to
-//!   the thread. The thread is also the **backstop** for tickets nobody
-//!   awaits: it looks at the queue every [`BACKSTOP`] while appends come,
-//!   and after [`IDLE_ROUNDS`] quiet rounds sleeps until the next append
-//!   wakes it. A dropped ticket hands its request to the thread at once.
+//!   the thread (committing them too was measured no faster). The thread
+//!   is also the **backstop** for tickets nobody awaits: it looks at the
+//!   queue every [`BACKSTOP`] while appends come, and after
+//!   [`IDLE_ROUNDS`] quiet rounds sleeps until the next append wakes it. A dropped ticket hands its request to the thread at once.
 //!
 //! The log's close commits what is queued, then ends the thread.
 
@@ -141,9 +141,10 @@ impl WriterSlot {
     }
 
     /// Commits up to [`MAX_GROUP_REQUESTS`] queued requests, oldest first,
-    /// as one group under `writer`, and answers them. Returns whether there
-    /// was anything to commit.
-    fn commit_queued(&self, mut writer: MutexGuard<'_, Writer>) -> bool {
+    /// as one group under `writer`, and answers them, counting the group
+    /// in `by` before its head is published. Returns whether there was
+    /// anything to commit.
+    fn commit_queued(&self, mut writer: MutexGuard<'_, Writer>, by: &AtomicU64) -> bool {
         let (transactions, replies): (Vec<Transaction>, Vec<Reply>) = {
             let mut queue = lock_queue(&self.queue);
             let take = queue.requests.len().min(MAX_GROUP_REQUESTS);
@@ -156,6 +157,7 @@ impl WriterSlot {
         if transactions.is_empty() {
             return false;
         }
+        by.fetch_add(1, Ordering::Relaxed);
         let results = writer.commit_group(transactions);
         drop(writer);
         for (reply, result) in replies.into_iter().zip(results) {
@@ -204,9 +206,7 @@ impl WriterSlot {
                 }
             }
             let writer = self.writer.lock().unwrap_or_else(fail_stopped);
-            if self.commit_queued(writer) {
-                self.by_thread.fetch_add(1, Ordering::Relaxed);
-            }
+            self.commit_queued(writer, &self.by_thread);
         }
     }
 
@@ -233,14 +233,17 @@ impl WriterSlot {
         }
     }
 
-    /// After a leader's commit: counts it, and hands whatever was queued meanwhile to the
-    /// thread, since the tickets behind it are waiting for their answers,
-    /// not polling.
-    fn hand_on(&self) {
-        self.by_appenders.fetch_add(1, Ordering::Relaxed);
+    /// A leader's commit, holding `writer`: what is queued. What was
+    /// queued meanwhile found the writer held, and its tickets wait for
+    /// their answers rather than polling again, so it goes to the thread
+    /// (which looks at the queue again after each of its own commits).
+    /// Returns whether it committed anything.
+    fn lead(&self, writer: MutexGuard<'_, Writer>) -> bool {
+        let committed = self.commit_queued(writer, &self.by_appenders);
         if !lock_queue(&self.queue).requests.is_empty() {
             self.wake_thread();
         }
+        committed
     }
 }
 
@@ -251,20 +254,11 @@ impl Lead for WriterSlot {
             Err(TryLockError::WouldBlock) => return false,
             Err(TryLockError::Poisoned(poisoned)) => fail_stopped(poisoned),
         };
-        let committed = self.commit_queued(writer);
-        if committed {
-            self.hand_on();
-        }
-        committed
+        self.lead(writer)
     }
 
     fn lead_blocking(&self) -> bool {
-        let writer = self.writer.lock().unwrap_or_else(fail_stopped);
-        let committed = self.commit_queued(writer);
-        if committed {
-            self.hand_on();
-        }
-        committed
+        self.lead(self.writer.lock().unwrap_or_else(fail_stopped))
     }
 
     fn hand_off(&self) {

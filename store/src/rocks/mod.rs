@@ -35,8 +35,8 @@ use crate::log::{
 };
 use crate::record;
 use crate::subscription::{self, Subscription};
-use open::DirectoryState;
 use leader::WriterSlot;
+use open::DirectoryState;
 use writer::{Transaction, Writer};
 
 /// Options of a RocksDB log.
