@@ -218,14 +218,27 @@ impl Future for TransactionTicket {
                     .poll(cx)
                     .map(|received| received.unwrap_or(Err(StoreError::Closed)));
             }
-            TicketState::Led { answer, lead } => loop {
-                if let Poll::Ready(received) = Pin::new(&mut *answer).poll(cx) {
-                    break received.unwrap_or(Err(StoreError::Closed));
+            // Leads at most once per poll: a task whose cooperative budget
+            // is spent sees its receiver pending even once answered, and
+            // must not go on committing others' appends meanwhile.
+            TicketState::Led { answer, lead } => {
+                let mut led = false;
+                loop {
+                    if let Poll::Ready(received) = Pin::new(&mut *answer).poll(cx) {
+                        break received.unwrap_or(Err(StoreError::Closed));
+                    }
+                    match answer.try_recv() {
+                        Ok(result) => break result,
+                        Err(oneshot::error::TryRecvError::Closed) => break Err(StoreError::Closed),
+                        Err(oneshot::error::TryRecvError::Empty) => {}
+                    }
+                    if led || !lead.upgrade().is_some_and(|lead| lead.try_lead()) {
+                        // The receiver's poll arranged the wake-up.
+                        return Poll::Pending;
+                    }
+                    led = true;
                 }
-                if !lead.upgrade().is_some_and(|lead| lead.try_lead()) {
-                    return Poll::Pending;
-                }
-            },
+            }
             TicketState::Ready(result) => {
                 return Poll::Ready(result.take().unwrap_or(Err(StoreError::Closed)));
             }

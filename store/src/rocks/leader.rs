@@ -78,7 +78,8 @@ struct Queue {
 
 /// The writer, its queue, and who may commit: whoever holds `writer`.
 pub(crate) struct WriterSlot {
-    writer: Mutex<Writer>,
+    /// `None` once the log is dropped ([`release`](Self::release)).
+    writer: Mutex<Option<Writer>>,
     queue: Mutex<Queue>,
     /// Wakes the writer thread.
     wake: Condvar,
@@ -96,7 +97,7 @@ pub(crate) struct WriterSlot {
 impl WriterSlot {
     pub(crate) fn new(writer: Writer, durability: Durability) -> Arc<Self> {
         Arc::new_cyclic(|this| WriterSlot {
-            writer: Mutex::new(writer),
+            writer: Mutex::new(Some(writer)),
             queue: Mutex::new(Queue {
                 requests: VecDeque::new(),
                 appended: 0,
@@ -144,7 +145,7 @@ impl WriterSlot {
     /// as one group under `writer`, and answers them, counting the group
     /// in `by` before its head is published. Returns whether there was
     /// anything to commit.
-    fn commit_queued(&self, mut writer: MutexGuard<'_, Writer>, by: &AtomicU64) -> bool {
+    fn commit_queued(&self, mut writer: WriterGuard<'_>, by: &AtomicU64) -> bool {
         let (transactions, replies): (Vec<Transaction>, Vec<Reply>) = {
             let mut queue = lock_queue(&self.queue);
             let take = queue.requests.len().min(MAX_GROUP_REQUESTS);
@@ -157,8 +158,16 @@ impl WriterSlot {
         if transactions.is_empty() {
             return false;
         }
-        by.fetch_add(1, Ordering::Relaxed);
-        let results = writer.commit_group(transactions);
+        let results = match writer.as_mut() {
+            Some(writer) => {
+                by.fetch_add(1, Ordering::Relaxed);
+                writer.commit_group(transactions)
+            }
+            None => transactions
+                .iter()
+                .map(|_| Err(StoreError::Closed))
+                .collect(),
+        };
         drop(writer);
         for (reply, result) in replies.into_iter().zip(results) {
             // An appender that stopped waiting is not an error of the log.
@@ -170,6 +179,7 @@ impl WriterSlot {
     /// The writer thread: commits whatever is queued, group by group, until
     /// the log is closed and the queue is empty.
     pub(crate) fn run(&self) {
+        let _refuse_if_unwinding = RefuseIfUnwinding(self);
         let mut idle_rounds = 0;
         loop {
             {
@@ -225,6 +235,14 @@ impl WriterSlot {
         self.wake.notify_all();
     }
 
+    /// Drops the writer, and with it its handle on the database, once any
+    /// commit in progress is done: called after the thread ended, so the
+    /// queue is closed and empty, and a ticket still awaited after this
+    /// only reads its answer.
+    pub(crate) fn release(&self) {
+        self.writer.lock().unwrap_or_else(fail_stopped).take();
+    }
+
     /// Wakes the thread to commit what is queued.
     fn wake_thread(&self) {
         let asleep = lock_queue(&self.queue).thread != ThreadState::Busy;
@@ -238,7 +256,7 @@ impl WriterSlot {
     /// their answers rather than polling again, so it goes to the thread
     /// (which looks at the queue again after each of its own commits).
     /// Returns whether it committed anything.
-    fn lead(&self, writer: MutexGuard<'_, Writer>) -> bool {
+    fn lead(&self, writer: WriterGuard<'_>) -> bool {
         let committed = self.commit_queued(writer, &self.by_appenders);
         if !lock_queue(&self.queue).requests.is_empty() {
             self.wake_thread();
@@ -277,6 +295,27 @@ pub struct CommitCounts {
     pub by_thread: u64,
 }
 
+/// Should the writer thread panic, closes the queue and refuses what is
+/// queued, so no appender waits for a thread that is gone.
+struct RefuseIfUnwinding<'a>(&'a WriterSlot);
+
+impl Drop for RefuseIfUnwinding<'_> {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            return;
+        }
+        let mut queue = lock_queue(&self.0.queue);
+        queue.closed = true;
+        for request in queue.requests.drain(..) {
+            let _ = request.reply.send(Err(StoreError::Io(
+                "the log's writer thread panicked; reopen the log".to_owned(),
+            )));
+        }
+    }
+}
+
+type WriterGuard<'a> = MutexGuard<'a, Option<Writer>>;
+
 /// The queue holds plain data that is never left half-changed, so a panic
 /// elsewhere while it was locked leaves it usable.
 fn lock_queue(queue: &Mutex<Queue>) -> MutexGuard<'_, Queue> {
@@ -285,10 +324,12 @@ fn lock_queue(queue: &Mutex<Queue>) -> MutexGuard<'_, Queue> {
 
 /// The writer after a panic mid-commit: its state may be half-updated, so
 /// it refuses every later append (fail-stop, as after a failed write).
-fn fail_stopped(poisoned: PoisonError<MutexGuard<'_, Writer>>) -> MutexGuard<'_, Writer> {
+fn fail_stopped(poisoned: PoisonError<WriterGuard<'_>>) -> WriterGuard<'_> {
     let mut writer = poisoned.into_inner();
-    writer.failed.get_or_insert_with(|| {
-        StoreError::Io("the log's writer panicked; reopen the log".to_owned())
-    });
+    if let Some(writer) = writer.as_mut() {
+        writer.failed.get_or_insert_with(|| {
+            StoreError::Io("the log's writer panicked; reopen the log".to_owned())
+        });
+    }
     writer
 }

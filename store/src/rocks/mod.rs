@@ -72,6 +72,11 @@ impl Drop for Shared {
         if let Some(handle) = self.writer.lock().ok().and_then(|mut writer| writer.take()) {
             let _ = handle.join();
         }
+        // A leader may still be writing: wait for it, then let the writer's
+        // handle on the database go, so the lock below goes last.
+        if let Some(slot) = &self.slot {
+            slot.release();
+        }
     }
 }
 
