@@ -2,8 +2,8 @@
 //!
 //! Layout of the column families: `keys`. Writes are group commits
 //! (`writer`), made by the writer thread or by the task that awaits the
-//! append (`leader`); reads run concurrently on the caller's thread. What a directory must hold to be opened, and the
-//! process lock: `open`.
+//! append (`leader`); reads run concurrently on the caller's thread. What
+//! a directory must hold to be opened, and the process lock: `open`.
 
 mod indexes;
 mod keys;
