@@ -193,10 +193,8 @@ impl TransactionTicket {
                 receiver.blocking_recv().unwrap_or(Err(StoreError::Closed))
             }
             TicketState::Led { mut answer, lead } => loop {
-                match answer.try_recv() {
-                    Ok(result) => return result,
-                    Err(oneshot::error::TryRecvError::Closed) => return Err(StoreError::Closed),
-                    Err(oneshot::error::TryRecvError::Empty) => {}
+                if let Some(result) = answered(&mut answer) {
+                    return result;
                 }
                 if !lead.upgrade().is_some_and(|lead| lead.lead_blocking()) {
                     // Another committer took it and answers it.
@@ -205,6 +203,17 @@ impl TransactionTicket {
             },
             TicketState::Ready(result) => result.unwrap_or(Err(StoreError::Closed)),
         }
+    }
+}
+
+/// The answer on `answer` if one came (the log's `Closed` if its sender
+/// went without one), without waiting and without spending the task's
+/// cooperative budget; `None` while it is still to come.
+fn answered(answer: &mut oneshot::Receiver<TransactionResult>) -> Option<TransactionResult> {
+    match answer.try_recv() {
+        Ok(result) => Some(result),
+        Err(oneshot::error::TryRecvError::Closed) => Some(Err(StoreError::Closed)),
+        Err(oneshot::error::TryRecvError::Empty) => None,
     }
 }
 
@@ -227,10 +236,8 @@ impl Future for TransactionTicket {
                     if let Poll::Ready(received) = Pin::new(&mut *answer).poll(cx) {
                         break received.unwrap_or(Err(StoreError::Closed));
                     }
-                    match answer.try_recv() {
-                        Ok(result) => break result,
-                        Err(oneshot::error::TryRecvError::Closed) => break Err(StoreError::Closed),
-                        Err(oneshot::error::TryRecvError::Empty) => {}
+                    if let Some(result) = answered(answer) {
+                        break result;
                     }
                     if led || !lead.upgrade().is_some_and(|lead| lead.try_lead()) {
                         // The receiver's poll arranged the wake-up.
@@ -253,7 +260,7 @@ impl Drop for TransactionTicket {
         // A ticket given up before its answer must not leave its request
         // waiting for a leader that will never come.
         if let TicketState::Led { answer, lead } = &mut self.0 {
-            if matches!(answer.try_recv(), Err(oneshot::error::TryRecvError::Empty)) {
+            if answered(answer).is_none() {
                 if let Some(lead) = lead.upgrade() {
                     lead.hand_off();
                 }

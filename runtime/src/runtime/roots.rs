@@ -147,7 +147,7 @@ impl SubagentRuntime {
     /// Whether `agent` may act here: `subagent/closed` once closed;
     /// `subagent/tree-elsewhere` when another host of a shared log holds
     /// the agent's tree (naming the holder once the log says who took it);
-    /// else `gateway/unauthorized` when it is not live here.
+    /// else `subagent/unauthorized` when it is not live here.
     pub(crate) fn authorize(&self, agent: &LiveAgent) -> Result<(), SubagentError> {
         self.ensure_open()?;
         if self.is_live(agent.session) {
