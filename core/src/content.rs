@@ -147,29 +147,22 @@ struct Tagged<'a, B: Serialize> {
 impl Serialize for ContentBlock {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         match self {
-            ContentBlock::Text(block) => Tagged {
-                kind: "text",
-                block,
-            }
-            .serialize(serializer),
-            ContentBlock::Image(block) => Tagged {
-                kind: "image",
-                block,
-            }
-            .serialize(serializer),
-            ContentBlock::ToolUse(block) => Tagged {
-                kind: "tool_use",
-                block,
-            }
-            .serialize(serializer),
-            ContentBlock::ToolResult(block) => Tagged {
-                kind: "tool_result",
-                block,
-            }
-            .serialize(serializer),
+            ContentBlock::Text(block) => tagged("text", block, serializer),
+            ContentBlock::Image(block) => tagged("image", block, serializer),
+            ContentBlock::ToolUse(block) => tagged("tool_use", block, serializer),
+            ContentBlock::ToolResult(block) => tagged("tool_result", block, serializer),
             ContentBlock::Other(map) => map.serialize(serializer),
         }
     }
+}
+
+/// Writes `block` as a known block of wire type `kind`.
+fn tagged<S: Serializer, B: Serialize>(
+    kind: &'static str,
+    block: &B,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    Tagged { kind, block }.serialize(serializer)
 }
 
 impl<'de> Deserialize<'de> for ContentBlock {

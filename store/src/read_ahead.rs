@@ -58,9 +58,10 @@ where
     Ok(())
 }
 
-/// The parallel part of [`scan`]: visits full pages in order until one
-/// comes back short (not visited: the caller reads on from its start) or
-/// `visit` breaks. Returns where the caller goes on.
+/// The parallel part of [`scan`]: visits pages in order until one comes
+/// back short (visited; the caller reads on after it), one fails (not
+/// visited: the caller reads it again), or `visit` breaks. Returns where
+/// the caller goes on.
 fn read_ahead<L, E, F>(log: &L, from: u64, visit: &mut F) -> Result<ControlFlow<(), u64>, E>
 where
     L: EventLog + ?Sized,
@@ -96,28 +97,38 @@ where
         }
         let mut next = from;
         let mut index = 0u64;
-        let outcome = loop {
+        let outcome = 'pages: loop {
             // A reader hangs up only after sending its last (short) page,
             // which ends this loop first; so a hang-up is never reached.
             let Ok(page) = pages[(index % READERS) as usize].recv() else {
                 break Ok(ControlFlow::Continue(next));
             };
-            // A failed or short page is read again by the caller's thread.
-            let page = match page {
-                Ok(page) if page.len() == READ_PAGE => page,
-                _ => break Ok(ControlFlow::Continue(next)),
+            // A failed page is read again by the caller's thread, which
+            // meets the failure after the records before it.
+            let Ok(page) = page else {
+                break Ok(ControlFlow::Continue(next));
             };
-            next += page_len;
-            let visited = page.into_iter().try_for_each(|record| match visit(record) {
-                Ok(ControlFlow::Continue(())) => ControlFlow::Continue(()),
-                Ok(ControlFlow::Break(())) => ControlFlow::Break(Ok(())),
-                Err(err) => ControlFlow::Break(Err(err)),
-            });
-            match visited {
-                ControlFlow::Continue(()) => index += 1,
-                ControlFlow::Break(Ok(())) => break Ok(ControlFlow::Break(())),
-                ControlFlow::Break(Err(err)) => break Err(err),
+            let full = page.len() == READ_PAGE;
+            let after = page.last().map(|last| last.position.checked_add(1));
+            for record in page {
+                match visit(record) {
+                    Ok(ControlFlow::Continue(())) => {}
+                    Ok(ControlFlow::Break(())) => break 'pages Ok(ControlFlow::Break(())),
+                    Err(err) => break 'pages Err(err),
+                }
             }
+            match after {
+                // Nothing follows position u64::MAX.
+                Some(None) => break Ok(ControlFlow::Break(())),
+                Some(Some(after)) => next = after,
+                None => {}
+            }
+            // A short page is the end of the log as it was read; the
+            // caller reads on from there.
+            if !full {
+                break Ok(ControlFlow::Continue(next));
+            }
+            index += 1;
         };
         // Readers blocked on a full channel see it closed and stop.
         stop.store(true, Ordering::Relaxed);
