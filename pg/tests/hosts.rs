@@ -53,7 +53,10 @@ const SCHEMA_ENV: &str = "SUBAGENTS_PG_HOST_SCHEMA";
 const PAUSED_ENV: &str = "SUBAGENTS_PG_HOST_PAUSED";
 /// What the paused host's child says after its pause, refused.
 const LATE_WORDS: &str = "late words";
-const TERM: Duration = Duration::from_millis(1500);
+/// The lease term of the hosts: long enough that a loaded CI machine
+/// renews in time (every third of it), short enough for takeovers to come
+/// soon.
+const TERM: Duration = Duration::from_secs(3);
 
 fn replying(text: &str) -> Arc<ScriptedHost> {
     Arc::new(ScriptedHost::new(Script::reply(text)))
@@ -64,11 +67,21 @@ async fn open_host(
     holder: &str,
     agents: Arc<ScriptedHost>,
 ) -> SubagentRuntime {
+    open_host_for(log, holder, agents, TERM).await
+}
+
+/// [`open_host`] with leases of `term`.
+async fn open_host_for(
+    log: &Arc<dyn EventLog>,
+    holder: &str,
+    agents: Arc<ScriptedHost>,
+    term: Duration,
+) -> SubagentRuntime {
     let (runtime, _) = SubagentRuntime::open_shared(
         Arc::clone(log),
         agents,
         CapacityLimits::default(),
-        SharedHost::new(holder, TERM),
+        SharedHost::new(holder, term),
     )
     .await
     .expect("open a shared host");
@@ -149,11 +162,16 @@ async fn two_hosts_delegate_in_their_own_trees_and_see_each_others() {
             holder: Some("host-a".into())
         }
     );
-    let head = log_a.head();
+    let head = durable_head(server, &schema);
     a.close().await.expect("close a");
     b.close().await.expect("close b");
-    assert!(log_a.head() >= head);
-    verified(log_a.as_ref());
+    assert!(
+        durable_head(server, &schema) > head,
+        "closing records each host's unregistration"
+    );
+    // Through a fresh connection: b closed last, and `log_a` may not have
+    // heard of b's last commits, which b's checkpoint is at.
+    verified(connect(server, &schema).as_ref());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -216,7 +234,7 @@ async fn concurrent_commands_of_many_trees_record_an_admissible_history() {
     );
     a.close().await.expect("close a");
     b.close().await.expect("close b");
-    verified(log_a.as_ref());
+    verified(connect(server, &schema).as_ref());
 }
 
 /// Not a test: the first host of the two-process test.
@@ -239,7 +257,9 @@ fn host_child() {
     let turn = if paused {
         vec![
             Step::Say("working".into()),
-            Step::SleepMs(1_000),
+            // Long enough for the test to pause this process first, even
+            // on a loaded machine (it checks that it did).
+            Step::SleepMs(5_000),
             Step::Say(LATE_WORDS.into()),
             Step::SleepMs(600_000),
         ]
@@ -349,6 +369,14 @@ fn reported_tree(
     }
 }
 
+/// Whether the paused host's late words are in the log.
+fn late_words_recorded(log: &Arc<dyn EventLog>) -> bool {
+    log.read_all(1).filter_map(Result::ok).any(|record| {
+        matches!(&record.event, Event::AssistantMessage { content, .. }
+            if plain_text(content) == LATE_WORDS)
+    })
+}
+
 /// Sends `signal` (`STOP`, `CONT`) to a child process.
 fn signal(process: &std::process::Child, signal: &str) {
     let status = Command::new("kill")
@@ -367,6 +395,10 @@ async fn a_paused_host_resumes_to_find_its_tree_taken_and_writes_nothing() {
     let mut lines = BufReader::new(first.stdout.take().expect("stdout")).lines();
     let (root, child) = reported_tree(&mut lines);
     signal(&first, "STOP");
+    assert!(
+        !late_words_recorded(&log),
+        "the host said its late words before it was paused: the pause came too late"
+    );
     let b = open_host(&log, "host-b", replying("from b")).await;
     let deadline = tokio::time::Instant::now() + TERM * 10;
     while !b.held_trees().contains(&root) {
@@ -412,11 +444,7 @@ async fn a_paused_host_resumes_to_find_its_tree_taken_and_writes_nothing() {
         head,
         "the paused host wrote after losing its tree"
     );
-    let late = log.read_all(1).filter_map(Result::ok).any(|record| {
-        matches!(&record.event, Event::AssistantMessage { content, .. }
-            if plain_text(content) == LATE_WORDS)
-    });
-    assert!(!late, "the late words were recorded");
+    assert!(!late_words_recorded(&log), "the late words were recorded");
     b.close().await.expect("close");
     verified(log.as_ref());
 }
@@ -582,7 +610,10 @@ async fn a_host_that_lost_its_lease_unawares_is_fenced_and_gives_the_tree_up() {
     let server = TestServer::shared().expect("a PostgreSQL server of its own");
     let schema = unique_schema("unaware");
     let log_a = connect(server, &schema);
-    let a = open_host(&log_a, "host-a", replying("a")).await;
+    // A long term, so the keeper (renewing every third of it) is unlikely
+    // to run, find the lease gone and give the tree up between the take
+    // below and the start: the start must meet the store's fence.
+    let a = open_host_for(&log_a, "host-a", replying("a"), TERM * 4).await;
     let root = a.open_root("root").await.expect("root");
     let taker = PgLog::connect(server.options(&schema)).expect("connect");
     let (sql, connection) = server
@@ -629,6 +660,10 @@ async fn a_host_that_lost_its_lease_unawares_is_fenced_and_gives_the_tree_up() {
             root: root.session(),
             holder: None
         }
+    );
+    assert!(
+        a.held_trees().contains(&root.session()),
+        "the start was refused by a keeper that had already given up, not by the store's fence"
     );
     assert_eq!(log_a.head(), head, "a fenced command writes nothing");
 
