@@ -138,8 +138,24 @@ pub(super) fn startup(args: &ReplayArgs, out: &mut dyn Write) -> BenchResult {
     )?;
     drop(state);
     let (mut with_checkpoint, mut refold) = (Vec::new(), Vec::new());
+    let (mut read, mut decode) = (Vec::new(), Vec::new());
+    let mut size = 0;
     let bar = progress::bar("startup", args.runs as u64, "runs");
     for _ in 0..args.runs {
+        // Its first two parts: reading the stored checkpoint, and decoding it.
+        let (seconds, bytes) = timed(|| {
+            log.read_checkpoint(subagent_replay::CHECKPOINT_NAME)?
+                .ok_or_else(|| "the checkpoint vanished".into())
+        })?;
+        read.push(seconds * 1000.0);
+        size = bytes.len();
+        let (seconds, state) = timed(|| {
+            Ok(subagent_projections::checkpoint::decode(&bytes)
+                .map_err(|rejected| rejected.to_string())?)
+        })?;
+        assert_eq!(state.position, tail_from, "the checkpoint decodes");
+        decode.push(seconds * 1000.0);
+        drop((bytes, state));
         let (seconds, opened) = timed(|| Ok(Checkpointed::open(log.clone(), 0)?))?;
         assert_eq!(
             opened.1.checkpoint_position,
@@ -153,6 +169,7 @@ pub(super) fn startup(args: &ReplayArgs, out: &mut dyn Write) -> BenchResult {
     }
     bar.finish_and_clear();
     let (with_checkpoint, refold) = (Summary::of(&with_checkpoint), Summary::of(&refold));
+    let (read, decode) = (Summary::of(&read), Summary::of(&decode));
     writeln!(
         out,
         "startup on a {}-event log (checkpoint at {tail_from}), ms: median (min–max) of {} runs",
@@ -161,6 +178,14 @@ pub(super) fn startup(args: &ReplayArgs, out: &mut dyn Write) -> BenchResult {
     )?;
     out.flush()?;
     writeln!(out, "  checkpoint + tail  {with_checkpoint}")?;
+    writeln!(
+        out,
+        "    of which: reading the checkpoint ({size} bytes)  {read}"
+    )?;
+    writeln!(
+        out,
+        "    of which: decoding it                           {decode}"
+    )?;
     out.flush()?;
     writeln!(out, "  full refold        {refold}")?;
     out.flush()?;

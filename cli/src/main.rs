@@ -44,13 +44,14 @@ fn version_text() -> &'static str {
                 step.from_version
             });
         format!(
-            "{}\nlog directory format {} (RocksDB), record format {}\nevent schema {} written; {} to {} read (older ones upcast)",
+            "{}\nlog directory format {} (RocksDB), record format {}\nevent schema {} written; {} to {} read (older ones upcast)\ncheckpoint format {} (another is discarded and the log refolded)",
             env!("CARGO_PKG_VERSION"),
             subagent_store::rocks::FORMAT_VERSION,
             subagent_core::record::RECORD_FORMAT,
             subagent_core::CURRENT_SCHEMA_VERSION,
             oldest_schema,
             subagent_core::CURRENT_SCHEMA_VERSION,
+            subagent_projections::checkpoint::CHECKPOINT_VERSION,
         )
     });
     TEXT.as_str()

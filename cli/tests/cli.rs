@@ -293,6 +293,14 @@ fn version_names_the_storage_formats_and_completions_cover_every_shell() {
         )),
         "{version}"
     );
+    assert_eq!(
+        lines[3],
+        format!(
+            "checkpoint format {} (another is discarded and the log refolded)",
+            subagent_projections::checkpoint::CHECKPOINT_VERSION
+        ),
+        "{version}"
+    );
     for (shell, marker) in [
         ("bash", "_subagents()"),
         ("zsh", "#compdef subagents"),

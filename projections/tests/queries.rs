@@ -303,6 +303,8 @@ fn applying_an_old_position_again_changes_nothing() {
 
 #[test]
 fn checkpoints_round_trip_and_bad_ones_are_rejected() {
+    use checkpoint::CheckpointRejected::{Corrupt, Malformed, UnknownVersion};
+
     let mut history = HistoryBuilder::new();
     let root = history.root("root");
     let child = history.child(root, 1, "a", SessionMode::Continuable, false);
@@ -311,77 +313,104 @@ fn checkpoints_round_trip_and_bad_ones_are_rejected() {
     let state = Projections::fold(&history.records);
     let bytes = checkpoint::encode(&state);
     assert_eq!(checkpoint::decode(&bytes).unwrap(), state);
+    assert_eq!(&bytes[..8], &checkpoint::MAGIC);
+    assert_eq!(
+        checkpoint::decode(&checkpoint::encode(&Projections::new())).unwrap(),
+        Projections::new()
+    );
 
-    assert!(matches!(
-        checkpoint::decode(b"{nope"),
-        Err(checkpoint::CheckpointRejected::Malformed(_))
-    ));
-    // Another version, older or newer, is refused (and the log refolded).
+    // The frame with its checksum made good again: what a writer of
+    // another layout, or of a lie, would store.
+    let resealed = |mut bytes: Vec<u8>| {
+        let crc = crc32c::crc32c(&bytes[16..]);
+        bytes[12..16].copy_from_slice(&crc.to_le_bytes());
+        bytes
+    };
+    // Another version, older or newer, is refused before anything else is
+    // read (and the log refolded), even when all that follows is garbage.
     for version in [
         checkpoint::CHECKPOINT_VERSION - 1,
         checkpoint::CHECKPOINT_VERSION + 1,
+        u32::MAX,
     ] {
-        let mut other: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
-        other["checkpointVersion"] = version.into();
+        let mut other = bytes.clone();
+        other[8..12].copy_from_slice(&version.to_le_bytes());
+        other.truncate(checkpoint::HEADER_LEN);
+        assert_eq!(checkpoint::decode(&other), Err(UnknownVersion(version)));
+    }
+    // A JSON checkpoint (versions 1 and 2) is refused as the version it names.
+    for version in [1, 2, 9] {
+        let json = format!(r#"{{"checkpointVersion":{version},"position":1,"state":{{}}}}"#);
         assert_eq!(
-            checkpoint::decode(&serde_json::to_vec(&other).unwrap()),
-            Err(checkpoint::CheckpointRejected::UnknownVersion(version))
+            checkpoint::decode(json.as_bytes()),
+            Err(UnknownVersion(version))
         );
     }
-    let mut lying: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
-    lying["position"] = 1.into();
-    assert_eq!(
-        checkpoint::decode(&serde_json::to_vec(&lying).unwrap()),
-        Err(checkpoint::CheckpointRejected::Inconsistent)
-    );
 
-    // The fields in another order (the state first) decode the same, and
-    // the version is still judged.
-    let text = String::from_utf8(bytes.clone()).unwrap();
-    let state_json = serde_json::to_string(&state).unwrap();
-    let reordered = |version: u32| {
-        format!(
-            r#"{{"state":{state_json},"extra":[1,{{"a":null}}],"position":{},"checkpointVersion":{version}}}"#,
-            state.position
-        )
-    };
-    assert_eq!(
-        checkpoint::decode(reordered(checkpoint::CHECKPOINT_VERSION).as_bytes()).unwrap(),
-        state
-    );
-    assert_eq!(
-        checkpoint::decode(reordered(checkpoint::CHECKPOINT_VERSION + 1).as_bytes()),
-        Err(checkpoint::CheckpointRejected::UnknownVersion(
-            checkpoint::CHECKPOINT_VERSION + 1
-        ))
-    );
-    // Missing, repeated or trailing parts are malformed.
-    let version = checkpoint::CHECKPOINT_VERSION;
-    for bad in [
-        format!(
-            r#"{{"checkpointVersion":{version},"position":{}}}"#,
-            state.position
-        ),
-        format!(r#"{{"checkpointVersion":{version},"state":{state_json}}}"#),
-        format!(r#"{{"position":0,"state":{state_json}}}"#),
-        format!(
-            r#"{{"checkpointVersion":{version},"checkpointVersion":{version},"position":0,"state":{{}}}}"#
-        ),
-        format!(
-            r#"{{"checkpointVersion":{version},"position":{},"state":{state_json},"state":{state_json}}}"#,
-            state.position
-        ),
-        format!("{text} {{}}"),
-        format!(r#"{{"checkpointVersion":"{version}","position":0,"state":{state_json}}}"#),
-        "[]".to_owned(),
-        String::new(),
+    // Any flipped bit after the version fails the checksum, before a part
+    // is decoded.
+    for at in [
+        12,
+        13,
+        16,
+        20,
+        24,
+        31,
+        checkpoint::HEADER_LEN,
+        bytes.len() - 1,
     ] {
+        let mut flipped = bytes.clone();
+        flipped[at] ^= 0x10;
+        assert_eq!(checkpoint::decode(&flipped), Err(Corrupt), "byte {at}");
+    }
+    // So does a trailing byte, or a missing one.
+    let mut longer = bytes.clone();
+    longer.push(0);
+    assert_eq!(checkpoint::decode(&longer), Err(Corrupt));
+    assert_eq!(checkpoint::decode(&bytes[..bytes.len() - 1]), Err(Corrupt));
+
+    // The position is the header's.
+    let mut moved = bytes.clone();
+    moved[16..24].copy_from_slice(&7u64.to_le_bytes());
+    assert_eq!(checkpoint::decode(&resealed(moved)).unwrap().position, 7);
+
+    // A sound checksum over a malformed frame or part is still refused.
+    let first_len = u64::from_le_bytes(bytes[24..32].try_into().unwrap());
+    let mut bad = Vec::new();
+    for len in [u64::MAX, (bytes.len() - checkpoint::HEADER_LEN + 1) as u64] {
+        let mut frame = bytes.clone();
+        frame[24..32].copy_from_slice(&len.to_le_bytes());
+        bad.push(("a first part past the end".to_owned(), resealed(frame)));
+    }
+    for len in [0, first_len - 1, first_len + 1] {
+        let mut frame = bytes.clone();
+        frame[24..32].copy_from_slice(&len.to_le_bytes());
+        bad.push((format!("a first part of {len} bytes"), resealed(frame)));
+    }
+    let mut garbled = bytes.clone();
+    garbled[checkpoint::HEADER_LEN] = 0xc1; // a MessagePack marker never used
+    bad.push(("a garbled part".to_owned(), resealed(garbled)));
+    let no_second = bytes[..checkpoint::HEADER_LEN + first_len as usize].to_vec();
+    bad.push(("no second part".to_owned(), resealed(no_second)));
+    let mut no_magic = bytes.clone();
+    no_magic[0] = b'X';
+    bad.push(("no magic".to_owned(), no_magic));
+    bad.push(("a short header".to_owned(), bytes[..31].to_vec()));
+    bad.push(("nothing".to_owned(), Vec::new()));
+    bad.push(("JSON that names no version".to_owned(), b"{nope".to_vec()));
+    bad.push((
+        "JSON naming this binary version".to_owned(),
+        format!(
+            r#"{{"checkpointVersion":{}}}"#,
+            checkpoint::CHECKPOINT_VERSION
+        )
+        .into_bytes(),
+    ));
+    for (what, frame) in bad {
         assert!(
-            matches!(
-                checkpoint::decode(bad.as_bytes()),
-                Err(checkpoint::CheckpointRejected::Malformed(_))
-            ),
-            "{bad}"
+            matches!(checkpoint::decode(&frame), Err(Malformed(_))),
+            "{what}: {:?}",
+            checkpoint::decode(&frame)
         );
     }
 }
