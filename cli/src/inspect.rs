@@ -290,6 +290,12 @@ pub(crate) fn run(command: Inspect, out: &mut dyn Write) -> CliResult {
             if let Some(problem) = &report.checkpoint_problem {
                 writeln!(out, "checkpoint unusable: {problem}")?;
             }
+            if let Some(version) = report.checkpoint_other_version {
+                writeln!(
+                    out,
+                    "checkpoint of format {version}, which this build does not read: not compared; the next open rebuilds it"
+                )?;
+            }
             if let Some(violation) = &report.impossible_history {
                 writeln!(out, "{}: {violation}", violation.code())?;
             }

@@ -327,3 +327,46 @@ fn version_names_the_storage_formats_and_completions_cover_every_shell() {
         "an unknown shell is a usage error"
     );
 }
+
+#[test]
+fn verify_notes_a_checkpoint_of_another_format_and_fails_a_damaged_one() {
+    use subagent_store::EventLog;
+
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    demo(&data);
+    let write = |bytes: &[u8]| {
+        let log =
+            subagent_store::RocksLog::open(&data, subagent_store::RocksOptions::default()).unwrap();
+        log.write_checkpoint(subagent_replay::CHECKPOINT_NAME, bytes)
+            .unwrap();
+    };
+    // A JSON checkpoint of format 2, as the builds before format 3 wrote:
+    // an upgrade, not damage.
+    write(br#"{"checkpointVersion":2,"position":1,"state":{}}"#);
+    let output = subagents(&["verify", data.to_str().unwrap()]);
+    let (out, err) = text(&output);
+    assert!(output.status.success(), "{out}{err}");
+    assert!(
+        out.contains("checkpoint of format 2, which this build does not read: not compared; the next open rebuilds it"),
+        "{out}"
+    );
+    assert!(out.contains("checkpoint: none"), "{out}");
+
+    // A checkpoint of this format whose bytes changed fails.
+    let log =
+        subagent_store::RocksLog::open(&data, subagent_store::RocksOptions::default()).unwrap();
+    let state = subagent_replay::state_at(&log, None).unwrap();
+    drop(log);
+    let mut damaged = subagent_projections::checkpoint::encode(&state);
+    let last = damaged.len() - 1;
+    damaged[last] ^= 1;
+    write(&damaged);
+    let output = subagents(&["verify", data.to_str().unwrap()]);
+    let (out, _) = text(&output);
+    assert!(!output.status.success(), "{out}");
+    assert!(
+        out.contains("checkpoint unusable: checkpoint fails its checksum"),
+        "{out}"
+    );
+}

@@ -6,27 +6,32 @@
 //! |---|---|
 //! | 0..8 | the magic `SAGCKPT\0` |
 //! | 8..12 | the format version, `u32` |
-//! | 12..16 | CRC-32C of every byte from 16 on, `u32` |
+//! | 12..16 | CRC-32C of bytes 8..12 and of every byte from 16 on, `u32` |
 //! | 16..24 | the position of the state, `u64` |
 //! | 24..32 | the length of the first part, `u64` |
 //! | 32.. | the first part, then the second part to the end |
 //!
+//! The magic and the checksum's place and span are fixed for every version
+//! to come; what follows byte 16 is the version's own.
+//!
 //! Each part is MessagePack of named fields (`rmp-serde`): the first holds
 //! the trees (sessions, roots, catalogs, owners, admission, registries), the
 //! second the activity (activations, runs, inboxes). They are about the same
-//! size, so [`decode`] decodes them on two threads at once. No JSON is
-//! parsed: a 1M-event log's state decodes in a fraction of the time its
-//! JSON took (BENCHMARKS.md, "Startup").
+//! size, and [`decode`] decodes them on two threads at once, each with a
+//! stack of its own, so a hostile nesting never reaches the caller's. No
+//! JSON is parsed (BENCHMARKS.md, "Startup").
 //!
-//! Decoding judges the version before anything else, checks the checksum
-//! before it decodes a part, and refuses anything else: callers then discard
-//! the checkpoint and rebuild from the log. A checkpoint is never trusted
-//! beyond what it can prove about itself. A JSON checkpoint (versions 1 and
-//! 2, which began with `{`) is refused as the version it names.
+//! Decoding checks the magic, then the checksum (so a damaged checkpoint is
+//! never taken for another version), then the version, and only then
+//! decodes the parts, each of which must be exactly one value. It refuses
+//! anything else: callers then discard the checkpoint and rebuild from the
+//! log. A checkpoint is never trusted beyond what it can prove about
+//! itself. A JSON checkpoint (versions 1 and 2, which began with
+//! `{"checkpointVersion":`) is refused as the version it names.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use serde::de::DeserializeOwned;
+use serde::de::{DeserializeOwned, IgnoredAny};
 use serde::{Deserialize, Serialize};
 use subagent_core::{HostId, SessionId};
 
@@ -52,38 +57,71 @@ pub const MAGIC: [u8; 8] = *b"SAGCKPT\0";
 pub const HEADER_LEN: usize = 32;
 
 /// How deep a part may nest. A state holds content that came from events,
-/// which the log decodes at most 128 deep (serde_json's limit), under a
-/// few levels of its own; deeper is not a state this crate wrote, and
-/// would only spend the stack.
-const MAX_DEPTH: usize = 256;
+/// which the log decodes at most 128 deep (serde_json's limit), under
+/// fewer than 16 levels of its own; deeper is not a state this crate wrote.
+const MAX_DEPTH: usize = 160;
 
-/// The stack of the thread that decodes the second part: room for
-/// [`MAX_DEPTH`] levels of nesting with any decoder's frames.
+/// The stack of each thread that decodes a part: room for [`MAX_DEPTH`]
+/// levels of nesting, each of which a flattened field may decode more than
+/// once, in a debug build.
 const DECODER_STACK: usize = 16 * 1024 * 1024;
-
-/// Below this many bytes of parts, both are decoded on the caller's thread
-/// (a thread costs more than it saves).
-const PARALLEL_FROM: usize = 256 * 1024;
 
 /// Judges a stored checkpoint against a log whose head is `head`:
 /// `Ok(None)` when there is none, `Ok(Some(state))` when it can be resumed
-/// from, `Err(reason)` when it must be discarded (it does not decode, is of
-/// another version, fails its checksum, or claims a position past the head).
+/// from, `Err(why)` when it must be discarded.
 ///
 /// # Errors
-/// The reason to discard it.
-pub fn usable(stored: Option<&[u8]>, head: u64) -> Result<Option<Projections>, String> {
+/// [`Unusable`]: why to discard it.
+pub fn usable(stored: Option<&[u8]>, head: u64) -> Result<Option<Projections>, Unusable> {
     let Some(bytes) = stored else {
         return Ok(None);
     };
-    let state = decode(bytes).map_err(|rejected| rejected.to_string())?;
+    let state = decode(bytes).map_err(Unusable::Rejected)?;
     if state.position > head {
-        return Err(format!(
-            "checkpoint at {} is past the head {head}",
-            state.position
-        ));
+        return Err(Unusable::PastHead {
+            position: state.position,
+            head,
+        });
     }
     Ok(Some(state))
+}
+
+/// Why a stored checkpoint cannot be resumed from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Unusable {
+    /// It does not decode as a checkpoint of this format.
+    Rejected(CheckpointRejected),
+    /// It claims a position past the log's head (a longer log's, lost).
+    PastHead {
+        /// The position it claims.
+        position: u64,
+        /// The log's head.
+        head: u64,
+    },
+}
+
+impl Unusable {
+    /// The format version it was written in, when that is all that is
+    /// wrong with it: not damage, only a build that writes another format
+    /// (the next open rebuilds it in this one).
+    #[must_use]
+    pub fn other_version(&self) -> Option<u32> {
+        match self {
+            Unusable::Rejected(CheckpointRejected::UnknownVersion(version)) => Some(*version),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for Unusable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Unusable::Rejected(rejected) => rejected.fmt(f),
+            Unusable::PastHead { position, head } => {
+                write!(f, "checkpoint at {position} is past the head {head}")
+            }
+        }
+    }
 }
 
 /// Why a checkpoint was discarded.
@@ -200,18 +238,25 @@ pub fn encode(state: &Projections) -> Vec<u8> {
     bytes.extend_from_slice(&(trees.len() as u64).to_le_bytes());
     bytes.extend_from_slice(&trees);
     bytes.extend_from_slice(&activity);
-    let crc = crc32c::crc32c(&bytes[16..]);
+    let crc = checksum(&bytes);
     bytes[12..16].copy_from_slice(&crc.to_le_bytes());
     bytes
 }
 
-/// Decodes a checkpoint: the version first, then the checksum, then the
-/// two parts (on two threads when they are large).
+/// The CRC-32C a frame stores in bytes 12..16: of the version, and of
+/// everything from byte 16 on. `frame` is at least [`HEADER_LEN`] long.
+#[must_use]
+pub fn checksum(frame: &[u8]) -> u32 {
+    crc32c::crc32c_append(crc32c::crc32c(&frame[8..12]), &frame[16..])
+}
+
+/// Decodes a checkpoint: the frame, then the two parts, each on a thread
+/// of its own.
 ///
 /// # Errors
 /// [`CheckpointRejected`] for anything but an intact checkpoint of this version.
 pub fn decode(bytes: &[u8]) -> Result<Projections, CheckpointRejected> {
-    if bytes.first() == Some(&b'{') {
+    if bytes.iter().find(|byte| !byte.is_ascii_whitespace()) == Some(&b'{') {
         return Err(json_version(bytes));
     }
     let malformed = |reason: &str| CheckpointRejected::Malformed(reason.to_owned());
@@ -221,12 +266,12 @@ pub fn decode(bytes: &[u8]) -> Result<Projections, CheckpointRejected> {
     if bytes[..8] != MAGIC {
         return Err(malformed("not a checkpoint (no magic)"));
     }
+    if checksum(bytes) != u32::from_le_bytes(field(bytes, 12)) {
+        return Err(CheckpointRejected::Corrupt);
+    }
     let version = u32::from_le_bytes(field(bytes, 8));
     if version != CHECKPOINT_VERSION {
         return Err(CheckpointRejected::UnknownVersion(version));
-    }
-    if crc32c::crc32c(&bytes[16..]) != u32::from_le_bytes(field(bytes, 12)) {
-        return Err(CheckpointRejected::Corrupt);
     }
     let position = u64::from_le_bytes(field(bytes, 16));
     let parts = &bytes[HEADER_LEN..];
@@ -235,28 +280,11 @@ pub fn decode(bytes: &[u8]) -> Result<Projections, CheckpointRejected> {
         .filter(|&len| len <= parts.len())
         .ok_or_else(|| malformed("its first part is longer than the checkpoint"))?;
     let (trees, activity) = parts.split_at(first_len);
-    let (trees, activity) = if parts.len() < PARALLEL_FROM {
-        (
-            part::<TreesIn>(trees, "trees"),
-            part::<ActivityIn>(activity, "activity"),
-        )
-    } else {
-        std::thread::scope(|scope| {
-            let second = std::thread::Builder::new()
-                .name("checkpoint-decode".into())
-                .stack_size(DECODER_STACK)
-                .spawn_scoped(scope, || part::<ActivityIn>(activity, "activity"));
-            let first = part::<TreesIn>(trees, "trees");
-            let second = match second {
-                Ok(thread) => thread
-                    .join()
-                    .unwrap_or_else(|panicked| std::panic::resume_unwind(panicked)),
-                // No thread to be had: decode it here.
-                Err(_) => part::<ActivityIn>(activity, "activity"),
-            };
-            (first, second)
-        })
-    };
+    let (trees, activity) = std::thread::scope(|scope| {
+        let first = on_own_stack(scope, || part::<TreesIn>(trees, "trees"));
+        let second = on_own_stack(scope, || part::<ActivityIn>(activity, "activity"));
+        (first.join(), second.join())
+    });
     let (trees, activity) = (trees?, activity?);
     Ok(Projections {
         position,
@@ -273,6 +301,40 @@ pub fn decode(bytes: &[u8]) -> Result<Projections, CheckpointRejected> {
     })
 }
 
+/// A part's decoding: on a thread with [`DECODER_STACK`], or, if no thread
+/// can be had, done already on the caller's.
+enum Decoding<'scope, T> {
+    Spawned(std::thread::ScopedJoinHandle<'scope, T>),
+    Done(T),
+}
+
+impl<T> Decoding<'_, T> {
+    /// Its result; a panic on the thread goes on in the caller.
+    fn join(self) -> T {
+        match self {
+            Decoding::Spawned(thread) => thread
+                .join()
+                .unwrap_or_else(|panicked| std::panic::resume_unwind(panicked)),
+            Decoding::Done(result) => result,
+        }
+    }
+}
+
+/// Starts `work` on a thread of `scope` with [`DECODER_STACK`].
+fn on_own_stack<'scope, T: Send + 'scope>(
+    scope: &'scope std::thread::Scope<'scope, '_>,
+    work: impl FnOnce() -> T + Send + Copy + 'scope,
+) -> Decoding<'scope, T> {
+    match std::thread::Builder::new()
+        .name("checkpoint-decode".into())
+        .stack_size(DECODER_STACK)
+        .spawn_scoped(scope, work)
+    {
+        Ok(thread) => Decoding::Spawned(thread),
+        Err(_) => Decoding::Done(work()),
+    }
+}
+
 /// The `N` bytes of the header at `at` (the caller checked its length).
 fn field<const N: usize>(bytes: &[u8], at: usize) -> [u8; N] {
     let mut out = [0; N];
@@ -280,27 +342,61 @@ fn field<const N: usize>(bytes: &[u8], at: usize) -> [u8; N] {
     out
 }
 
-/// Decodes one part, nested at most [`MAX_DEPTH`] deep.
+/// Decodes one part: exactly one value, nested at most [`MAX_DEPTH`] deep.
 fn part<T: DeserializeOwned>(bytes: &[u8], name: &str) -> Result<T, CheckpointRejected> {
+    let malformed =
+        |reason: String| CheckpointRejected::Malformed(format!("its {name} part: {reason}"));
     let mut input = rmp_serde::Deserializer::from_read_ref(bytes);
     input.set_max_depth(MAX_DEPTH);
-    T::deserialize(&mut input)
-        .map_err(|err| CheckpointRejected::Malformed(format!("its {name} part: {err}")))
+    let value = T::deserialize(&mut input).map_err(|err| malformed(err.to_string()))?;
+    // The part must end here: reading one more value must find no marker.
+    match IgnoredAny::deserialize(&mut input) {
+        Err(rmp_serde::decode::Error::InvalidMarkerRead(err))
+            if err.kind() == std::io::ErrorKind::UnexpectedEof =>
+        {
+            Ok(value)
+        }
+        _ => Err(malformed("bytes after its value".to_owned())),
+    }
 }
 
-/// Judges a JSON checkpoint (versions 1 and 2): refused as the version it
-/// names, or as malformed when it names none.
+/// Judges a JSON checkpoint (versions 1 and 2, which always began with
+/// `{"checkpointVersion":N`) by that beginning alone, without parsing the
+/// rest: refused as the version it names, or as malformed.
 fn json_version(bytes: &[u8]) -> CheckpointRejected {
-    #[derive(Deserialize)]
-    struct Header {
-        #[serde(rename = "checkpointVersion")]
-        version: u32,
-    }
-    match serde_json::from_slice::<Header>(bytes) {
-        Ok(header) if header.version == CHECKPOINT_VERSION => CheckpointRejected::Malformed(
-            format!("version {CHECKPOINT_VERSION} is binary, not JSON"),
+    let version = json_prefix(bytes).and_then(|digits| {
+        std::str::from_utf8(digits)
+            .ok()
+            .and_then(|digits| digits.parse::<u32>().ok())
+    });
+    match version {
+        Some(version) if version != CHECKPOINT_VERSION => {
+            CheckpointRejected::UnknownVersion(version)
+        }
+        Some(_) => CheckpointRejected::Malformed(format!(
+            "version {CHECKPOINT_VERSION} is binary, not JSON"
+        )),
+        None => CheckpointRejected::Malformed(
+            "JSON that does not begin with its checkpointVersion".to_owned(),
         ),
-        Ok(header) => CheckpointRejected::UnknownVersion(header.version),
-        Err(err) => CheckpointRejected::Malformed(err.to_string()),
     }
+}
+
+/// The digits after `{"checkpointVersion":` at the start of `bytes`,
+/// whitespace allowed around each token.
+fn json_prefix(bytes: &[u8]) -> Option<&[u8]> {
+    let token = |rest: &'_ [u8], token: &[u8]| -> Option<usize> {
+        let skipped = rest.iter().take_while(|b| b.is_ascii_whitespace()).count();
+        rest[skipped..]
+            .starts_with(token)
+            .then_some(skipped + token.len())
+    };
+    let mut at = 0;
+    for expected in [&b"{"[..], b"\"checkpointVersion\"", b":"] {
+        at += token(&bytes[at..], expected)?;
+    }
+    let rest = &bytes[at..];
+    let rest = &rest[rest.iter().take_while(|b| b.is_ascii_whitespace()).count()..];
+    let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
+    (digits > 0).then_some(&rest[..digits])
 }

@@ -73,6 +73,30 @@ fn the_decide_seeds_drive_a_child_through_its_whole_lifecycle() {
 }
 
 #[test]
+fn the_checkpoint_seeds_are_checkpoints_of_this_format() {
+    // The fuzz body skips what does not decode, so replaying the corpus
+    // alone would pass a decoder that refused everything.
+    use subagent_core::record::decode_body;
+    use subagent_projections::{checkpoint, Projections};
+
+    let fixture =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/schema-v1.jsonl");
+    let records: Vec<_> = std::fs::read_to_string(fixture)
+        .expect("fixture")
+        .lines()
+        .map(|line| decode_body(line.as_bytes()).expect("fixture decodes"))
+        .collect();
+    let dir = corpus_dir("checkpoint_decode");
+    for (seed, state) in [
+        ("seed-fixture", Projections::fold(&records)),
+        ("seed-empty", Projections::new()),
+    ] {
+        let bytes = std::fs::read(dir.join(seed)).expect("seed");
+        assert_eq!(checkpoint::decode(&bytes), Ok(state), "{seed}");
+    }
+}
+
+#[test]
 #[ignore = "rewrites the seed corpora; run by hand"]
 fn regenerate_seed_corpora() {
     use subagent_core::record::{decode_body, encode};

@@ -301,6 +301,14 @@ fn applying_an_old_position_again_changes_nothing() {
     assert_eq!(state, before);
 }
 
+/// `bytes` with the checksum made good again: what a writer of another
+/// layout, or of a lie, would store.
+fn resealed(mut bytes: Vec<u8>) -> Vec<u8> {
+    let crc = checkpoint::checksum(&bytes);
+    bytes[12..16].copy_from_slice(&crc.to_le_bytes());
+    bytes
+}
+
 #[test]
 fn checkpoints_round_trip_and_bad_ones_are_rejected() {
     use checkpoint::CheckpointRejected::{Corrupt, Malformed, UnknownVersion};
@@ -319,37 +327,40 @@ fn checkpoints_round_trip_and_bad_ones_are_rejected() {
         Projections::new()
     );
 
-    // The frame with its checksum made good again: what a writer of
-    // another layout, or of a lie, would store.
-    let resealed = |mut bytes: Vec<u8>| {
-        let crc = crc32c::crc32c(&bytes[16..]);
-        bytes[12..16].copy_from_slice(&crc.to_le_bytes());
-        bytes
-    };
-    // Another version, older or newer, is refused before anything else is
-    // read (and the log refolded), even when all that follows is garbage.
+    // Another version, older or newer, with a sound checksum, is refused
+    // before its parts are read (and the log refolded), even when all that
+    // follows the header is gone.
     for version in [
         checkpoint::CHECKPOINT_VERSION - 1,
         checkpoint::CHECKPOINT_VERSION + 1,
         u32::MAX,
     ] {
-        let mut other = bytes.clone();
+        let mut other = bytes[..checkpoint::HEADER_LEN].to_vec();
         other[8..12].copy_from_slice(&version.to_le_bytes());
-        other.truncate(checkpoint::HEADER_LEN);
-        assert_eq!(checkpoint::decode(&other), Err(UnknownVersion(version)));
-    }
-    // A JSON checkpoint (versions 1 and 2) is refused as the version it names.
-    for version in [1, 2, 9] {
-        let json = format!(r#"{{"checkpointVersion":{version},"position":1,"state":{{}}}}"#);
         assert_eq!(
-            checkpoint::decode(json.as_bytes()),
+            checkpoint::decode(&resealed(other)),
             Err(UnknownVersion(version))
         );
     }
+    // A JSON checkpoint (versions 1 and 2) is refused as the version it
+    // names, from its first bytes.
+    for (json, version) in [
+        (r#"{"checkpointVersion":1,"position":1,"state":{}}"#, 1),
+        (r#"{"checkpointVersion":2,"position":1,"state":{"#, 2),
+        (r#" { "checkpointVersion" : 9, "position": 1}"#, 9),
+    ] {
+        assert_eq!(
+            checkpoint::decode(json.as_bytes()),
+            Err(UnknownVersion(version)),
+            "{json}"
+        );
+    }
 
-    // Any flipped bit after the version fails the checksum, before a part
-    // is decoded.
+    // Any flipped bit of the version or after it fails the checksum,
+    // before a part is decoded: damage is never taken for another version.
     for at in [
+        8,
+        11,
         12,
         13,
         16,
@@ -376,28 +387,56 @@ fn checkpoints_round_trip_and_bad_ones_are_rejected() {
 
     // A sound checksum over a malformed frame or part is still refused.
     let first_len = u64::from_le_bytes(bytes[24..32].try_into().unwrap());
-    let mut bad = Vec::new();
-    for len in [u64::MAX, (bytes.len() - checkpoint::HEADER_LEN + 1) as u64] {
+    let first_end = checkpoint::HEADER_LEN + usize::try_from(first_len).unwrap();
+    let with_first_len = |len: u64| {
         let mut frame = bytes.clone();
         frame[24..32].copy_from_slice(&len.to_le_bytes());
-        bad.push(("a first part past the end".to_owned(), resealed(frame)));
-    }
+        resealed(frame)
+    };
+    let mut bad = vec![
+        (
+            "a first part past the end".to_owned(),
+            with_first_len(u64::MAX),
+        ),
+        (
+            "a first part one past the end".to_owned(),
+            with_first_len((bytes.len() - checkpoint::HEADER_LEN + 1) as u64),
+        ),
+    ];
     for len in [0, first_len - 1, first_len + 1] {
-        let mut frame = bytes.clone();
-        frame[24..32].copy_from_slice(&len.to_le_bytes());
-        bad.push((format!("a first part of {len} bytes"), resealed(frame)));
+        bad.push((format!("a first part of {len} bytes"), with_first_len(len)));
     }
+    // A part is exactly one value: a nil after either is refused.
+    let mut after_second = bytes.clone();
+    after_second.push(0xc0);
+    bad.push((
+        "a value after the second part".to_owned(),
+        resealed(after_second),
+    ));
+    let mut after_first = bytes.clone();
+    after_first.insert(first_end, 0xc0);
+    after_first[24..32].copy_from_slice(&(first_len + 1).to_le_bytes());
+    bad.push((
+        "a value after the first part".to_owned(),
+        resealed(after_first),
+    ));
     let mut garbled = bytes.clone();
     garbled[checkpoint::HEADER_LEN] = 0xc1; // a MessagePack marker never used
     bad.push(("a garbled part".to_owned(), resealed(garbled)));
-    let no_second = bytes[..checkpoint::HEADER_LEN + first_len as usize].to_vec();
-    bad.push(("no second part".to_owned(), resealed(no_second)));
+    bad.push((
+        "no second part".to_owned(),
+        resealed(bytes[..first_end].to_vec()),
+    ));
     let mut no_magic = bytes.clone();
     no_magic[0] = b'X';
     bad.push(("no magic".to_owned(), no_magic));
     bad.push(("a short header".to_owned(), bytes[..31].to_vec()));
     bad.push(("nothing".to_owned(), Vec::new()));
     bad.push(("JSON that names no version".to_owned(), b"{nope".to_vec()));
+    bad.push((
+        "JSON naming a version past u32".to_owned(),
+        br#"{"checkpointVersion":4294967296}"#.to_vec(),
+    ));
     bad.push((
         "JSON naming this binary version".to_owned(),
         format!(
@@ -413,4 +452,107 @@ fn checkpoints_round_trip_and_bad_ones_are_rejected() {
             checkpoint::decode(&frame)
         );
     }
+}
+
+/// The fold of the newest schema fixture: every event kind of its schema.
+fn fixture_state() -> Projections {
+    let fixture =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/schema-v3.jsonl");
+    let records: Vec<_> = std::fs::read_to_string(fixture)
+        .unwrap()
+        .lines()
+        .map(|line| subagent_core::record::decode_body(line.as_bytes()).unwrap())
+        .collect();
+    Projections::fold(&records)
+}
+
+#[test]
+fn a_checkpoint_keeps_every_kind_of_content_and_number_exactly() {
+    let mut state = fixture_state();
+    assert!(!state.activations.is_empty() && !state.sessions.is_empty());
+    // Every block kind, unknown fields, and the numbers a JSON value can
+    // hold at their edges, in a settled result.
+    let rich: subagent_core::SubagentResult = serde_json::from_value(serde_json::json!({
+        "output": [
+            {"type": "text", "text": "hi", "cacheControl": {"ttl": 5}, "z": [true, null]},
+            {"type": "image", "mimeType": "image/png", "data": "AAAA", "x": 1},
+            {"type": "tool_use", "id": "c1", "name": "grep",
+             "input": {"max": u64::MAX, "min": i64::MIN, "neg": -5, "float": 2.5,
+                       "tiny": 1e-300, "empty": {}, "list": [], "s": "é\u{1F600}\n"}},
+            {"type": "tool_result", "toolUseId": "c1", "isError": true,
+             "content": [{"type": "text", "text": "boom"}]},
+            {"type": "audio", "data": "AAAA", "format": "wav"}
+        ],
+        "structured": {"answer": 42, "nested": [1, [2, [3]]]},
+        "diagnostic": "the backend stopped early",
+        "stopReason": "a-backend-specific-reason"
+    }))
+    .unwrap();
+    let (_, activation) = state
+        .activations
+        .iter_mut()
+        .max_by_key(|(id, _)| **id)
+        .unwrap();
+    activation.last_result = Some((u64::MAX, rich.clone()));
+    let bytes = checkpoint::encode(&state);
+    let back = checkpoint::decode(&bytes).unwrap();
+    assert_eq!(back, state);
+    // Equal as JSON too, byte for byte: no number changed its kind.
+    assert_eq!(
+        serde_json::to_string(&back).unwrap(),
+        serde_json::to_string(&state).unwrap()
+    );
+}
+
+/// Runs `work` on a thread with `stack` bytes of stack.
+fn with_stack<T: Send + 'static>(stack: usize, work: impl FnOnce() -> T + Send + 'static) -> T {
+    std::thread::Builder::new()
+        .stack_size(stack)
+        .spawn(work)
+        .unwrap()
+        .join()
+        .unwrap()
+}
+
+#[test]
+fn a_checkpoint_nested_past_its_depth_is_refused_and_one_within_it_kept() {
+    // Building, encoding and dropping deep values recurses on the test's
+    // own thread, so that gets room; the decodes run on a thread with
+    // 128 KiB, far too little for 127 levels in a debug build, which only
+    // passes because the decoder recurses on stacks of its own.
+    with_stack(256 << 20, || {
+        let nested = |depth: usize| {
+            let mut value = serde_json::Value::Null;
+            for _ in 0..depth {
+                value = serde_json::Value::Array(vec![value]);
+            }
+            let block: subagent_core::ContentBlock = serde_json::from_value(
+                serde_json::json!({"type": "text", "text": "deep", "deep": value}),
+            )
+            .unwrap();
+            let mut state = fixture_state();
+            let (_, activation) = state.activations.iter_mut().next().unwrap();
+            activation.last_result =
+                Some((1, subagent_core::SubagentResult::completed(vec![block])));
+            state
+        };
+        let decoded_on_a_small_stack = |bytes: Vec<u8>| {
+            with_stack(128 << 10, move || {
+                let decoded = checkpoint::decode(&bytes);
+                // Whatever decoded is dropped where it has room.
+                decoded
+                    .map_err(|rejected| rejected.to_string())
+                    .map(|state| std::mem::ManuallyDrop::new(Box::new(state)))
+            })
+        };
+        // As deep as an event's content can be (the log decodes 128 levels).
+        let within = nested(127);
+        let back = decoded_on_a_small_stack(checkpoint::encode(&within)).unwrap();
+        assert_eq!(**back, within);
+        drop(std::mem::ManuallyDrop::into_inner(back));
+        // Deeper: refused, not overflowed.
+        let past = nested(1_000);
+        let refused = decoded_on_a_small_stack(checkpoint::encode(&past)).unwrap_err();
+        assert!(refused.contains("depth"), "{refused}");
+    });
 }

@@ -49,7 +49,7 @@ impl<L: EventLog> Checkpointed<L> {
                 stored.unwrap_or_default()
             }
             Err(reason) => {
-                report.discarded = Some(reason);
+                report.discarded = Some(reason.to_string());
                 Projections::new()
             }
         };

@@ -27,8 +27,12 @@ pub struct VerifyReport {
     pub events: u64,
     /// The checkpoint position compared, if a checkpoint exists.
     pub checkpoint_position: Option<u64>,
-    /// Why the stored checkpoint could not be used, if it could not.
+    /// Why the stored checkpoint could not be used, if it could not
+    /// (other than [`checkpoint_other_version`](Self::checkpoint_other_version)).
     pub checkpoint_problem: Option<String>,
+    /// The format version of a stored checkpoint this build does not
+    /// read: not compared, and not a problem (the next open rebuilds it).
+    pub checkpoint_other_version: Option<u32>,
     /// Readable differences; empty when everything agrees.
     pub differences: Vec<String>,
     /// The first record the state machine could not have produced.
@@ -41,8 +45,8 @@ pub struct VerifyReport {
 }
 
 impl VerifyReport {
-    /// Whether everything agrees (a missing checkpoint is fine; a stored one
-    /// that cannot be used is not).
+    /// Whether everything agrees (a missing checkpoint is fine, and so is
+    /// one of another format version; any other that cannot be used is not).
     #[must_use]
     pub fn is_ok(&self) -> bool {
         self.differences.is_empty()
@@ -84,8 +88,11 @@ pub fn verify_with_progress<L: EventLog + ?Sized, P: Progress + ?Sized>(
         report.head,
     ) {
         Ok(stored) => stored,
-        Err(reason) => {
-            report.checkpoint_problem = Some(reason);
+        Err(unusable) => {
+            match unusable.other_version() {
+                Some(version) => report.checkpoint_other_version = Some(version),
+                None => report.checkpoint_problem = Some(unusable.to_string()),
+            }
             None
         }
     };

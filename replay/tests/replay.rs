@@ -101,11 +101,16 @@ fn bad_checkpoints_are_discarded_and_rebuilt_never_trusted() {
     load(&log, &records);
     let rebuilt = Projections::fold(&records);
 
-    for (bytes, why) in [
-        (b"garbage".to_vec(), "malformed"),
+    let mut corrupt = subagent_projections::checkpoint::encode(&rebuilt);
+    let last = corrupt.len() - 1;
+    corrupt[last] ^= 1;
+    for (bytes, why, other_version) in [
+        (b"garbage".to_vec(), "malformed", None),
+        (corrupt, "checksum", None),
         (
             br#"{"checkpointVersion": 9, "position": 1, "state": {}}"#.to_vec(),
             "unknown checkpoint version 9",
+            Some(9),
         ),
     ] {
         log.write_checkpoint(CHECKPOINT_NAME, &bytes).unwrap();
@@ -120,10 +125,17 @@ fn bad_checkpoints_are_discarded_and_rebuilt_never_trusted() {
         );
         assert_eq!(report.tail_events, records.len() as u64);
         assert_eq!(opened.state(), &rebuilt);
-        assert!(
-            !verify(&log).unwrap().is_ok(),
-            "verify flags an unusable checkpoint"
+        // Verify flags a damaged checkpoint, and only notes one of another
+        // format version: that is an upgrade, not damage.
+        let verified = verify(&log).unwrap();
+        assert_eq!(verified.checkpoint_other_version, other_version, "{why}");
+        assert_eq!(
+            verified.checkpoint_problem.is_some(),
+            other_version.is_none(),
+            "{why}"
         );
+        assert_eq!(verified.is_ok(), other_version.is_some(), "{verified:?}");
+        assert_eq!(verified.checkpoint_position, None);
     }
 
     // A well-formed checkpoint from the future (a longer, lost log) is refused too.
@@ -137,6 +149,15 @@ fn bad_checkpoints_are_discarded_and_rebuilt_never_trusted() {
     let (opened, report) = Checkpointed::open(log.clone(), 0).unwrap();
     assert!(report.discarded.unwrap().contains("past the head"));
     assert_eq!(opened.state(), &rebuilt);
+    let verified = verify(&log).unwrap();
+    assert!(!verified.is_ok());
+    assert_eq!(
+        verified.checkpoint_problem,
+        Some(format!(
+            "checkpoint at 10000 is past the head {}",
+            records.len()
+        ))
+    );
 }
 
 #[test]

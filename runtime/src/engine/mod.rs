@@ -160,7 +160,7 @@ impl Engine {
             }
             Err(reason) => {
                 warn!(%reason, "discarding the projections checkpoint; refolding the log");
-                stats.discarded_checkpoint = Some(reason);
+                stats.discarded_checkpoint = Some(reason.to_string());
                 Projections::new()
             }
         };
