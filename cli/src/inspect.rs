@@ -278,23 +278,21 @@ pub(crate) fn run(command: Inspect, out: &mut dyn Write) -> CliResult {
             let bar = Bar::records("verify");
             let report = verify_with_progress(&*open(&log)?, &bar)?;
             bar.finish();
+            let checkpoint = match (report.checkpoint_position, report.checkpoint_other_version) {
+                (Some(position), _) => format!("at {position}"),
+                (None, Some(version)) => format!("of format {version}, not read"),
+                (None, None) => "none".to_owned(),
+            };
             writeln!(
                 out,
-                "verified {} events (head {}); checkpoint: {}",
-                report.events,
-                report.head,
-                report
-                    .checkpoint_position
-                    .map_or_else(|| "none".to_owned(), |p| format!("at {p}"))
+                "verified {} events (head {}); checkpoint: {checkpoint}",
+                report.events, report.head,
             )?;
             if let Some(problem) = &report.checkpoint_problem {
                 writeln!(out, "checkpoint unusable: {problem}")?;
             }
-            if let Some(version) = report.checkpoint_other_version {
-                writeln!(
-                    out,
-                    "checkpoint of format {version}, which this build does not read: not compared; the next open rebuilds it"
-                )?;
+            for note in report.notes() {
+                writeln!(out, "note: {note}")?;
             }
             if let Some(violation) = &report.impossible_history {
                 writeln!(out, "{}: {violation}", violation.code())?;

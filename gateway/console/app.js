@@ -1911,9 +1911,16 @@ async function runVerify() {
   }
   const report = obj(res.data);
   const problems = Array.isArray(report.problems) ? report.problems : [];
+  const notes = Array.isArray(report.notes) ? report.notes : [];
   if (report.ok === true) {
     dom.verifyStatus.className = 'status ok';
-    dom.verifyStatus.replaceChildren(el('span', '', `Verified ${str(report.events)} events up to ${str(report.head)}: OK`));
+    const said = [el('span', '', `Verified ${str(report.events)} events up to ${str(report.head)}: OK`)];
+    if (notes.length > 0) {
+      const list = el('ul', 'notes');
+      for (const note of notes) list.append(el('li', '', str(note)));
+      said.push(list);
+    }
+    dom.verifyStatus.replaceChildren(...said);
     return;
   }
   dom.verifyStatus.className = 'status failed';

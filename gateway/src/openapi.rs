@@ -341,11 +341,15 @@ fn schemas() -> Value {
             },
         },
         "VerifyAnswer": {
-            "type": "object", "required": ["ok", "head", "events", "problems"],
+            "type": "object", "required": ["ok", "head", "events", "problems", "notes"],
             "properties": {
                 "ok": {"type": "boolean"}, "head": {"type": "integer", "minimum": 0},
                 "events": {"type": "integer", "minimum": 0},
                 "problems": {"type": "array", "items": {"type": "string"}},
+                "notes": {
+                    "type": "array", "items": {"type": "string"},
+                    "description": "What is no problem but worth saying: a checkpoint of another format version.",
+                },
             },
         },
         "TranscriptPage": {

@@ -172,6 +172,43 @@ async fn verify_reports_the_live_log() {
     assert_eq!(report["ok"], true, "{report}");
     assert!(report["events"].as_u64().unwrap() >= 1);
     assert_eq!(report["problems"], serde_json::json!([]));
+    assert_eq!(report["notes"], serde_json::json!([]));
+
+    // A checkpoint of format 2, as the builds before format 3 wrote it, is
+    // no problem, and is said.
+    server
+        .log
+        .write_checkpoint(
+            subagent_projections::checkpoint::CHECKPOINT_NAME,
+            br#"{"checkpointVersion":2,"position":1,"state":{}}"#,
+        )
+        .unwrap();
+    let (status, report) = server.get("/v1/verify").await;
+    assert_eq!(status, 200, "{report}");
+    assert_eq!(report["ok"], true, "{report}");
+    assert_eq!(report["problems"], serde_json::json!([]));
+    let notes = report["notes"].as_array().unwrap();
+    assert_eq!(notes.len(), 1, "{report}");
+    assert!(
+        notes[0]
+            .as_str()
+            .unwrap()
+            .starts_with("the checkpoint is of format 2"),
+        "{report}"
+    );
+
+    // A damaged one is a problem.
+    server
+        .log
+        .write_checkpoint(
+            subagent_projections::checkpoint::CHECKPOINT_NAME,
+            b"SAGCKPT\0 not a frame",
+        )
+        .unwrap();
+    let (_, report) = server.get("/v1/verify").await;
+    assert_eq!(report["ok"], false, "{report}");
+    assert_eq!(report["notes"], serde_json::json!([]));
+    assert_eq!(report["problems"].as_array().unwrap().len(), 1, "{report}");
 }
 
 #[tokio::test]

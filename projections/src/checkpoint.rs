@@ -59,6 +59,8 @@ pub const HEADER_LEN: usize = 32;
 /// How deep a part may nest. A state holds content that came from events,
 /// which the log decodes at most 128 deep (serde_json's limit), under
 /// fewer than 16 levels of its own; deeper is not a state this crate wrote.
+/// (The decoder refuses the `MAX_DEPTH`-th nested container: at most 159
+/// are kept.)
 const MAX_DEPTH: usize = 160;
 
 /// The stack of each thread that decodes a part: room for [`MAX_DEPTH`]
@@ -238,16 +240,22 @@ pub fn encode(state: &Projections) -> Vec<u8> {
     bytes.extend_from_slice(&(trees.len() as u64).to_le_bytes());
     bytes.extend_from_slice(&trees);
     bytes.extend_from_slice(&activity);
-    let crc = checksum(&bytes);
+    let crc = checksum(&bytes).unwrap_or_default();
     bytes[12..16].copy_from_slice(&crc.to_le_bytes());
     bytes
 }
 
 /// The CRC-32C a frame stores in bytes 12..16: of the version, and of
-/// everything from byte 16 on. `frame` is at least [`HEADER_LEN`] long.
+/// everything from byte 16 on; `None` for a frame shorter than its header.
 #[must_use]
-pub fn checksum(frame: &[u8]) -> u32 {
-    crc32c::crc32c_append(crc32c::crc32c(&frame[8..12]), &frame[16..])
+pub fn checksum(frame: &[u8]) -> Option<u32> {
+    if frame.len() < HEADER_LEN {
+        return None;
+    }
+    Some(crc32c::crc32c_append(
+        crc32c::crc32c(&frame[8..12]),
+        &frame[16..],
+    ))
 }
 
 /// Decodes a checkpoint: the frame, then the two parts, each on a thread
@@ -266,12 +274,17 @@ pub fn decode(bytes: &[u8]) -> Result<Projections, CheckpointRejected> {
     if bytes[..8] != MAGIC {
         return Err(malformed("not a checkpoint (no magic)"));
     }
-    if checksum(bytes) != u32::from_le_bytes(field(bytes, 12)) {
+    if checksum(bytes) != Some(u32::from_le_bytes(field(bytes, 12))) {
         return Err(CheckpointRejected::Corrupt);
     }
     let version = u32::from_le_bytes(field(bytes, 8));
-    if version != CHECKPOINT_VERSION {
+    if version > CHECKPOINT_VERSION {
         return Err(CheckpointRejected::UnknownVersion(version));
+    }
+    if version < CHECKPOINT_VERSION {
+        return Err(malformed(
+            "a binary frame of a version that was never binary",
+        ));
     }
     let position = u64::from_le_bytes(field(bytes, 16));
     let parts = &bytes[HEADER_LEN..];
@@ -283,7 +296,7 @@ pub fn decode(bytes: &[u8]) -> Result<Projections, CheckpointRejected> {
     let (trees, activity) = std::thread::scope(|scope| {
         let first = on_own_stack(scope, || part::<TreesIn>(trees, "trees"));
         let second = on_own_stack(scope, || part::<ActivityIn>(activity, "activity"));
-        (first.join(), second.join())
+        (joined(first), joined(second))
     });
     let (trees, activity) = (trees?, activity?);
     Ok(Projections {
@@ -301,38 +314,32 @@ pub fn decode(bytes: &[u8]) -> Result<Projections, CheckpointRejected> {
     })
 }
 
-/// A part's decoding: on a thread with [`DECODER_STACK`], or, if no thread
-/// can be had, done already on the caller's.
-enum Decoding<'scope, T> {
-    Spawned(std::thread::ScopedJoinHandle<'scope, T>),
-    Done(T),
-}
+/// A part's decoding on a thread of its own, or why no thread could be had.
+type Decoding<'scope, T> = Result<
+    std::thread::ScopedJoinHandle<'scope, Result<T, CheckpointRejected>>,
+    CheckpointRejected,
+>;
 
-impl<T> Decoding<'_, T> {
-    /// Its result; a panic on the thread goes on in the caller.
-    fn join(self) -> T {
-        match self {
-            Decoding::Spawned(thread) => thread
-                .join()
-                .unwrap_or_else(|panicked| std::panic::resume_unwind(panicked)),
-            Decoding::Done(result) => result,
-        }
-    }
-}
-
-/// Starts `work` on a thread of `scope` with [`DECODER_STACK`].
+/// Starts `work` on a thread of `scope` with [`DECODER_STACK`]. Never on
+/// the caller's stack, whose size this crate does not know: without a
+/// thread, the checkpoint is refused (and the log refolded).
 fn on_own_stack<'scope, T: Send + 'scope>(
     scope: &'scope std::thread::Scope<'scope, '_>,
-    work: impl FnOnce() -> T + Send + Copy + 'scope,
+    work: impl FnOnce() -> Result<T, CheckpointRejected> + Send + 'scope,
 ) -> Decoding<'scope, T> {
-    match std::thread::Builder::new()
+    std::thread::Builder::new()
         .name("checkpoint-decode".into())
         .stack_size(DECODER_STACK)
         .spawn_scoped(scope, work)
-    {
-        Ok(thread) => Decoding::Spawned(thread),
-        Err(_) => Decoding::Done(work()),
-    }
+        .map_err(|err| CheckpointRejected::Malformed(format!("no thread to decode it on: {err}")))
+}
+
+/// The result of a part's decoding; a panic on its thread goes on in the
+/// caller.
+fn joined<T>(decoding: Decoding<'_, T>) -> Result<T, CheckpointRejected> {
+    decoding?
+        .join()
+        .unwrap_or_else(|panicked| std::panic::resume_unwind(panicked))
 }
 
 /// The `N` bytes of the header at `at` (the caller checked its length).
@@ -370,11 +377,9 @@ fn json_version(bytes: &[u8]) -> CheckpointRejected {
             .and_then(|digits| digits.parse::<u32>().ok())
     });
     match version {
-        Some(version) if version != CHECKPOINT_VERSION => {
-            CheckpointRejected::UnknownVersion(version)
-        }
-        Some(_) => CheckpointRejected::Malformed(format!(
-            "version {CHECKPOINT_VERSION} is binary, not JSON"
+        Some(version @ (1 | 2)) => CheckpointRejected::UnknownVersion(version),
+        Some(version) => CheckpointRejected::Malformed(format!(
+            "JSON naming version {version}: only versions 1 and 2 were JSON"
         )),
         None => CheckpointRejected::Malformed(
             "JSON that does not begin with its checkpointVersion".to_owned(),

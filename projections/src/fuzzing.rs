@@ -61,8 +61,7 @@ pub fn event_json(data: &[u8]) {
 pub fn checkpoint_decode(data: &[u8]) {
     let _ = checkpoint::usable(Some(data), u64::MAX);
     let mut resealed = data.to_vec();
-    if let Some(rest) = resealed.get(16..) {
-        let crc = crc32c::crc32c(rest);
+    if let Some(crc) = checkpoint::checksum(&resealed) {
         resealed[12..16].copy_from_slice(&crc.to_le_bytes());
     }
     for bytes in [data, &resealed] {

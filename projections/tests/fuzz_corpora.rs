@@ -72,20 +72,24 @@ fn the_decide_seeds_drive_a_child_through_its_whole_lifecycle() {
     }
 }
 
+/// The records of the schema-v1 fixture, the seeds' source.
+fn fixture_records() -> Vec<subagent_core::RecordedEvent> {
+    let fixture =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/schema-v1.jsonl");
+    std::fs::read_to_string(fixture)
+        .expect("fixture")
+        .lines()
+        .map(|line| subagent_core::record::decode_body(line.as_bytes()).expect("fixture decodes"))
+        .collect()
+}
+
 #[test]
 fn the_checkpoint_seeds_are_checkpoints_of_this_format() {
     // The fuzz body skips what does not decode, so replaying the corpus
     // alone would pass a decoder that refused everything.
-    use subagent_core::record::decode_body;
     use subagent_projections::{checkpoint, Projections};
 
-    let fixture =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/schema-v1.jsonl");
-    let records: Vec<_> = std::fs::read_to_string(fixture)
-        .expect("fixture")
-        .lines()
-        .map(|line| decode_body(line.as_bytes()).expect("fixture decodes"))
-        .collect();
+    let records = fixture_records();
     let dir = corpus_dir("checkpoint_decode");
     for (seed, state) in [
         ("seed-fixture", Projections::fold(&records)),
@@ -99,20 +103,10 @@ fn the_checkpoint_seeds_are_checkpoints_of_this_format() {
 #[test]
 #[ignore = "rewrites the seed corpora; run by hand"]
 fn regenerate_seed_corpora() {
-    use subagent_core::record::{decode_body, encode};
+    use subagent_core::record::encode;
     use subagent_projections::{checkpoint, Projections};
 
-    let fixture =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/schema-v1.jsonl");
-    let lines: Vec<String> = std::fs::read_to_string(fixture)
-        .expect("fixture")
-        .lines()
-        .map(str::to_owned)
-        .collect();
-    let records: Vec<_> = lines
-        .iter()
-        .map(|line| decode_body(line.as_bytes()).expect("fixture decodes"))
-        .collect();
+    let records = fixture_records();
     let write = |target: &str, name: String, bytes: &[u8]| {
         let dir = corpus_dir(target);
         std::fs::create_dir_all(&dir).unwrap();

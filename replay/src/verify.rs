@@ -31,7 +31,7 @@ pub struct VerifyReport {
     /// (other than [`checkpoint_other_version`](Self::checkpoint_other_version)).
     pub checkpoint_problem: Option<String>,
     /// The format version of a stored checkpoint this build does not
-    /// read: not compared, and not a problem (the next open rebuilds it).
+    /// read: not compared, and not a problem (see [`notes`](Self::notes)).
     pub checkpoint_other_version: Option<u32>,
     /// Readable differences; empty when everything agrees.
     pub differences: Vec<String>,
@@ -54,6 +54,22 @@ impl VerifyReport {
             && self.impossible_history.is_none()
             && self.index_problems.is_empty()
             && self.attachment_problems.is_empty()
+    }
+
+    /// What is worth saying that is no problem, one sentence each: a
+    /// stored checkpoint of another format version, which an upgrade (or a
+    /// newer build) leaves behind.
+    #[must_use]
+    pub fn notes(&self) -> Vec<String> {
+        self.checkpoint_other_version
+            .map(|version| {
+                format!(
+                    "the checkpoint is of format {version}, which this build does not read, so it was not compared; a runtime on this log refolds it and saves one of format {} at its next checkpoint",
+                    checkpoint::CHECKPOINT_VERSION
+                )
+            })
+            .into_iter()
+            .collect()
     }
 }
 

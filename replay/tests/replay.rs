@@ -101,16 +101,33 @@ fn bad_checkpoints_are_discarded_and_rebuilt_never_trusted() {
     load(&log, &records);
     let rebuilt = Projections::fold(&records);
 
-    let mut corrupt = subagent_projections::checkpoint::encode(&rebuilt);
+    use subagent_projections::checkpoint;
+    let mut corrupt = checkpoint::encode(&rebuilt);
     let last = corrupt.len() - 1;
     corrupt[last] ^= 1;
+    // What a newer build would write: a frame of the next version.
+    let mut newer = checkpoint::encode(&rebuilt);
+    newer[8..12].copy_from_slice(&(checkpoint::CHECKPOINT_VERSION + 1).to_le_bytes());
+    let crc = checkpoint::checksum(&newer).unwrap();
+    newer[12..16].copy_from_slice(&crc.to_le_bytes());
+    let next = checkpoint::CHECKPOINT_VERSION + 1;
     for (bytes, why, other_version) in [
         (b"garbage".to_vec(), "malformed", None),
         (corrupt, "checksum", None),
         (
             br#"{"checkpointVersion": 9, "position": 1, "state": {}}"#.to_vec(),
-            "unknown checkpoint version 9",
-            Some(9),
+            "only versions 1 and 2 were JSON",
+            None,
+        ),
+        (
+            br#"{"checkpointVersion":2,"position":1,"state":{}}"#.to_vec(),
+            "unknown checkpoint version 2",
+            Some(2),
+        ),
+        (
+            newer,
+            &*format!("unknown checkpoint version {next}"),
+            Some(next),
         ),
     ] {
         log.write_checkpoint(CHECKPOINT_NAME, &bytes).unwrap();

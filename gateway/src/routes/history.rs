@@ -137,6 +137,9 @@ pub(crate) struct VerifyAnswer {
     events: u64,
     /// Every problem found, one sentence each.
     problems: Vec<String>,
+    /// What is worth saying that is no problem (a checkpoint of another
+    /// format version), one sentence each.
+    notes: Vec<String>,
 }
 
 /// `verify` over the live log: admissible history, indexes, attachments,
@@ -165,6 +168,7 @@ pub(crate) async fn verify(
         ok: report.is_ok(),
         head: report.head,
         events: report.events,
+        notes: report.notes(),
         problems,
     }))
 }
