@@ -64,7 +64,7 @@ impl VerifyReport {
         self.checkpoint_other_version
             .map(|version| {
                 format!(
-                    "the checkpoint is of format {version}, which this build does not read, so it was not compared; a runtime on this log refolds it and saves one of format {} at its next checkpoint",
+                    "the checkpoint is of format {version}, which this build does not read, so it was not compared; a runtime on this log folds the whole log instead, and saves a checkpoint of format {} at its next save",
                     checkpoint::CHECKPOINT_VERSION
                 )
             })
