@@ -11,8 +11,11 @@
 //! | 24..32 | the length of the first part, `u64` |
 //! | 32.. | the first part, then the second part to the end |
 //!
-//! The magic and the checksum's place and span are fixed for every version
-//! to come; what follows byte 16 is the version's own.
+//! The magic, the version, the checksum (its place and span) and the
+//! position are fixed for every version to come; what follows byte 24 is
+//! the version's own. So a checkpoint of a newer version that claims a
+//! position past the head (a longer log's, lost) is told apart from one
+//! that is merely newer.
 //!
 //! Each part is MessagePack of named fields (`rmp-serde`): the first holds
 //! the trees (sessions, roots, catalogs, owners, admission, registries), the
@@ -78,12 +81,28 @@ pub fn usable(stored: Option<&[u8]>, head: u64) -> Result<Option<Projections>, U
     let Some(bytes) = stored else {
         return Ok(None);
     };
-    let state = decode(bytes).map_err(Unusable::Rejected)?;
+    let past_head = |position: u64| Unusable::PastHead { position, head };
+    let state = match decode(bytes) {
+        Ok(state) => state,
+        // A newer binary frame passed its checksum: its position is read
+        // where every version keeps it.
+        Err(rejected @ CheckpointRejected::UnknownVersion(_)) => {
+            return Err(match bytes.get(16..24) {
+                Some(_) if bytes.starts_with(&MAGIC) => {
+                    let position = u64::from_le_bytes(field(bytes, 16));
+                    if position > head {
+                        past_head(position)
+                    } else {
+                        Unusable::Rejected(rejected)
+                    }
+                }
+                _ => Unusable::Rejected(rejected),
+            })
+        }
+        Err(rejected) => return Err(Unusable::Rejected(rejected)),
+    };
     if state.position > head {
-        return Err(Unusable::PastHead {
-            position: state.position,
-            head,
-        });
+        return Err(past_head(state.position));
     }
     Ok(Some(state))
 }
