@@ -84,20 +84,16 @@ pub fn usable(stored: Option<&[u8]>, head: u64) -> Result<Option<Projections>, U
     let past_head = |position: u64| Unusable::PastHead { position, head };
     let state = match decode(bytes) {
         Ok(state) => state,
-        // A newer binary frame passed its checksum: its position is read
-        // where every version keeps it.
+        // A newer binary frame (whole header, checksum sound): its
+        // position is where every version keeps it.
         Err(rejected @ CheckpointRejected::UnknownVersion(_)) => {
-            return Err(match bytes.get(16..24) {
-                Some(_) if bytes.starts_with(&MAGIC) => {
-                    let position = u64::from_le_bytes(field(bytes, 16));
-                    if position > head {
-                        past_head(position)
-                    } else {
-                        Unusable::Rejected(rejected)
-                    }
-                }
+            let position = bytes
+                .starts_with(&MAGIC)
+                .then(|| u64::from_le_bytes(field(bytes, 16)));
+            return Err(match position {
+                Some(position) if position > head => past_head(position),
                 _ => Unusable::Rejected(rejected),
-            })
+            });
         }
         Err(rejected) => return Err(Unusable::Rejected(rejected)),
     };

@@ -21,7 +21,8 @@
 //!   the thread (committing them too was measured no faster). The thread
 //!   is also the **backstop** for tickets nobody awaits: it looks at the
 //!   queue every [`BACKSTOP`] while appends come, and after
-//!   [`IDLE_ROUNDS`] quiet rounds sleeps until the next append wakes it. A dropped ticket hands its request to the thread at once.
+//!   [`IDLE_ROUNDS`] quiet rounds sleeps until the next append wakes it.
+//!   A dropped ticket hands its request to the thread at once.
 //!
 //! The log's close commits what is queued, then ends the thread.
 
