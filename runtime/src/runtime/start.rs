@@ -110,6 +110,18 @@ impl SubagentRuntime {
             }),
             Err(err) => {
                 self.unregister_driver(&handle);
+                // A drain, dispose or close stopped the driver (and then
+                // released the activation) while the start went on: the
+                // step that failed met that release, and the start was
+                // cancelled from outside, as `start_local` says when it
+                // sees the stop first.
+                if handle.stop.is_cancelled() {
+                    return Err(if self.is_closed() {
+                        SubagentError::Closed
+                    } else {
+                        SubagentError::Cancelled
+                    });
+                }
                 Err(err)
             }
         }
