@@ -62,15 +62,17 @@ lint: deps
 
 # Each linked test binary carries librocksdb's debug info (about 40 GB for
 # the whole set), and a clone in another folder links a second set. When
-# less than 50 GB is free, the linked executables of earlier builds are
-# removed first (cargo links them again; the compiled crates and librocksdb
-# stay).
+# less than 50 GB is free, the linked executables of earlier builds (tests
+# and examples) and the incremental caches are removed first: cargo links
+# them again; the compiled crates and librocksdb stay. `make test` does this
+# before its first step, since even `cargo doc` fails on a full disk.
 PRUNE_BELOW_KB ?= 52428800
 prune-binaries:
 	@mkdir -p $(CARGO_TARGET_DIR)
 	@if [ "$$(df --output=avail -k $(CARGO_TARGET_DIR) | tail -1)" -lt $(PRUNE_BELOW_KB) ] && [ -d $(BIN_DIR)/deps ]; then \
-		echo "less than 50 GB free: removing the linked test binaries of earlier builds"; \
-		find $(BIN_DIR)/deps -maxdepth 1 -type f -perm -u+x ! -name '*.*' -delete; \
+		echo "less than 50 GB free: removing the linked test binaries and incremental caches of earlier builds"; \
+		find $(BIN_DIR)/deps $(BIN_DIR)/examples -maxdepth 1 -type f -perm -u+x ! -name '*.*' -delete 2>/dev/null; \
+		rm -rf $(BIN_DIR)/incremental; \
 	fi
 
 # Runs every test, then prints one closing line that totals all test binaries.
@@ -125,7 +127,7 @@ install-check: deps
 	$(MAKE) -s install PREFIX=$$scratch PROFILE=debug >/dev/null && \
 	PATH=$$scratch/bin:$$PATH scripts/install-check.sh $$scratch
 
-test: lint docs package unit install-check
+test: prune-binaries lint docs package unit install-check
 
 bench: deps
 	$(CARGO) build -q --release --workspace --bins
