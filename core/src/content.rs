@@ -15,6 +15,10 @@ use serde::de::{Error as _, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value};
 
+/// The known blocks' `Deserialize`, one pass over their fields.
+#[path = "content_fields.rs"]
+mod fields;
+
 /// One block of content.
 #[derive(Clone, Debug, PartialEq)]
 pub enum ContentBlock {
@@ -31,7 +35,7 @@ pub enum ContentBlock {
 }
 
 /// `{"type":"text","text":...}`
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct TextBlock {
     /// The text.
     pub text: String,
@@ -41,7 +45,7 @@ pub struct TextBlock {
 }
 
 /// `{"type":"image","mimeType":...,"data":...}`
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ImageBlock {
     /// The media type, e.g. `image/png`.
@@ -58,7 +62,7 @@ pub struct ImageBlock {
 }
 
 /// `{"type":"tool_use","id":...,"name":...,"input":{...}}`
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct ToolUseBlock {
     /// The call id that the matching result names.
     pub id: String,
@@ -72,7 +76,7 @@ pub struct ToolUseBlock {
 }
 
 /// `{"type":"tool_result","toolUseId":...,"content":[...],"isError":false}`
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ToolResultBlock {
     /// The id of the `tool_use` this answers.
@@ -363,6 +367,14 @@ mod tests {
             r#"{"id":"c1","type":"tool_use"}"#,
             r#"{"type":"tool_result","toolUseId":"c1","content":[{"text":"no type"}]}"#,
             r#"{"type":"tool_result","toolUseId":"c1","content":[],"isError":null}"#,
+            r#"{"type":"text","text":"a","text":"b"}"#,
+            r#"{"type":"image","mimeType":"a","mimeType":"b"}"#,
+            r#"{"type":"tool_use","id":"c1","name":"n","input":1,"input":2}"#,
+            r#"{"type":"tool_result","toolUseId":"c1","content":[],"isError":true,"isError":true}"#,
+            r#"{"type":"tool_use","id":"c1","name":"n"}"#,
+            r#"{"type":"tool_result","toolUseId":"c1"}"#,
+            r#"{"type":"image","data":"AAAA"}"#,
+            r#"{"type":"text","text":["x"]}"#,
         ] {
             let err = serde_json::from_str::<ContentBlock>(bad);
             assert!(err.is_err(), "{bad} decoded: {err:?}");
@@ -371,6 +383,56 @@ mod tests {
         assert!(err.to_string().contains("must be a string"), "{err}");
         let err = serde_json::from_str::<ContentBlock>(r#"{"type":"text"}"#).unwrap_err();
         assert!(err.to_string().contains("malformed text block"), "{err}");
+    }
+
+    #[test]
+    fn block_fields_decode_with_their_defaults_and_name_what_is_wrong() {
+        let image: ContentBlock =
+            serde_json::from_str(r#"{"type":"image","mimeType":"image/png","data":null}"#).unwrap();
+        let ContentBlock::Image(image) = image else {
+            panic!("{image:?}")
+        };
+        assert_eq!((image.data, image.attachment), (None, None));
+        let result: ContentBlock =
+            serde_json::from_str(r#"{"type":"tool_result","toolUseId":"c1","content":[]}"#)
+                .unwrap();
+        assert!(matches!(
+            result,
+            ContentBlock::ToolResult(ToolResultBlock {
+                is_error: false,
+                ..
+            })
+        ));
+        // A repeated unknown key keeps its last value, as a map does.
+        let text: ContentBlock =
+            serde_json::from_str(r#"{"type":"text","x":1,"text":"t","x":2}"#).unwrap();
+        assert_eq!(
+            serde_json::to_string(&text).unwrap(),
+            r#"{"type":"text","text":"t","x":2}"#
+        );
+        for (bad, says) in [
+            (
+                r#"{"type":"text","text":"a","text":"b"}"#,
+                "duplicate field `text`",
+            ),
+            (
+                r#"{"type":"tool_use","id":"c1","name":"n"}"#,
+                "missing field `input`",
+            ),
+            (
+                r#"{"type":"tool_result","content":[]}"#,
+                "missing field `toolUseId`",
+            ),
+            (
+                r#"{"type":"image","data":"AAAA"}"#,
+                "missing field `mimeType`",
+            ),
+        ] {
+            let err = serde_json::from_str::<ContentBlock>(bad)
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(says), "{bad}: {err}");
+        }
     }
 
     #[test]

@@ -7,12 +7,16 @@
 //! The checksum covers the whole body, so a flipped bit anywhere is caught
 //! before JSON parsing; decoding never panics on any input (fuzzed).
 
+use std::cell::Cell;
+use std::fmt;
+
+use serde::de::{Error as _, IgnoredAny, MapAccess, Visitor};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use thiserror::Error;
 use uuid::Uuid;
 
-use crate::event::{RecordedEvent, StreamId};
+use crate::event::{Event, RecordedEvent, StreamId, CURRENT_SCHEMA_VERSION};
 use crate::ids::EventId;
 use crate::telemetry::TraceContext;
 use crate::upcast::{decode_event, UpcastError};
@@ -124,25 +128,6 @@ pub fn encoded_body_len(record: &RecordedEvent) -> Result<usize, RecordError> {
     json_len(record).map_err(|err| RecordError::Encode(err.to_string()))
 }
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct RecordWire<'a> {
-    position: u64,
-    stream: StreamId,
-    version: u64,
-    event_id: EventId,
-    recorded_at: u64,
-    schema_version: u32,
-    #[serde(default)]
-    correlation_id: Option<Uuid>,
-    #[serde(default)]
-    causation_id: Option<EventId>,
-    #[serde(default)]
-    traceparent: Option<TraceContext>,
-    #[serde(borrow)]
-    event: &'a RawValue,
-}
-
 /// Decodes the record stored at `position`.
 ///
 /// # Errors
@@ -189,39 +174,201 @@ pub fn decode(position: u64, bytes: &[u8]) -> Result<RecordedEvent, RecordError>
 /// Decodes a record body: the JSON envelope without the binary header, as
 /// `subagents log --json` and export print it. Upcasts old schema versions.
 ///
+/// One pass over the text: when `schemaVersion` precedes `event` and names
+/// this build's version (as every envelope this crate writes does), the event
+/// is decoded in place. Otherwise the event's text is kept, unparsed, until
+/// the whole envelope is read, and then decoded through
+/// [`decode_event`](crate::upcast::decode_event), so any key order decodes
+/// to the same record and gets the same errors.
+///
 /// # Errors
 /// [`RecordError::Corrupt`] for malformed JSON or events (position 0 when the
-/// envelope does not even name one); [`RecordError::UnsupportedSchema`] for
+/// envelope does not name one before the bad part); [`RecordError::UnsupportedSchema`] for
 /// events of a newer schema.
 pub fn decode_body(body: &[u8]) -> Result<RecordedEvent, RecordError> {
-    let wire: RecordWire<'_> =
-        serde_json::from_slice(body).map_err(|err| RecordError::Corrupt {
-            position: 0,
-            reason: format!("malformed envelope: {err}"),
-        })?;
-    let position = wire.position;
-    let event = decode_event(wire.schema_version, wire.event.get()).map_err(|err| match err {
-        UpcastError::UnsupportedSchema { .. } => RecordError::UnsupportedSchema {
-            position,
-            reason: err.to_string(),
-        },
-        other => RecordError::Corrupt {
-            position,
-            reason: other.to_string(),
-        },
-    })?;
+    let progress = EnvelopeProgress::default();
+    let mut input = serde_json::Deserializer::from_slice(body);
+    let parsed = serde::Deserializer::deserialize_map(&mut input, EnvelopeVisitor(&progress))
+        .and_then(|envelope| input.end().map(|()| envelope));
+    let envelope = match parsed {
+        Ok(envelope) => envelope,
+        Err(err) => {
+            let reason = if progress.in_event.get() {
+                format!("malformed event: {err}")
+            } else {
+                format!("malformed envelope: {err}")
+            };
+            return Err(RecordError::Corrupt {
+                position: progress.position.get().unwrap_or(0),
+                reason,
+            });
+        }
+    };
+    let position = envelope.position;
+    let event = match envelope.event {
+        EventPart::Decoded(event) => event,
+        EventPart::Deferred(text) => {
+            decode_event(envelope.schema_version, text.get()).map_err(|err| match err {
+                UpcastError::UnsupportedSchema { .. } => RecordError::UnsupportedSchema {
+                    position,
+                    reason: err.to_string(),
+                },
+                other => RecordError::Corrupt {
+                    position,
+                    reason: other.to_string(),
+                },
+            })?
+        }
+    };
     Ok(RecordedEvent {
         position,
-        stream: wire.stream,
-        version: wire.version,
-        event_id: wire.event_id,
-        recorded_at: wire.recorded_at,
-        schema_version: wire.schema_version,
-        correlation_id: wire.correlation_id,
-        causation_id: wire.causation_id,
-        trace: wire.traceparent,
+        stream: envelope.stream,
+        version: envelope.version,
+        event_id: envelope.event_id,
+        recorded_at: envelope.recorded_at,
+        schema_version: envelope.schema_version,
+        correlation_id: envelope.correlation_id,
+        causation_id: envelope.causation_id,
+        trace: envelope.traceparent,
         event,
     })
+}
+
+/// What the envelope's visitor has seen so far, kept outside it so that an
+/// error raised deep in the event still names the record's position and
+/// says which part was malformed.
+#[derive(Default)]
+struct EnvelopeProgress {
+    /// The envelope's `position`, once read.
+    position: Cell<Option<u64>>,
+    /// Whether the error (if any) was raised while decoding `event`.
+    in_event: Cell<bool>,
+}
+
+/// The envelope, read in one pass.
+struct Envelope<'a> {
+    position: u64,
+    stream: StreamId,
+    version: u64,
+    event_id: EventId,
+    recorded_at: u64,
+    schema_version: u32,
+    correlation_id: Option<Uuid>,
+    causation_id: Option<EventId>,
+    traceparent: Option<TraceContext>,
+    event: EventPart<'a>,
+}
+
+/// The event of an envelope: decoded in place, or its text kept for the
+/// upcasters when the schema version was not known (or not current) when
+/// the parser reached it.
+enum EventPart<'a> {
+    Decoded(Event),
+    Deferred(&'a RawValue),
+}
+
+/// The envelope's keys; any other key is ignored, as the envelope's
+/// readers always have.
+#[derive(Deserialize)]
+#[serde(field_identifier, rename_all = "camelCase")]
+enum EnvelopeKey {
+    Position,
+    Stream,
+    Version,
+    EventId,
+    RecordedAt,
+    SchemaVersion,
+    CorrelationId,
+    CausationId,
+    Traceparent,
+    Event,
+    #[serde(other)]
+    Unknown,
+}
+
+/// Streams an envelope object.
+struct EnvelopeVisitor<'p>(&'p EnvelopeProgress);
+
+/// Stores `value` in `slot`, refusing a second occurrence of `key`.
+fn set_once<T, E: serde::de::Error>(
+    slot: &mut Option<T>,
+    key: &'static str,
+    value: T,
+) -> Result<(), E> {
+    if slot.replace(value).is_some() {
+        return Err(E::duplicate_field(key));
+    }
+    Ok(())
+}
+
+impl<'de> Visitor<'de> for EnvelopeVisitor<'_> {
+    type Value = Envelope<'de>;
+
+    fn expecting(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        formatter.write_str("a record envelope object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Envelope<'de>, A::Error> {
+        let (mut position, mut stream, mut version, mut event_id) = (None, None, None, None);
+        let (mut recorded_at, mut schema_version, mut event) = (None, None, None);
+        let (mut correlation_id, mut causation_id, mut traceparent) = (None, None, None);
+        while let Some(key) = map.next_key::<EnvelopeKey>()? {
+            match key {
+                EnvelopeKey::Position => {
+                    let value = map.next_value()?;
+                    set_once(&mut position, "position", value)?;
+                    self.0.position.set(Some(value));
+                }
+                EnvelopeKey::Stream => set_once(&mut stream, "stream", map.next_value()?)?,
+                EnvelopeKey::Version => set_once(&mut version, "version", map.next_value()?)?,
+                EnvelopeKey::EventId => set_once(&mut event_id, "eventId", map.next_value()?)?,
+                EnvelopeKey::RecordedAt => {
+                    set_once(&mut recorded_at, "recordedAt", map.next_value()?)?;
+                }
+                EnvelopeKey::SchemaVersion => {
+                    set_once(&mut schema_version, "schemaVersion", map.next_value()?)?;
+                }
+                EnvelopeKey::CorrelationId => {
+                    set_once(&mut correlation_id, "correlationId", map.next_value()?)?;
+                }
+                EnvelopeKey::CausationId => {
+                    set_once(&mut causation_id, "causationId", map.next_value()?)?;
+                }
+                EnvelopeKey::Traceparent => {
+                    set_once(&mut traceparent, "traceparent", map.next_value()?)?;
+                }
+                EnvelopeKey::Event => {
+                    let part = if schema_version == Some(CURRENT_SCHEMA_VERSION) {
+                        self.0.in_event.set(true);
+                        let decoded = map.next_value::<Event>()?;
+                        self.0.in_event.set(false);
+                        EventPart::Decoded(decoded)
+                    } else {
+                        EventPart::Deferred(map.next_value::<&'de RawValue>()?)
+                    };
+                    set_once(&mut event, "event", part)?;
+                }
+                EnvelopeKey::Unknown => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(Envelope {
+            position: position.ok_or_else(|| A::Error::missing_field("position"))?,
+            stream: stream.ok_or_else(|| A::Error::missing_field("stream"))?,
+            version: version.ok_or_else(|| A::Error::missing_field("version"))?,
+            event_id: event_id.ok_or_else(|| A::Error::missing_field("eventId"))?,
+            recorded_at: recorded_at.ok_or_else(|| A::Error::missing_field("recordedAt"))?,
+            schema_version: schema_version
+                .ok_or_else(|| A::Error::missing_field("schemaVersion"))?,
+            // `null` and absence both mean none, as `#[serde(default)]` on
+            // an `Option` reads them.
+            correlation_id: correlation_id.flatten(),
+            causation_id: causation_id.flatten(),
+            traceparent: traceparent.flatten(),
+            event: event.ok_or_else(|| A::Error::missing_field("event"))?,
+        })
+    }
 }
 
 #[cfg(test)]
@@ -281,6 +428,104 @@ mod tests {
         #[test]
         fn arbitrary_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..64)) {
             let _ = decode(1, &bytes);
+        }
+    }
+
+    /// The body of `record` with the envelope's keys in reverse order, so
+    /// that `event` comes before `schemaVersion` and `position`.
+    fn reversed_body(record: &RecordedEvent) -> Vec<u8> {
+        let serde_json::Value::Object(fields) = serde_json::to_value(record).unwrap() else {
+            unreachable!("an envelope is an object")
+        };
+        let reversed: serde_json::Map<_, _> = fields.into_iter().rev().collect();
+        serde_json::to_vec(&reversed).unwrap()
+    }
+
+    proptest! {
+        #[test]
+        fn any_envelope_key_order_decodes_to_the_same_record(
+            event in arbitrary::event(),
+            position in 1u64..u64::MAX,
+            schema_version in 1..=CURRENT_SCHEMA_VERSION,
+        ) {
+            let mut original = record(event, position);
+            original.schema_version = schema_version;
+            let in_order = encode(&original).unwrap();
+            prop_assert_eq!(decode_body(&in_order[HEADER_LEN..]).unwrap(), original.clone());
+            let reversed = reversed_body(&original);
+            prop_assert!(reversed.starts_with(br#"{"event""#), "event is not first");
+            prop_assert_eq!(decode_body(&reversed).unwrap(), original);
+        }
+    }
+
+    #[test]
+    fn a_malformed_event_is_corrupt_and_names_the_position_in_either_order() {
+        let mut original = record(crate::Event::ProviderRemoved { name: "x".into() }, 7);
+        original.trace = None;
+        let body = String::from_utf8(encode(&original).unwrap()[HEADER_LEN..].to_vec()).unwrap();
+        let bad = body.replace(r#""name":"x""#, r#""name":5"#);
+        assert_ne!(bad, body);
+        let err = decode_body(bad.as_bytes()).unwrap_err();
+        let RecordError::Corrupt { position, reason } = err else {
+            panic!("{err:?}")
+        };
+        assert_eq!(position, 7);
+        assert!(reason.starts_with("malformed event"), "{reason}");
+        // The same event before the schema version: decoded after the
+        // envelope, through the upcasters, with the same kind of error.
+        let mut reversed = reversed_body(&original);
+        reversed = String::from_utf8(reversed)
+            .unwrap()
+            .replace(r#""name":"x""#, r#""name":5"#)
+            .into_bytes();
+        let err = decode_body(&reversed).unwrap_err();
+        let RecordError::Corrupt { position, reason } = err else {
+            panic!("{err:?}")
+        };
+        assert_eq!(position, 7);
+        assert!(reason.starts_with("malformed event"), "{reason}");
+    }
+
+    #[test]
+    fn envelope_duplicates_gaps_and_extras_are_judged_as_before() {
+        let original = record(crate::Event::ProviderRemoved { name: "x".into() }, 3);
+        let body = String::from_utf8(encode(&original).unwrap()[HEADER_LEN..].to_vec()).unwrap();
+        // A second `position` (or any key) is corrupt, not a silent overwrite.
+        let duplicated = body.replacen(r#"{"position":3,"#, r#"{"position":3,"position":4,"#, 1);
+        assert_ne!(duplicated, body);
+        let err = decode_body(duplicated.as_bytes()).unwrap_err();
+        assert!(
+            matches!(&err, RecordError::Corrupt { reason, .. } if reason.contains("duplicate field `position`")),
+            "{err:?}"
+        );
+        // A missing field is corrupt.
+        let missing = body.replacen(r#""version":3,"#, "", 1);
+        assert_ne!(missing, body);
+        let err = decode_body(missing.as_bytes()).unwrap_err();
+        assert!(
+            matches!(&err, RecordError::Corrupt { reason, .. } if reason.contains("missing field `version`")),
+            "{err:?}"
+        );
+        // An unknown key is ignored, and `null` optional fields read as none.
+        let extra = body.replacen(
+            r#"{"position":3,"#,
+            r#"{"position":3,"futureField":{"a":[1]},"causationId":null,"#,
+            1,
+        );
+        assert_eq!(decode_body(extra.as_bytes()).unwrap(), original);
+        // Trailing text after the envelope is corrupt.
+        let trailing = format!("{body} x");
+        assert!(matches!(
+            decode_body(trailing.as_bytes()),
+            Err(RecordError::Corrupt { .. })
+        ));
+        // Not an object at all.
+        for bad in ["[]", "3", "\"x\"", ""] {
+            let err = decode_body(bad.as_bytes()).unwrap_err();
+            assert!(
+                matches!(&err, RecordError::Corrupt { position: 0, reason } if reason.starts_with("malformed envelope")),
+                "{bad}: {err:?}"
+            );
         }
     }
 
