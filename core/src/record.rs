@@ -174,6 +174,32 @@ pub fn decode(position: u64, bytes: &[u8]) -> Result<RecordedEvent, RecordError>
 /// Decodes a record body: the JSON envelope without the binary header, as
 /// `subagents log --json` and export print it. Upcasts old schema versions.
 ///
+/// A body laid out exactly as [`encode`] writes it, at the current schema,
+/// is read by a fast path that matches the envelope byte for byte
+/// (`record_canonical.rs`); every other body, and every body that path
+/// does not take, is judged by [`decode_body_general`]. Both give the same
+/// record for the same body (tested on arbitrary records and fuzzed on
+/// arbitrary bytes), with one difference: the general decoder counts the
+/// envelope's own level against serde_json's nesting limit (128) and the
+/// fast path does not, so an event that reaches the limit's last level
+/// reads only through the fast path.
+///
+/// # Errors
+/// As [`decode_body_general`].
+pub fn decode_body(body: &[u8]) -> Result<RecordedEvent, RecordError> {
+    match canonical::decode(body) {
+        Some(record) => Ok(record),
+        None => decode_body_general(body),
+    }
+}
+
+/// The envelope's layout as [`encode`] writes it, read without a parser.
+#[path = "record_canonical.rs"]
+mod canonical;
+
+/// Decodes a record body of any layout: the general decoder behind
+/// [`decode_body`], public so that its fuzz target can check the two agree.
+///
 /// One pass over the text: when `schemaVersion` precedes `event` and names
 /// this build's version (as every envelope this crate writes does), the event
 /// is decoded in place. Otherwise the event's text is kept, unparsed, until
@@ -185,7 +211,7 @@ pub fn decode(position: u64, bytes: &[u8]) -> Result<RecordedEvent, RecordError>
 /// [`RecordError::Corrupt`] for malformed JSON or events (position 0 when the
 /// envelope does not name one before the bad part); [`RecordError::UnsupportedSchema`] for
 /// events of a newer schema.
-pub fn decode_body(body: &[u8]) -> Result<RecordedEvent, RecordError> {
+pub fn decode_body_general(body: &[u8]) -> Result<RecordedEvent, RecordError> {
     let progress = EnvelopeProgress::default();
     let mut input = serde_json::Deserializer::from_slice(body);
     let parsed = serde::Deserializer::deserialize_map(&mut input, EnvelopeVisitor(&progress))
@@ -527,6 +553,107 @@ mod tests {
                 "{bad}: {err:?}"
             );
         }
+    }
+
+    proptest! {
+        #[test]
+        fn the_fast_path_takes_every_encoded_record_and_agrees_with_the_general_decoder(
+            event in arbitrary::event(),
+            position in 1u64..u64::MAX,
+        ) {
+            let original = record(event, position);
+            let body = &encode(&original).unwrap()[HEADER_LEN..];
+            prop_assert_eq!(canonical::decode(body), Some(original.clone()));
+            prop_assert_eq!(decode_body_general(body).unwrap(), original);
+        }
+
+        #[test]
+        fn on_edited_bodies_the_fast_path_agrees_with_the_general_decoder_or_declines(
+            event in arbitrary::event(),
+            edits in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>(), 0u8..3), 1..4),
+        ) {
+            let mut body = encode(&record(event, 11)).unwrap()[HEADER_LEN..].to_vec();
+            for (index, byte, kind) in edits {
+                let at = index.index(body.len());
+                match kind {
+                    0 => body[at] = byte,
+                    1 => body.insert(at, byte),
+                    _ => { body.remove(at); }
+                }
+            }
+            if let Some(fast) = canonical::decode(&body) {
+                prop_assert_eq!(decode_body_general(&body).unwrap(), fast);
+            }
+        }
+    }
+
+    #[test]
+    fn the_fast_path_declines_what_it_does_not_own() {
+        let mut original = record(crate::Event::ProviderRemoved { name: "x".into() }, 12);
+        let body = String::from_utf8(encode(&original).unwrap()[HEADER_LEN..].to_vec()).unwrap();
+        assert!(canonical::decode(body.as_bytes()).is_some());
+        let edits = [
+            // Layout the writer never produces, which the general decoder reads.
+            body.replacen(r#""version":3"#, r#""version": 3"#, 1),
+            body.replacen(r#"{"position":12,"#, r#"{"position":12,"later":1,"#, 1),
+            body.replacen(r#""stream":"session-"#, r#""stream":"\u0073ession-"#, 1),
+            format!("{body}\n"),
+            // Values the general decoder refuses.
+            body.replacen(r#""version":3"#, r#""version":03"#, 1),
+            body.replacen(r#""version":3"#, r#""version":3.0"#, 1),
+            body.replacen(r#""version":3"#, r#""version":99999999999999999999"#, 1),
+            body.replacen(r#""name":"x""#, r#""name":5"#, 1),
+            body.replacen(r#""stream":"session-"#, r#""stream":"sesion-"#, 1),
+        ];
+        for edited in &edits {
+            assert_ne!(edited, &body);
+            assert_eq!(canonical::decode(edited.as_bytes()), None, "{edited}");
+        }
+        // Each of the first four reads through the general decoder to the
+        // same record; each of the rest is refused by it.
+        for edited in &edits[..4] {
+            assert_eq!(decode_body(edited.as_bytes()).unwrap(), original, "{edited}");
+        }
+        for edited in &edits[4..] {
+            assert!(decode_body(edited.as_bytes()).is_err(), "{edited}");
+        }
+        // An old schema version goes through the upcasters.
+        original.schema_version = CURRENT_SCHEMA_VERSION - 1;
+        let old = encode(&original).unwrap();
+        assert_eq!(canonical::decode(&old[HEADER_LEN..]), None);
+        assert_eq!(decode_body(&old[HEADER_LEN..]).unwrap(), original);
+    }
+
+    #[test]
+    fn only_the_envelopes_own_level_of_nesting_separates_the_two_paths() {
+        let nested = |levels: usize| {
+            let mut input = serde_json::Value::Null;
+            for _ in 0..levels {
+                input = serde_json::Value::Array(vec![input]);
+            }
+            record(
+                crate::Event::ToolCalled {
+                    turn: 1,
+                    call_id: "c".into(),
+                    name: "n".into(),
+                    input,
+                },
+                5,
+            )
+        };
+        // The event object, its `data` and the input's arrays: the deepest
+        // event the general decoder reads has 124 arrays, the fast path 125.
+        let general_limit = nested(124);
+        let body = &encode(&general_limit).unwrap()[HEADER_LEN..];
+        assert_eq!(decode_body_general(body).unwrap(), general_limit);
+        assert_eq!(canonical::decode(body), Some(general_limit));
+        let fast_only = nested(125);
+        let body = &encode(&fast_only).unwrap()[HEADER_LEN..];
+        let err = decode_body_general(body).unwrap_err();
+        assert!(err.to_string().contains("recursion limit"), "{err}");
+        assert_eq!(decode_body(body).unwrap(), fast_only);
+        let too_deep = &encode(&nested(126)).unwrap()[HEADER_LEN..];
+        assert!(decode_body(too_deep).is_err());
     }
 
     #[test]

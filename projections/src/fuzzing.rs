@@ -5,7 +5,7 @@
 //!
 //! | target                | property |
 //! |-----------------------|----------|
-//! | `record_decode`       | decoding any bytes is an error or a record that re-encodes to an equal record |
+//! | `record_decode`       | decoding any bytes is an error or a record that re-encodes to an equal record; as a body, the fast path and the general decoder agree |
 //! | `event_json`          | any JSON event either fails to decode or round-trips |
 //! | `checkpoint_decode`   | any checkpoint bytes are rejected or round-trip to the same state |
 //! | `schema_subset`       | a schema the subset checker accepts compiles and validates without panicking |
@@ -28,8 +28,17 @@ use crate::machine::{decide, Command, StartChild};
 use crate::state::Projections;
 use crate::testing::HistoryBuilder;
 
-/// `record_decode`: any bytes at any position.
+/// `record_decode`: any bytes at any position, and the same bytes as a
+/// record's body, where the canonical fast path must agree with the general
+/// decoder (or the body must be one only the fast path's nesting budget
+/// reads).
 pub fn record_decode(data: &[u8]) {
+    match (record::decode_body(data), record::decode_body_general(data)) {
+        (Ok(fast), Ok(general)) => assert_eq!(fast, general),
+        (Ok(_), Err(err)) => assert!(err.to_string().contains("recursion limit"), "{err}"),
+        (Err(fast), Err(general)) => assert_eq!(fast, general),
+        (Err(err), Ok(_)) => panic!("decode_body refused what the general decoder read: {err}"),
+    }
     let Ok(decoded) = record::decode(1, data) else {
         return;
     };
