@@ -612,7 +612,11 @@ mod tests {
         // Each of the first four reads through the general decoder to the
         // same record; each of the rest is refused by it.
         for edited in &edits[..4] {
-            assert_eq!(decode_body(edited.as_bytes()).unwrap(), original, "{edited}");
+            assert_eq!(
+                decode_body(edited.as_bytes()).unwrap(),
+                original,
+                "{edited}"
+            );
         }
         for edited in &edits[4..] {
             assert!(decode_body(edited.as_bytes()).is_err(), "{edited}");

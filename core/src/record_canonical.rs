@@ -76,7 +76,11 @@ impl<'a> Cursor<'a> {
     /// (which JSON forbids), no fraction or exponent (the next literal
     /// would not match).
     fn integer(&mut self) -> Option<u64> {
-        let digits = self.rest.iter().take_while(|byte| byte.is_ascii_digit()).count();
+        let digits = self
+            .rest
+            .iter()
+            .take_while(|byte| byte.is_ascii_digit())
+            .count();
         let (text, rest) = self.rest.split_at(digits);
         if text.is_empty() || (text.len() > 1 && text[0] == b'0') {
             return None;
