@@ -7,7 +7,6 @@
 //! written by a newer host still replays and re-exports byte-for-byte
 //! equivalent JSON.
 
-use std::borrow::Cow;
 use std::fmt;
 
 use serde::de::value::MapAccessDeserializer;
@@ -190,7 +189,7 @@ impl<'de> Visitor<'de> for BlockVisitor {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<ContentBlock, A::Error> {
-        let Some(first) = map.next_key::<Cow<'de, str>>()? else {
+        let Some(fields::Key(first)) = map.next_key::<fields::Key<'de>>()? else {
             return Err(A::Error::custom("content block without `type`"));
         };
         if first != "type" {

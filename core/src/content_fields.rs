@@ -49,13 +49,46 @@ impl<'de, B: BlockFields> Visitor<'de> for FieldsVisitor<B> {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<B, A::Error> {
         let mut partial = B::Partial::default();
         let mut extra = Map::new();
-        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+        while let Some(Key(key)) = map.next_key::<Key<'de>>()? {
             if !B::read_known(&mut partial, &key, &mut map)? {
                 let value = map.next_value::<Value>()?;
                 extra.insert(key.into_owned(), value);
             }
         }
         B::finish(partial, extra)
+    }
+}
+
+/// A map key, borrowed from the input whenever the input allows (serde's
+/// own `Cow<str>` always copies), so a known key costs no allocation.
+pub(super) struct Key<'de>(pub(super) Cow<'de, str>);
+
+impl<'de> Deserialize<'de> for Key<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_str(KeyVisitor)
+    }
+}
+
+/// Reads a [`Key`].
+struct KeyVisitor;
+
+impl<'de> Visitor<'de> for KeyVisitor {
+    type Value = Key<'de>;
+
+    fn expecting(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        formatter.write_str("a string key")
+    }
+
+    fn visit_borrowed_str<E: Error>(self, key: &'de str) -> Result<Key<'de>, E> {
+        Ok(Key(Cow::Borrowed(key)))
+    }
+
+    fn visit_str<E: Error>(self, key: &str) -> Result<Key<'de>, E> {
+        Ok(Key(Cow::Owned(key.to_owned())))
+    }
+
+    fn visit_string<E: Error>(self, key: String) -> Result<Key<'de>, E> {
+        Ok(Key(Cow::Owned(key)))
     }
 }
 

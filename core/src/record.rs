@@ -7,16 +7,12 @@
 //! The checksum covers the whole body, so a flipped bit anywhere is caught
 //! before JSON parsing; decoding never panics on any input (fuzzed).
 
-use std::cell::Cell;
-use std::fmt;
-
-use serde::de::{Error as _, IgnoredAny, MapAccess, Visitor};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use thiserror::Error;
 use uuid::Uuid;
 
-use crate::event::{Event, RecordedEvent, StreamId, CURRENT_SCHEMA_VERSION};
+use crate::event::{RecordedEvent, StreamId};
 use crate::ids::EventId;
 use crate::telemetry::TraceContext;
 use crate::upcast::{decode_event, UpcastError};
@@ -176,13 +172,10 @@ pub fn decode(position: u64, bytes: &[u8]) -> Result<RecordedEvent, RecordError>
 ///
 /// A body laid out exactly as [`encode`] writes it, at the current schema,
 /// is read by a fast path that matches the envelope byte for byte
-/// (`record_canonical.rs`); every other body, and every body that path
-/// does not take, is judged by [`decode_body_general`]. Both give the same
-/// record for the same body (tested on arbitrary records and fuzzed on
-/// arbitrary bytes), with one difference: the general decoder counts the
-/// envelope's own level against serde_json's nesting limit (128) and the
-/// fast path does not, so an event that reaches the limit's last level
-/// reads only through the fast path.
+/// (`record_canonical.rs`, [`decode_canonical_body`]); every other body is
+/// judged by [`decode_body_general`]. The fast path reads a body only when
+/// the general decoder decodes it to the same record: tested on arbitrary
+/// and edited records, and fuzzed on arbitrary bytes.
 ///
 /// # Errors
 /// As [`decode_body_general`].
@@ -197,204 +190,78 @@ pub fn decode_body(body: &[u8]) -> Result<RecordedEvent, RecordError> {
 #[path = "record_canonical.rs"]
 mod canonical;
 
+/// The fast path of [`decode_body`] alone: the record when `body` is laid
+/// out exactly as [`encode`] writes it at the current schema, else `None`
+/// (never an error: the general decoder judges what this declines). Public
+/// so that the `record_decode` fuzz target can check it against
+/// [`decode_body_general`].
+#[must_use]
+pub fn decode_canonical_body(body: &[u8]) -> Option<RecordedEvent> {
+    canonical::decode(body)
+}
+
 /// Decodes a record body of any layout: the general decoder behind
-/// [`decode_body`], public so that its fuzz target can check the two agree.
+/// [`decode_body`], and the one that judges every body the fast path
+/// declines. Public so that the `record_decode` fuzz target can check the
+/// fast path against it.
 ///
-/// One pass over the text: when `schemaVersion` precedes `event` and names
-/// this build's version (as every envelope this crate writes does), the event
-/// is decoded in place. Otherwise the event's text is kept, unparsed, until
-/// the whole envelope is read, and then decoded through
-/// [`decode_event`](crate::upcast::decode_event), so any key order decodes
-/// to the same record and gets the same errors.
+/// The envelope is read with its event kept as raw text, which is then
+/// decoded (and upcast, for an old schema version) on its own, so any key
+/// order decodes to the same record and a malformed event names the
+/// record's position.
 ///
 /// # Errors
 /// [`RecordError::Corrupt`] for malformed JSON or events (position 0 when the
-/// envelope does not name one before the bad part); [`RecordError::UnsupportedSchema`] for
+/// envelope does not even name one); [`RecordError::UnsupportedSchema`] for
 /// events of a newer schema.
 pub fn decode_body_general(body: &[u8]) -> Result<RecordedEvent, RecordError> {
-    let progress = EnvelopeProgress::default();
-    let mut input = serde_json::Deserializer::from_slice(body);
-    let parsed = serde::Deserializer::deserialize_map(&mut input, EnvelopeVisitor(&progress))
-        .and_then(|envelope| input.end().map(|()| envelope));
-    let envelope = match parsed {
-        Ok(envelope) => envelope,
-        Err(err) => {
-            let reason = if progress.in_event.get() {
-                format!("malformed event: {err}")
-            } else {
-                format!("malformed envelope: {err}")
-            };
-            return Err(RecordError::Corrupt {
-                position: progress.position.get().unwrap_or(0),
-                reason,
-            });
-        }
-    };
-    let position = envelope.position;
-    let event = match envelope.event {
-        EventPart::Decoded(event) => event,
-        EventPart::Deferred(text) => {
-            decode_event(envelope.schema_version, text.get()).map_err(|err| match err {
-                UpcastError::UnsupportedSchema { .. } => RecordError::UnsupportedSchema {
-                    position,
-                    reason: err.to_string(),
-                },
-                other => RecordError::Corrupt {
-                    position,
-                    reason: other.to_string(),
-                },
-            })?
-        }
-    };
+    let wire: RecordWire<'_> =
+        serde_json::from_slice(body).map_err(|err| RecordError::Corrupt {
+            position: 0,
+            reason: format!("malformed envelope: {err}"),
+        })?;
+    let position = wire.position;
+    let event = decode_event(wire.schema_version, wire.event.get()).map_err(|err| match err {
+        UpcastError::UnsupportedSchema { .. } => RecordError::UnsupportedSchema {
+            position,
+            reason: err.to_string(),
+        },
+        other => RecordError::Corrupt {
+            position,
+            reason: other.to_string(),
+        },
+    })?;
     Ok(RecordedEvent {
         position,
-        stream: envelope.stream,
-        version: envelope.version,
-        event_id: envelope.event_id,
-        recorded_at: envelope.recorded_at,
-        schema_version: envelope.schema_version,
-        correlation_id: envelope.correlation_id,
-        causation_id: envelope.causation_id,
-        trace: envelope.traceparent,
+        stream: wire.stream,
+        version: wire.version,
+        event_id: wire.event_id,
+        recorded_at: wire.recorded_at,
+        schema_version: wire.schema_version,
+        correlation_id: wire.correlation_id,
+        causation_id: wire.causation_id,
+        trace: wire.traceparent,
         event,
     })
 }
 
-/// What the envelope's visitor has seen so far, kept outside it so that an
-/// error raised deep in the event still names the record's position and
-/// says which part was malformed.
-#[derive(Default)]
-struct EnvelopeProgress {
-    /// The envelope's `position`, once read.
-    position: Cell<Option<u64>>,
-    /// Whether the error (if any) was raised while decoding `event`.
-    in_event: Cell<bool>,
-}
-
-/// The envelope, read in one pass.
-struct Envelope<'a> {
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RecordWire<'a> {
     position: u64,
     stream: StreamId,
     version: u64,
     event_id: EventId,
     recorded_at: u64,
     schema_version: u32,
+    #[serde(default)]
     correlation_id: Option<Uuid>,
+    #[serde(default)]
     causation_id: Option<EventId>,
+    #[serde(default)]
     traceparent: Option<TraceContext>,
-    event: EventPart<'a>,
-}
-
-/// The event of an envelope: decoded in place, or its text kept for the
-/// upcasters when the schema version was not known (or not current) when
-/// the parser reached it.
-enum EventPart<'a> {
-    Decoded(Event),
-    Deferred(&'a RawValue),
-}
-
-/// The envelope's keys; any other key is ignored, as the envelope's
-/// readers always have.
-#[derive(Deserialize)]
-#[serde(field_identifier, rename_all = "camelCase")]
-enum EnvelopeKey {
-    Position,
-    Stream,
-    Version,
-    EventId,
-    RecordedAt,
-    SchemaVersion,
-    CorrelationId,
-    CausationId,
-    Traceparent,
-    Event,
-    #[serde(other)]
-    Unknown,
-}
-
-/// Streams an envelope object.
-struct EnvelopeVisitor<'p>(&'p EnvelopeProgress);
-
-/// Stores `value` in `slot`, refusing a second occurrence of `key`.
-fn set_once<T, E: serde::de::Error>(
-    slot: &mut Option<T>,
-    key: &'static str,
-    value: T,
-) -> Result<(), E> {
-    if slot.replace(value).is_some() {
-        return Err(E::duplicate_field(key));
-    }
-    Ok(())
-}
-
-impl<'de> Visitor<'de> for EnvelopeVisitor<'_> {
-    type Value = Envelope<'de>;
-
-    fn expecting(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
-        formatter.write_str("a record envelope object")
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Envelope<'de>, A::Error> {
-        let (mut position, mut stream, mut version, mut event_id) = (None, None, None, None);
-        let (mut recorded_at, mut schema_version, mut event) = (None, None, None);
-        let (mut correlation_id, mut causation_id, mut traceparent) = (None, None, None);
-        while let Some(key) = map.next_key::<EnvelopeKey>()? {
-            match key {
-                EnvelopeKey::Position => {
-                    let value = map.next_value()?;
-                    set_once(&mut position, "position", value)?;
-                    self.0.position.set(Some(value));
-                }
-                EnvelopeKey::Stream => set_once(&mut stream, "stream", map.next_value()?)?,
-                EnvelopeKey::Version => set_once(&mut version, "version", map.next_value()?)?,
-                EnvelopeKey::EventId => set_once(&mut event_id, "eventId", map.next_value()?)?,
-                EnvelopeKey::RecordedAt => {
-                    set_once(&mut recorded_at, "recordedAt", map.next_value()?)?;
-                }
-                EnvelopeKey::SchemaVersion => {
-                    set_once(&mut schema_version, "schemaVersion", map.next_value()?)?;
-                }
-                EnvelopeKey::CorrelationId => {
-                    set_once(&mut correlation_id, "correlationId", map.next_value()?)?;
-                }
-                EnvelopeKey::CausationId => {
-                    set_once(&mut causation_id, "causationId", map.next_value()?)?;
-                }
-                EnvelopeKey::Traceparent => {
-                    set_once(&mut traceparent, "traceparent", map.next_value()?)?;
-                }
-                EnvelopeKey::Event => {
-                    let part = if schema_version == Some(CURRENT_SCHEMA_VERSION) {
-                        self.0.in_event.set(true);
-                        let decoded = map.next_value::<Event>()?;
-                        self.0.in_event.set(false);
-                        EventPart::Decoded(decoded)
-                    } else {
-                        EventPart::Deferred(map.next_value::<&'de RawValue>()?)
-                    };
-                    set_once(&mut event, "event", part)?;
-                }
-                EnvelopeKey::Unknown => {
-                    map.next_value::<IgnoredAny>()?;
-                }
-            }
-        }
-        Ok(Envelope {
-            position: position.ok_or_else(|| A::Error::missing_field("position"))?,
-            stream: stream.ok_or_else(|| A::Error::missing_field("stream"))?,
-            version: version.ok_or_else(|| A::Error::missing_field("version"))?,
-            event_id: event_id.ok_or_else(|| A::Error::missing_field("eventId"))?,
-            recorded_at: recorded_at.ok_or_else(|| A::Error::missing_field("recordedAt"))?,
-            schema_version: schema_version
-                .ok_or_else(|| A::Error::missing_field("schemaVersion"))?,
-            // `null` and absence both mean none, as `#[serde(default)]` on
-            // an `Option` reads them.
-            correlation_id: correlation_id.flatten(),
-            causation_id: causation_id.flatten(),
-            traceparent: traceparent.flatten(),
-            event: event.ok_or_else(|| A::Error::missing_field("event"))?,
-        })
-    }
+    #[serde(borrow)]
+    event: &'a RawValue,
 }
 
 #[cfg(test)]
@@ -629,7 +496,7 @@ mod tests {
     }
 
     #[test]
-    fn only_the_envelopes_own_level_of_nesting_separates_the_two_paths() {
+    fn both_paths_share_one_nesting_limit_counted_from_the_event() {
         let nested = |levels: usize| {
             let mut input = serde_json::Value::Null;
             for _ in 0..levels {
@@ -645,19 +512,18 @@ mod tests {
                 5,
             )
         };
-        // The event object, its `data` and the input's arrays: the deepest
-        // event the general decoder reads has 124 arrays, the fast path 125.
-        let general_limit = nested(124);
-        let body = &encode(&general_limit).unwrap()[HEADER_LEN..];
-        assert_eq!(decode_body_general(body).unwrap(), general_limit);
-        assert_eq!(canonical::decode(body), Some(general_limit));
-        let fast_only = nested(125);
-        let body = &encode(&fast_only).unwrap()[HEADER_LEN..];
-        let err = decode_body_general(body).unwrap_err();
-        assert!(err.to_string().contains("recursion limit"), "{err}");
-        assert_eq!(decode_body(body).unwrap(), fast_only);
+        // The event object, its `data` and the input's arrays: serde_json
+        // reads 127 levels, so 125 arrays and no more, on either path.
+        let deepest = nested(125);
+        let body = &encode(&deepest).unwrap()[HEADER_LEN..];
+        assert_eq!(decode_body_general(body).unwrap(), deepest);
+        assert_eq!(canonical::decode(body), Some(deepest.clone()));
+        let reordered = reversed_body(&deepest);
+        assert_eq!(decode_body(&reordered).unwrap(), deepest);
         let too_deep = &encode(&nested(126)).unwrap()[HEADER_LEN..];
-        assert!(decode_body(too_deep).is_err());
+        assert_eq!(canonical::decode(too_deep), None);
+        let err = decode_body(too_deep).unwrap_err();
+        assert!(err.to_string().contains("recursion limit"), "{err}");
     }
 
     #[test]
