@@ -53,6 +53,14 @@ pub struct ActivationArgs {
     /// (no busy/idle timings, no OpenTelemetry context attached on enter).
     #[arg(long, value_enum, default_value_t = super::tracing_overhead::LayerSetup::Default)]
     tracing_layer: super::tracing_overhead::LayerSetup,
+    /// Which sides of the tracing-overhead table to run: `both` (the
+    /// default, alternating), or `off` or `on` alone (to profile one side,
+    /// e.g. under callgrind).
+    #[arg(long, value_enum, default_value_t = super::tracing_overhead::Sides::Both)]
+    tracing_sides: super::tracing_overhead::Sides,
+    /// Run only the tracing-overhead table (RocksDB only).
+    #[arg(long)]
+    tracing_only: bool,
     /// On PostgreSQL, run the runtime as a host of a shared log
     /// (`open_shared`) rather than as the log's only writer.
     #[arg(long)]
@@ -227,6 +235,18 @@ pub(super) fn run(args: &ActivationArgs, out: &mut dyn Write) -> BenchResult {
     if args.shared && matches!(args.store, super::append::Store::Rocks) {
         return Err("--shared needs --store postgres: a RocksDB log has a single writer".into());
     }
+    if args.tracing_only {
+        if !matches!(args.store, super::append::Store::Rocks) {
+            return Err("--tracing-only runs on RocksDB: the tracing table has no --store".into());
+        }
+        return super::tracing_overhead::run(
+            args.runs,
+            args.tracing_layer,
+            args.tracing_sides,
+            scaled,
+            out,
+        );
+    }
     let logs = match &args.store {
         super::append::Store::Rocks => Logs::Rocks,
         super::append::Store::Postgres(url) => {
@@ -320,7 +340,13 @@ pub(super) fn run(args: &ActivationArgs, out: &mut dyn Write) -> BenchResult {
         out.flush()?;
     }
     if matches!(logs, Logs::Rocks) {
-        super::tracing_overhead::run(args.runs, args.tracing_layer, scaled, out)?;
+        super::tracing_overhead::run(
+            args.runs,
+            args.tracing_layer,
+            args.tracing_sides,
+            scaled,
+            out,
+        )?;
     }
     Ok(())
 }

@@ -37,6 +37,28 @@ pub(crate) enum LayerSetup {
     Lean,
 }
 
+/// Which sides of the table run (`--tracing-sides`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Sides {
+    /// Both, alternating: the table's ratios.
+    Both,
+    /// Tracing off alone.
+    Off,
+    /// Tracing on alone.
+    On,
+}
+
+impl Sides {
+    /// The sides to run, in order: `false` is tracing off.
+    fn traced(self) -> &'static [bool] {
+        match self {
+            Sides::Both => &[false, true],
+            Sides::Off => &[false],
+            Sides::On => &[true],
+        }
+    }
+}
+
 /// Whether the installed subscriber builds spans now.
 static TRACING_ON: AtomicBool = AtomicBool::new(false);
 
@@ -72,6 +94,7 @@ struct Side {
 pub(super) fn run(
     runs: usize,
     setup: LayerSetup,
+    sides: Sides,
     scaled: impl Fn(f64) -> usize,
     out: &mut dyn Write,
 ) -> BenchResult {
@@ -107,7 +130,8 @@ pub(super) fn run(
         eprintln!("… measuring tracing overhead, {durability:?} with {starters} starters");
         let (mut off, mut on) = (Side::default(), Side::default());
         for _ in 0..runs {
-            for (traced, side) in [(false, &mut off), (true, &mut on)] {
+            for &traced in sides.traced() {
+                let side = if traced { &mut on } else { &mut off };
                 TRACING_ON.store(traced, Ordering::Relaxed);
                 tracing::callsite::rebuild_interest_cache();
                 let dir = tempfile::tempdir()?;
@@ -142,20 +166,33 @@ pub(super) fn run(
                     .push(cpu * 1e6 / (total / starters * starters) as f64);
             }
         }
-        let (off_rate, on_rate) = (Summary::of(&off.rates), Summary::of(&on.rates));
-        let (off_cpu, on_cpu) = (Summary::of(&off.cpu_micros), Summary::of(&on.cpu_micros));
+        let cell = |samples: &[f64]| {
+            if samples.is_empty() {
+                "-".to_owned()
+            } else {
+                Summary::of(samples).to_string()
+            }
+        };
+        // The ratio of on to off, when both sides ran.
+        let ratio = |off: &[f64], on: &[f64]| {
+            if off.is_empty() || on.is_empty() {
+                "-".to_owned()
+            } else {
+                format!("{:.3}", Summary::of(on).median / Summary::of(off).median)
+            }
+        };
         writeln!(
             out,
-            "{:<9} {:>8} {:>6}  {:>24} {:>24} {:>9.3}  {:>20} {:>20} {:>9.3}",
+            "{:<9} {:>8} {:>6}  {:>24} {:>24} {:>9}  {:>20} {:>20} {:>9}",
             format!("{durability:?}"),
             starters,
             total / starters * starters,
-            off_rate.to_string(),
-            on_rate.to_string(),
-            on_rate.median / off_rate.median,
-            off_cpu.to_string(),
-            on_cpu.to_string(),
-            on_cpu.median / off_cpu.median,
+            cell(&off.rates),
+            cell(&on.rates),
+            ratio(&off.rates, &on.rates),
+            cell(&off.cpu_micros),
+            cell(&on.cpu_micros),
+            ratio(&off.cpu_micros, &on.cpu_micros),
         )?;
         out.flush()?;
     }

@@ -91,6 +91,10 @@ fn bench_numbers_outside_their_range_are_refused_before_measuring() {
             vec!["activations", "--tracing-layer", "fast"],
             "[possible values: default, lean]",
         ),
+        (
+            vec!["activations", "--tracing-sides", "neither"],
+            "[possible values: both, off, on]",
+        ),
     ];
     for (part_args, message) in cases {
         let args = part_args;
@@ -110,21 +114,92 @@ fn bench_numbers_outside_their_range_are_refused_before_measuring() {
     }
 }
 
-#[test]
-fn a_shared_host_needs_a_postgres_store_and_is_refused_before_measuring() {
+/// Runs `subagents-bench` with `args`, which it must refuse (exit 1) with
+/// `message` before measuring anything.
+fn refused_before_measuring(args: &[&str], message: &str) {
     let output = Command::new(env!("CARGO_BIN_EXE_subagents-bench"))
-        .args(["activations", "--shared"])
+        .args(args)
         .output()
         .expect("run subagents-bench");
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(1), "{stderr}");
-    assert!(
-        stderr.contains("--shared needs --store postgres"),
-        "{stderr}"
-    );
+    assert_eq!(output.status.code(), Some(1), "{args:?}: {stderr}");
+    assert!(stderr.contains(message), "{args:?}: {stderr}");
     assert_eq!(
         String::from_utf8_lossy(&output.stdout),
         "",
-        "measured nothing"
+        "{args:?} measured nothing"
     );
+}
+
+#[test]
+fn a_shared_host_needs_a_postgres_store_and_is_refused_before_measuring() {
+    refused_before_measuring(
+        &["activations", "--shared"],
+        "--shared needs --store postgres",
+    );
+}
+
+#[test]
+fn the_tracing_table_alone_runs_on_rocksdb_and_is_refused_elsewhere_before_measuring() {
+    refused_before_measuring(
+        &["activations", "--tracing-only", "--store", "postgres"],
+        "--tracing-only runs on RocksDB",
+    );
+}
+
+/// The tracing table alone, one side: each row has that side's rate and
+/// CPU, "-" for the other side and the ratios (and the run's own check,
+/// that its events carry a trace context exactly when tracing is on,
+/// passed).
+#[test]
+fn the_tracing_table_runs_one_side_alone() {
+    for side in ["on", "off"] {
+        let output = Command::new(env!("CARGO_BIN_EXE_subagents-bench"))
+            .args([
+                "activations",
+                "--tracing-only",
+                "--tracing-sides",
+                side,
+                "--runs",
+                "1",
+                "--scale",
+                "0.01",
+            ])
+            .output()
+            .expect("run subagents-bench");
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(output.status.success(), "{side}: {stderr}");
+        assert!(!stdout.contains("one-shot activations"), "{stdout}");
+        let rows: Vec<Vec<&str>> = stdout
+            .lines()
+            .filter(|line| line.starts_with("Sync") || line.starts_with("Buffered"))
+            .map(|line| line.split_whitespace().collect())
+            .collect();
+        assert_eq!(rows.len(), 2, "{stdout}");
+        for row in rows {
+            // After mode, starters and count: a side that ran is two words,
+            // "median (min–max)"; one that did not, and each ratio, is "-".
+            // Rates, then CPU.
+            let cells = &row[3..];
+            assert_eq!(cells.len(), 8, "{row:?}");
+            let (rate, cpu) = if side == "on" {
+                assert_eq!(
+                    [cells[0], cells[3], cells[4], cells[7]],
+                    ["-"; 4],
+                    "{row:?}"
+                );
+                (cells[1], cells[5])
+            } else {
+                assert_eq!(
+                    [cells[2], cells[3], cells[6], cells[7]],
+                    ["-"; 4],
+                    "{row:?}"
+                );
+                (cells[0], cells[4])
+            };
+            assert!(rate.parse::<f64>().is_ok_and(|rate| rate > 0.0), "{row:?}");
+            assert!(cpu.parse::<f64>().is_ok_and(|cpu| cpu >= 0.0), "{row:?}");
+        }
+    }
 }

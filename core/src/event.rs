@@ -91,6 +91,19 @@ impl StreamId {
     }
 }
 
+impl StreamId {
+    /// The length of the stream's name, which is ASCII: what its JSON
+    /// string holds between the quotes.
+    #[must_use]
+    pub fn name_len(&self) -> usize {
+        match self {
+            StreamId::Runtime => "runtime".len(),
+            StreamId::Host(_) => Self::HOST_PREFIX.len() + uuid::fmt::Hyphenated::LENGTH,
+            StreamId::Session(_) => Self::SESSION_PREFIX.len() + uuid::fmt::Hyphenated::LENGTH,
+        }
+    }
+}
+
 impl fmt::Display for StreamId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let (name, len) = self.name();

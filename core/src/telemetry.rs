@@ -176,7 +176,7 @@ impl TraceContext {
 }
 
 /// The length of a version-00 `traceparent`.
-const TRACEPARENT_LEN: usize = 55;
+pub(crate) const TRACEPARENT_LEN: usize = 55;
 
 impl fmt::Display for TraceContext {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

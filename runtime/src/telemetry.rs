@@ -15,12 +15,74 @@
 //! which a replay applies again to rebuild the tree; the caller's span (a
 //! tool call, a host request) is kept as a link.
 
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
 use opentelemetry::trace::{SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId, TraceState};
 use subagent_core::telemetry::{attr, span};
 use subagent_core::{Event, SessionId, StreamId, TraceContext};
 use subagent_projections::Projections;
 use tracing::Span;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
+
+/// A span and its trace context, read once when it was opened: what a
+/// driver issues its commands in. The engine records the events in
+/// `trace` and parents the command's own span on `span`, without asking
+/// the subscriber for the current span and its context on every command,
+/// and without the driver entering the span around its own steps (which a
+/// subscriber pays on every poll). `trace` is `None` when the span is not
+/// exported.
+#[derive(Clone, Debug)]
+pub(crate) struct TracedSpan {
+    /// The span.
+    pub(crate) span: Span,
+    /// Its trace context, when an OpenTelemetry layer exports it.
+    pub(crate) trace: Option<TraceContext>,
+}
+
+impl TracedSpan {
+    /// `span` with its trace context, read now.
+    #[must_use]
+    pub(crate) fn new(span: Span) -> TracedSpan {
+        let trace = trace_of(&span);
+        TracedSpan { span, trace }
+    }
+
+    /// No span: commands issued in it are recorded in no trace.
+    #[must_use]
+    pub(crate) fn none() -> TracedSpan {
+        TracedSpan {
+            span: Span::none(),
+            trace: None,
+        }
+    }
+}
+
+/// A provider's step, `future`, run inside `span`: entered on each poll,
+/// as [`tracing::Instrument`] does, but dropped outside it (`Instrument`
+/// enters the span once more to drop the future, which doubles what a
+/// step that finishes on its first poll costs a subscriber). A step's own
+/// spans and events are in `span`; only what its destructor emits is not.
+pub(crate) fn in_span<F: Future + Unpin>(span: &Span, future: F) -> InSpan<'_, F> {
+    InSpan { span, future }
+}
+
+/// The future [`in_span`] returns.
+pub(crate) struct InSpan<'a, F> {
+    span: &'a Span,
+    future: F,
+}
+
+impl<F: Future + Unpin> Future for InSpan<'_, F> {
+    type Output = F::Output;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let this = &mut *self;
+        let _entered = this.span.enter();
+        Pin::new(&mut this.future).poll(cx)
+    }
+}
 
 /// The trace context of the span the caller is in, when it is exported.
 #[must_use]

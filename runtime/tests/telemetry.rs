@@ -94,6 +94,60 @@ impl AgentHost for DelegatingHost {
     }
 }
 
+/// The names of the spans [`TracedInstant`]'s steps open.
+const PROVIDER_STEPS: [&str; 3] = ["provider.start", "provider.result", "provider.dispose"];
+
+/// An external provider whose runs complete at once, each step (start,
+/// result, dispose) opening a span of its own, as a host's instrumented
+/// client would: they must nest under the run's span.
+struct TracedInstant;
+
+struct TracedInstantRun;
+
+impl subagent_runtime::SubagentRun for TracedInstantRun {
+    fn result(
+        &mut self,
+    ) -> BoxFuture<'_, Result<subagent_core::SubagentResult, subagent_core::SubagentError>> {
+        Box::pin(async {
+            let _step = tracing::info_span!("provider.result").entered();
+            Ok(subagent_core::SubagentResult::completed(vec![
+                subagent_core::ContentBlock::text("done"),
+            ]))
+        })
+    }
+
+    fn dispose(&mut self) -> BoxFuture<'_, Result<(), subagent_core::Diagnostic>> {
+        Box::pin(async {
+            let _step = tracing::info_span!("provider.dispose").entered();
+            Ok(())
+        })
+    }
+}
+
+impl subagent_runtime::SubagentProvider for TracedInstant {
+    fn name(&self) -> &str {
+        "traced-instant"
+    }
+    fn capabilities(&self) -> subagent_core::SubagentCapabilities {
+        subagent_core::SubagentCapabilities::default()
+    }
+    fn inherits_parent_context(&self) -> bool {
+        false
+    }
+    fn start(
+        &self,
+        _request: subagent_runtime::provider::ResolvedStartRequest,
+    ) -> BoxFuture<
+        'static,
+        Result<Box<dyn subagent_runtime::SubagentRun>, subagent_core::SubagentError>,
+    > {
+        Box::pin(async {
+            let _step = tracing::info_span!("provider.start").entered();
+            Ok(Box::new(TracedInstantRun) as Box<dyn subagent_runtime::SubagentRun>)
+        })
+    }
+}
+
 fn say(text: &str) -> Script {
     Script {
         turns: vec![vec![Step::Say(text.into())]],
@@ -234,6 +288,37 @@ async fn a_run_exports_one_trace_per_root_shaped_like_its_tree() {
     })
     .await;
     let digger = digger_of(&h.fold()).unwrap();
+    // An external run below the root, started and disposed by the host.
+    h.runtime
+        .register_provider(Arc::new(TracedInstant))
+        .await
+        .unwrap();
+    let run = h
+        .runtime
+        .start_activation(
+            &h.root,
+            SubagentActivationSpec::with_text_prompt(
+                "traced-instant",
+                "outside",
+                "go",
+                Delivery::Caller,
+            ),
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        run.result().await.unwrap().stop_reason,
+        SubagentStopReason::Completed
+    );
+    run.dispose().await.unwrap();
+    common::until("the run to be disposed", || {
+        h.fold()
+            .runs
+            .get(&run.child_id())
+            .is_some_and(|record| record.phase == subagent_projections::RunPhase::Disposed)
+    })
+    .await;
     // Disposing ends the activations, and with them their spans.
     h.runtime.close().await.unwrap();
     provider.force_flush().unwrap();
@@ -364,6 +449,57 @@ async fn a_run_exports_one_trace_per_root_shaped_like_its_tree() {
     assert!(tools
         .iter()
         .any(|s| string_attr(s, attr::TOOL_NAME).as_deref() == Some("read_file")));
+
+    // The run's span nests under the root's; the provider's own steps and
+    // the run's commands (issued with the run's span, not entered around
+    // them) are its children, and its events keep its context.
+    let run_spans = of_session(run.child_id(), span::RUN);
+    assert_eq!(run_spans.len(), 1, "one run span");
+    let run_span = run_spans[0];
+    assert_eq!(run_span.name, format!("{} outside", span::RUN));
+    assert_eq!(run_span.parent_span_id, root_span[0].span_context.span_id());
+    assert_eq!(
+        string_attr(run_span, attr::PROVIDER).as_deref(),
+        Some("traced-instant")
+    );
+    for step in PROVIDER_STEPS {
+        let steps: Vec<&SpanData> = exported.iter().filter(|s| s.name == step).collect();
+        assert_eq!(steps.len(), 1, "{step}");
+        assert_eq!(
+            steps[0].parent_span_id,
+            run_span.span_context.span_id(),
+            "{step} runs in the run's span"
+        );
+    }
+    for command in ["start_run", "settle_run", "dispose_run"] {
+        let issued: Vec<&SpanData> = exported
+            .iter()
+            .filter(|s| {
+                s.name == span::COMMAND
+                    && string_attr(s, attr::COMMAND).as_deref() == Some(command)
+                    && s.parent_span_id == run_span.span_context.span_id()
+            })
+            .collect();
+        assert_eq!(issued.len(), 1, "{command} is issued in the run's span");
+    }
+    let run_records: Vec<_> = records(&h.log)
+        .into_iter()
+        .filter(|record| record.stream == subagent_core::StreamId::Session(run.child_id()))
+        .collect();
+    for type_name in ["RunRequested", "RunStarted", "RunSettled", "RunDisposed"] {
+        let record = run_records
+            .iter()
+            .find(|record| record.event.type_name() == type_name)
+            .unwrap_or_else(|| panic!("the run recorded {type_name}"));
+        let trace = record
+            .trace
+            .unwrap_or_else(|| panic!("{type_name} has no trace"));
+        assert_eq!(
+            SpanId::from_bytes(trace.span_id),
+            run_span.span_context.span_id(),
+            "{type_name} is recorded in the run's span"
+        );
+    }
 
     // A failure names its type on the turn and on the activation.
     let broken_activation = of_session(broken.child_id(), span::ACTIVATION)[0];

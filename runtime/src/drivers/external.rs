@@ -12,6 +12,7 @@ use tracing::warn;
 use crate::activation::DriverHandle;
 use crate::provider::SubagentRun;
 use crate::runtime::SubagentRuntime;
+use crate::telemetry::{in_span, TracedSpan};
 
 use super::{announce_settled, end_info};
 
@@ -24,15 +25,18 @@ pub(crate) struct ExternalDriver {
     pub(crate) run_id: SubagentRunId,
     pub(crate) provider: String,
     pub(crate) signal: CancellationToken,
-    /// The run's span (`subagents.run`), which the driver runs in.
-    pub(crate) span: tracing::Span,
+    /// The run's span (`subagents.run`): the driver issues its commands
+    /// in it, and the provider's steps (`result`, `dispose`) run inside it.
+    pub(crate) span: TracedSpan,
 }
 
 impl ExternalDriver {
     pub(crate) async fn run(mut self) {
         if let Err(err) = self.drive().await {
-            warn!(child = %self.handle.child, error = %err, "external driver failed");
-            crate::telemetry::record_error(&self.span, err.code().as_str());
+            self.span.span.in_scope(|| {
+                warn!(child = %self.handle.child, error = %err, "external driver failed");
+            });
+            crate::telemetry::record_error(&self.span.span, err.code().as_str());
             self.handle.settle(Err(err));
         }
     }
@@ -43,7 +47,7 @@ impl ExternalDriver {
         let stop = self.handle.stop.clone();
         let signal = self.signal.clone();
         let outcome = tokio::select! {
-            result = self.run.result() => Some(result),
+            result = in_span(&self.span.span, self.run.result()) => Some(result),
             () = stop.cancelled() => None,
             () = signal.cancelled() => None,
         };
@@ -60,29 +64,33 @@ impl ExternalDriver {
                 result.diagnostic = Some(self.runtime.clean_diagnostic(child, diagnostic.as_str()));
             }
             if result.stop_reason != subagent_core::SubagentStopReason::Completed {
-                crate::telemetry::record_error(&self.span, result.stop_reason.as_str());
+                crate::telemetry::record_error(&self.span.span, result.stop_reason.as_str());
             }
             engine
-                .commit(Command::SettleRun {
-                    child,
-                    result: result.clone(),
-                })
+                .commit_in(
+                    Command::SettleRun {
+                        child,
+                        result: result.clone(),
+                    },
+                    &self.span,
+                )
                 .await?;
             let end = end_info(self.run_id, &self.provider, child, false, &result);
             announce_settled(&self.runtime, &self.handle, Some(end), Ok(result));
             stop.cancelled().await;
         }
-        let cleanup_error = self
-            .run
-            .dispose()
+        let cleanup_error = in_span(&self.span.span, self.run.dispose())
             .await
             .err()
             .map(|error| self.runtime.clean_diagnostic(child, error.as_str()));
         engine
-            .commit(Command::DisposeRun {
-                child,
-                cleanup_error,
-            })
+            .commit_in(
+                Command::DisposeRun {
+                    child,
+                    cleanup_error,
+                },
+                &self.span,
+            )
             .await?;
         let state = engine.state();
         if let Some(result) = state.runs.get(&child).and_then(|run| run.result.clone()) {

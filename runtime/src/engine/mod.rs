@@ -32,6 +32,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
+use crate::telemetry::TracedSpan;
 use subagent_core::record::{encoded_body_len, json_len};
 use subagent_core::telemetry::{attr, span};
 use subagent_core::{
@@ -389,11 +390,43 @@ impl Engine {
         command: Command,
         attachments: Vec<Attachment>,
     ) -> Result<Committed, SubagentError> {
-        // The caller's span, before the command's own is entered: the span
-        // the events are recorded in.
-        let caller = crate::telemetry::current_trace();
+        self.commit_issued(command, attachments, None).await
+    }
+
+    /// As [`commit`](Self::commit), issued in `within`, a driver's span:
+    /// the events are recorded in its trace context and the command's span
+    /// is its child, whatever span the calling task is in.
+    ///
+    /// # Errors
+    /// As [`commit`](Self::commit).
+    pub(crate) async fn commit_in(
+        &self,
+        command: Command,
+        within: &TracedSpan,
+    ) -> Result<Vec<RecordedEvent>, SubagentError> {
+        self.commit_issued(command, Vec::new(), Some(within))
+            .await
+            .map(|committed| committed.records)
+    }
+
+    /// [`commit_opening`](Self::commit_opening) issued in `within`, or in
+    /// the caller's current span when `None`.
+    async fn commit_issued(
+        &self,
+        command: Command,
+        attachments: Vec<Attachment>,
+        within: Option<&TracedSpan>,
+    ) -> Result<Committed, SubagentError> {
+        // The span the events are recorded in, before the command's own is
+        // entered.
+        let caller = match within {
+            Some(within) => within.trace,
+            None => crate::telemetry::current_trace(),
+        };
         let name = command.name();
+        // The parent is read only when the span is enabled.
         let span = tracing::debug_span!(
+            parent: within.map_or_else(|| tracing::Span::current().id(), |within| within.span.id()),
             span::COMMAND,
             { attr::COMMAND } = name,
             { attr::EVENTS } = tracing::field::Empty,
@@ -436,7 +469,7 @@ impl Engine {
         }
         // Declared before the lock's guard, so a refusal after the span was
         // opened drops (ends, exports) it only once the lock is released.
-        let opened: Option<tracing::Span>;
+        let opened: Option<TracedSpan>;
         let (ticket, records, checkpoint_due) = {
             let mut pipeline = self.pipeline();
             if pipeline.sealed {
@@ -447,8 +480,9 @@ impl Engine {
                 return Ok(Committed::default());
             }
             opened =
-                crate::telemetry::requested_activation_span(&pipeline.state, &decision, caller);
-            let trace = opened.as_ref().map_or(caller, crate::telemetry::trace_of);
+                crate::telemetry::requested_activation_span(&pipeline.state, &decision, caller)
+                    .map(TracedSpan::new);
+            let trace = opened.as_ref().map_or(caller, |opened| opened.trace);
             let mut parts = Vec::with_capacity(decision.len());
             let mut records = Vec::new();
             let mut next_versions = Vec::with_capacity(decision.len());
@@ -556,8 +590,9 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 pub(crate) struct Committed {
     /// Its events, in log order; empty when it recorded nothing (a retry).
     pub(crate) records: Vec<RecordedEvent>,
-    /// The span of the activation or run it requested, if any.
-    pub(crate) opened: Option<tracing::Span>,
+    /// The span of the activation or run it requested, if any, with the
+    /// trace context its events were recorded in.
+    pub(crate) opened: Option<TracedSpan>,
 }
 
 /// A short-lived read of the projections.

@@ -39,6 +39,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, Instrument};
 
 use super::{refuse_oversized, Committed, Engine, Pipeline};
+use crate::telemetry::TracedSpan;
 
 /// A host's part of a shared log: who it is, and the follower that folds
 /// the log for it.
@@ -265,7 +266,7 @@ impl Engine {
         if self.failed() {
             return Err(self.refusal());
         }
-        let opened: Option<tracing::Span>;
+        let opened: Option<TracedSpan>;
         let (ticket, layout) = {
             let pipeline = self.pipeline();
             if pipeline.sealed {
@@ -276,8 +277,9 @@ impl Engine {
                 return Ok(Committed::default());
             }
             opened =
-                crate::telemetry::requested_activation_span(&pipeline.state, &decision, caller);
-            let trace = opened.as_ref().map_or(caller, crate::telemetry::trace_of);
+                crate::telemetry::requested_activation_span(&pipeline.state, &decision, caller)
+                    .map(TracedSpan::new);
+            let trace = opened.as_ref().map_or(caller, |opened| opened.trace);
             let fences: Vec<Fence> = tree_fences(&pipeline.state, &decision)
                 .into_iter()
                 .map(|(root, token)| Fence { root, token })

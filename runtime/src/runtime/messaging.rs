@@ -276,7 +276,9 @@ impl SubagentRuntime {
             .iter()
             .any(|record| matches!(record.event, Event::ActivationRequested { .. }));
         Ok(if resumed {
-            let span = committed.opened.unwrap_or_else(tracing::Span::none);
+            let span = committed
+                .opened
+                .map_or_else(tracing::Span::none, |opened| opened.span);
             self.cold_resume(target, permits, span);
             Delivered::ColdResumed
         } else if !committed.records.is_empty() {

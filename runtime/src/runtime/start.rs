@@ -18,6 +18,7 @@ use crate::activation::{DriverHandle, SubagentActivation};
 use crate::drivers::{ExternalDriver, LocalDriver};
 use crate::engine::refuse_oversized_prompt;
 use crate::provider::{ContinuableCreateRequest, ResolvedStartRequest, SubagentProvider};
+use crate::telemetry::{in_span, TracedSpan};
 
 use super::{lock, LiveAgent, Materializing, Notice, SubagentRuntime};
 
@@ -85,7 +86,7 @@ impl SubagentRuntime {
             )
             .await?
             .opened
-            .unwrap_or_else(tracing::Span::none);
+            .unwrap_or_else(TracedSpan::none);
         // A new child's first activation is epoch 1.
         let handle = DriverHandle::new(child, parent.session, 1);
         *lock(&handle.permits) = Some(permits);
@@ -93,12 +94,14 @@ impl SubagentRuntime {
         // Registered: a drain from now on finds and releases it.
         drop(materializing);
         let started = if provider.is_continuable() {
+            let span = span.span;
             self.start_local(&provider, &handle, spec, signal, span.clone())
                 .instrument(span)
                 .await
         } else {
-            self.start_external(&provider, &handle, spec, run_id, signal, span.clone())
-                .instrument(span)
+            // Issues its commands in the run's span and runs only the
+            // provider's own steps inside it.
+            self.start_external(&provider, &handle, spec, run_id, signal, span)
                 .await
         };
         match started {
@@ -249,7 +252,7 @@ impl SubagentRuntime {
         spec: SubagentActivationSpec,
         run_id: SubagentRunId,
         signal: CancellationToken,
-        span: tracing::Span,
+        span: TracedSpan,
     ) -> Result<Option<MessageId>, SubagentError> {
         let child = handle.child;
         let descriptor = self
@@ -268,12 +271,12 @@ impl SubagentRuntime {
             descriptor,
             signal: signal.clone(),
         };
-        let run = match provider.start(request).await {
+        let run = match in_span(&span.span, provider.start(request)).await {
             Ok(run) if !signal.is_cancelled() => run,
             outcome => {
                 let error = match outcome {
                     Ok(mut run) => {
-                        let _ = run.dispose().await;
+                        let _ = in_span(&span.span, run.dispose()).await;
                         SubagentError::Cancelled
                     }
                     Err(err) if signal.is_cancelled() => {
@@ -284,17 +287,20 @@ impl SubagentRuntime {
                 };
                 self.inner
                     .engine
-                    .commit(Command::FailRunStart {
-                        child,
-                        diagnostic: Diagnostic::new(error.to_string()),
-                    })
+                    .commit_in(
+                        Command::FailRunStart {
+                            child,
+                            diagnostic: Diagnostic::new(error.to_string()),
+                        },
+                        &span,
+                    )
                     .await?;
                 return Err(error);
             }
         };
         self.inner
             .engine
-            .commit(Command::StartRun { child })
+            .commit_in(Command::StartRun { child }, &span)
             .await?;
         self.notify(Notice::Start {
             parent: handle.parent,
@@ -312,9 +318,9 @@ impl SubagentRuntime {
             run_id,
             provider: spec.provider,
             signal,
-            span: span.clone(),
+            span,
         };
-        let task = self.inner.tasks.spawn(driver.run().instrument(span));
+        let task = self.inner.tasks.spawn(driver.run());
         *lock(&handle.task) = Some(task);
         Ok(None)
     }
