@@ -89,9 +89,7 @@ impl StreamId {
         id.hyphenated().encode_lower(&mut name[prefix.len()..end]);
         (name, end)
     }
-}
 
-impl StreamId {
     /// The length of the stream's name, which is ASCII: what its JSON
     /// string holds between the quotes.
     #[must_use]
