@@ -73,7 +73,7 @@ const STREAM_NAME_MAX: usize = StreamId::SESSION_PREFIX.len() + uuid::fmt::Hyphe
 impl StreamId {
     /// The stream's name, built on the stack, and its length: every
     /// record's envelope names its stream, so this is on the append path.
-    fn name(&self) -> ([u8; STREAM_NAME_MAX], usize) {
+    pub(crate) fn name(&self) -> ([u8; STREAM_NAME_MAX], usize) {
         let mut name = [0u8; STREAM_NAME_MAX];
         let (prefix, id) = match self {
             StreamId::Runtime => {
@@ -88,6 +88,20 @@ impl StreamId {
         let end = prefix.len() + uuid::fmt::Hyphenated::LENGTH;
         id.hyphenated().encode_lower(&mut name[prefix.len()..end]);
         (name, end)
+    }
+
+    /// The length of the name of a session's stream.
+    pub(crate) const SESSION_NAME_LEN: usize =
+        Self::SESSION_PREFIX.len() + uuid::fmt::Hyphenated::LENGTH;
+
+    /// The session stream `name` names, read from its bytes as
+    /// [`from_str`](StreamId::from_str) reads it, or `None` for any other
+    /// name. Only a UUID's characters are accepted after the prefix, so
+    /// what this reads is also the text of the JSON string that holds it.
+    pub(crate) fn session_from_ascii(name: &[u8]) -> Option<StreamId> {
+        let id = name.strip_prefix(Self::SESSION_PREFIX.as_bytes())?;
+        let id = uuid::Uuid::try_parse_ascii(id).ok()?;
+        Some(StreamId::Session(SessionId::from_uuid(id)))
     }
 
     /// The length of the stream's name, which is ASCII: what its JSON

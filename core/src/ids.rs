@@ -38,6 +38,13 @@ macro_rules! uuid_id {
                 &self.0
             }
 
+            /// The canonical string form on the stack: what `Display`
+            /// writes, without the formatter.
+            #[must_use]
+            pub fn text(&self) -> IdText {
+                IdText::of(&self.0)
+            }
+
             /// Parses the canonical string form.
             ///
             /// # Errors
@@ -79,6 +86,34 @@ macro_rules! uuid_id {
     };
 }
 
+/// An id's canonical string form (hyphenated, lower case), held on the
+/// stack: for hot paths that hand an id to a span or a buffer as text,
+/// where `Display` would go through the formatter.
+#[derive(Clone, Copy)]
+pub struct IdText([u8; uuid::fmt::Hyphenated::LENGTH]);
+
+impl IdText {
+    /// `id`'s text.
+    #[must_use]
+    pub fn of(id: &Uuid) -> IdText {
+        let mut text = [0u8; uuid::fmt::Hyphenated::LENGTH];
+        id.hyphenated().encode_lower(&mut text);
+        IdText(text)
+    }
+
+    /// The text, ASCII by construction.
+    #[must_use]
+    pub fn as_str(&self) -> &str {
+        std::str::from_utf8(&self.0).unwrap_or_default()
+    }
+}
+
+impl fmt::Debug for IdText {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 uuid_id!(
     /// The durable identity of a session: a root agent, a continuable child, or
     /// an external one-shot child. Stable across activations.
@@ -113,6 +148,20 @@ uuid_id!(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_ids_text_is_what_display_writes() {
+        for uuid in [
+            Uuid::nil(),
+            Uuid::max(),
+            Uuid::now_v7(),
+            Uuid::from_u128(0x0123_4567_89ab_cdef_fedc_ba98_7654_3210),
+        ] {
+            let id = SessionId::from_uuid(uuid);
+            assert_eq!(id.text().as_str(), id.to_string());
+            assert_eq!(format!("{:?}", id.text()), uuid.to_string());
+        }
+    }
 
     #[test]
     fn ids_serialize_as_plain_strings_and_round_trip() {

@@ -33,7 +33,7 @@ pub use event::{
     AbandonReason, AgentReport, Cost, Event, EventKind, NewEvent, PlanEntry, RecordedEvent,
     StreamId, StreamKind, Usage, CURRENT_SCHEMA_VERSION,
 };
-pub use ids::{EventId, HostId, MessageId, SessionId, SubagentRunId};
+pub use ids::{EventId, HostId, IdText, MessageId, SessionId, SubagentRunId};
 pub use record::{MAX_CONTENT_BYTES, MAX_EVENT_BYTES};
 pub use remote::{
     AddressMode, ContinuableAddress, InterruptReceipt, InterruptRequest, PromptReceipt,

@@ -65,9 +65,10 @@ pub const MAX_EVENT_BYTES: usize = 1024 * 1024;
 /// Only if the event cannot be serialized, which the schema's types rule out;
 /// reported as [`RecordError::Encode`] rather than a panic all the same.
 pub fn encode(record: &RecordedEvent) -> Result<Vec<u8>, RecordError> {
-    let mut bytes = vec![0u8; HEADER_LEN];
-    serde_json::to_writer(&mut bytes, record)
-        .map_err(|err| RecordError::Encode(err.to_string()))?;
+    // The envelope's length is known; an event is usually a few hundred bytes.
+    let mut bytes = Vec::with_capacity(HEADER_LEN + canonical::envelope_len(record) + 256);
+    bytes.resize(HEADER_LEN, 0);
+    canonical::write(record, &mut bytes).map_err(|err| RecordError::Encode(err.to_string()))?;
     let crc = crc32c::crc32c(&bytes[HEADER_LEN..]);
     bytes[0] = RECORD_FORMAT;
     bytes[1..HEADER_LEN].copy_from_slice(&crc.to_le_bytes());
@@ -122,44 +123,7 @@ pub fn json_len(value: &impl serde::Serialize) -> Result<usize, serde_json::Erro
 /// As [`encode`].
 pub fn encoded_body_len(record: &RecordedEvent) -> Result<usize, RecordError> {
     let event = json_len(&record.event).map_err(|err| RecordError::Encode(err.to_string()))?;
-    Ok(envelope_len(record) + event)
-}
-
-/// The length of a record's body less its event's JSON, counted from the
-/// envelope's fields as [`encode`] writes them (`serde_json` of
-/// [`RecordedEvent`]): fixed keys in field order, decimal integers, the
-/// stream's name, and ids and a `traceparent` of fixed lengths. None of
-/// these strings is ever escaped (names and ids are ASCII letters, digits
-/// and hyphens), so nothing needs writing to be counted.
-fn envelope_len(record: &RecordedEvent) -> usize {
-    /// A hyphenated UUID, quoted.
-    const QUOTED_UUID: usize = uuid::fmt::Hyphenated::LENGTH + 2;
-    let digits = |n: u64| n.checked_ilog10().map_or(1, |log| log as usize + 1);
-    let mut len = r#"{"position":"#.len()
-        + digits(record.position)
-        + r#","stream":"#.len()
-        + record.stream.name_len()
-        + 2
-        + r#","version":"#.len()
-        + digits(record.version)
-        + r#","eventId":"#.len()
-        + QUOTED_UUID
-        + r#","recordedAt":"#.len()
-        + digits(record.recorded_at)
-        + r#","schemaVersion":"#.len()
-        + digits(u64::from(record.schema_version))
-        + r#","event":"#.len()
-        + "}".len();
-    if record.correlation_id.is_some() {
-        len += r#","correlationId":"#.len() + QUOTED_UUID;
-    }
-    if record.causation_id.is_some() {
-        len += r#","causationId":"#.len() + QUOTED_UUID;
-    }
-    if record.trace.is_some() {
-        len += r#","traceparent":"#.len() + crate::telemetry::TRACEPARENT_LEN + 2;
-    }
-    len
+    Ok(canonical::envelope_len(record) + event)
 }
 
 /// Decodes the record stored at `position`.
@@ -224,7 +188,8 @@ pub fn decode_body(body: &[u8]) -> Result<RecordedEvent, RecordError> {
     }
 }
 
-/// The envelope's layout as [`encode`] writes it, read without a parser.
+/// The body's canonical layout: written by [`encode`], and read without a
+/// parser by [`decode_body`]'s fast path.
 #[path = "record_canonical.rs"]
 mod canonical;
 
@@ -328,6 +293,49 @@ mod tests {
         }
     }
 
+    /// A record with every envelope field at every width (stream kind,
+    /// integers up to `u64::MAX`), each optional one present or not, and
+    /// a trace context sampled or not.
+    fn any_envelope() -> impl Strategy<Value = RecordedEvent> {
+        (
+            arbitrary::event(),
+            (
+                any::<u64>(),
+                0u8..3,
+                any::<u64>(),
+                any::<u64>(),
+                any::<u32>(),
+            ),
+            (any::<bool>(), any::<bool>(), any::<bool>()),
+            (any::<[u8; 16]>(), any::<[u8; 8]>(), any::<bool>()),
+        )
+            .prop_map(
+                |(
+                    event,
+                    (position, stream, version, recorded_at, schema_version),
+                    (correlated, caused, traced),
+                    (trace_id, span_id, sampled),
+                )| RecordedEvent {
+                    position,
+                    stream: match stream {
+                        0 => StreamId::Runtime,
+                        1 => StreamId::Host(crate::HostId::new()),
+                        _ => StreamId::Session(SessionId::new()),
+                    },
+                    version,
+                    event_id: EventId::new(),
+                    recorded_at,
+                    schema_version,
+                    correlation_id: correlated.then(Uuid::now_v7),
+                    causation_id: caused.then(EventId::new),
+                    trace: traced
+                        .then(|| crate::TraceContext::new(trace_id, span_id, sampled))
+                        .flatten(),
+                    event,
+                },
+            )
+    }
+
     proptest! {
         #[test]
         fn records_round_trip(event in arbitrary::event(), position in 1u64..u64::MAX) {
@@ -337,38 +345,25 @@ mod tests {
         }
 
         #[test]
-        fn counted_body_length_is_the_encoded_one(
-            event in arbitrary::event(),
-            position in any::<u64>(),
-            stream in 0u8..3,
-            version in any::<u64>(),
-            recorded_at in any::<u64>(),
-            schema_version in any::<u32>(),
-            correlated in any::<bool>(),
-            caused in any::<bool>(),
-            traced in any::<bool>(),
-        ) {
-            // Every envelope field at every width, each optional one present or not.
-            let original = RecordedEvent {
-                position,
-                stream: match stream {
-                    0 => StreamId::Runtime,
-                    1 => StreamId::Host(crate::HostId::new()),
-                    _ => StreamId::Session(SessionId::new()),
-                },
-                version,
-                event_id: EventId::new(),
-                recorded_at,
-                schema_version,
-                correlation_id: correlated.then(Uuid::now_v7),
-                causation_id: caused.then(EventId::new),
-                trace: traced
-                    .then(|| crate::TraceContext::new([0xab; 16], [0xcd; 8], position % 2 == 0))
-                    .flatten(),
-                event,
-            };
-            let bytes = encode(&original).unwrap();
-            prop_assert_eq!(encoded_body_len(&original).unwrap(), body_len(&bytes));
+        fn counted_body_length_is_the_encoded_one(record in any_envelope()) {
+            let bytes = encode(&record).unwrap();
+            prop_assert_eq!(encoded_body_len(&record).unwrap(), body_len(&bytes));
+        }
+
+        #[test]
+        fn the_written_body_is_serde_jsons_byte_for_byte(record in any_envelope()) {
+            // What `log --json` and export print, and what every record
+            // written before the canonical writer holds.
+            let bytes = encode(&record).unwrap();
+            let reference = serde_json::to_vec(&record).unwrap();
+            prop_assert_eq!(
+                std::str::from_utf8(&bytes[HEADER_LEN..]).unwrap(),
+                std::str::from_utf8(&reference).unwrap()
+            );
+            let mut crc = [0u8; 4];
+            crc.copy_from_slice(&bytes[1..HEADER_LEN]);
+            prop_assert_eq!(u32::from_le_bytes(crc), crc32c::crc32c(&reference));
+            prop_assert_eq!(bytes[0], RECORD_FORMAT);
         }
 
         #[test]
@@ -559,6 +554,62 @@ mod tests {
         let old = encode(&original).unwrap();
         assert_eq!(canonical::decode(&old[HEADER_LEN..]), None);
         assert_eq!(decode_body(&old[HEADER_LEN..]).unwrap(), original);
+    }
+
+    #[test]
+    fn ids_and_traceparents_in_other_spellings_read_as_the_general_decoder_reads_them() {
+        // The fast path reads ids and the `traceparent` by their fixed
+        // lengths; every other spelling goes through its scan, and both
+        // paths agree on each.
+        let mut original = record(crate::Event::ProviderRemoved { name: "x".into() }, 12);
+        original.causation_id = Some(EventId::new());
+        original.trace = crate::TraceContext::new([0xab; 16], [0xcd; 8], true);
+        let body = String::from_utf8(encode(&original).unwrap()[HEADER_LEN..].to_vec()).unwrap();
+        let event_id = original.event_id.to_string();
+        let correlation = original.correlation_id.unwrap().to_string();
+        let stream = original.stream.to_string();
+        let traceparent = original.trace.unwrap().to_string();
+        let upper = |text: &str| text.to_uppercase();
+        let simple = |text: &str| text.replace('-', "");
+        let read_alike = [
+            body.replacen(&event_id, &upper(&event_id), 1),
+            body.replacen(&event_id, &simple(&event_id), 1),
+            body.replacen(&event_id, &format!("{{{event_id}}}"), 1),
+            body.replacen(&correlation, &format!("urn:uuid:{correlation}"), 1),
+            body.replacen(
+                &stream,
+                &format!("session-{}", upper(&stream["session-".len()..])),
+                1,
+            ),
+            // An escape: the same text once unescaped, which the fast path
+            // never reads.
+            body.replacen(&traceparent, &format!("\\u0030{}", &traceparent[1..]), 1),
+        ];
+        for edited in &read_alike {
+            assert_ne!(edited, &body);
+            let general = decode_body_general(edited.as_bytes()).unwrap();
+            assert_eq!(general, original, "{edited}");
+            assert_eq!(
+                decode_body(edited.as_bytes()).unwrap(),
+                original,
+                "{edited}"
+            );
+            if let Some(fast) = canonical::decode(edited.as_bytes()) {
+                assert_eq!(fast, original, "{edited}");
+            }
+        }
+        let refused = [
+            body.replacen(&traceparent, &upper(&traceparent), 1),
+            body.replacen(&traceparent, &traceparent.replacen("00-", "01-", 1), 1),
+            body.replacen(&event_id, &event_id.replacen('-', "_", 1), 1),
+            body.replacen(&event_id, &format!("{}g", &event_id[..35]), 1),
+            body.replacen(&stream, &stream.replacen("session-", "session_", 1), 1),
+        ];
+        for edited in &refused {
+            assert_ne!(edited, &body);
+            assert_eq!(canonical::decode(edited.as_bytes()), None, "{edited}");
+            assert!(decode_body(edited.as_bytes()).is_err(), "{edited}");
+        }
     }
 
     #[test]

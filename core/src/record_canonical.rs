@@ -1,51 +1,165 @@
-//! The fast path of [`decode_body`](super::decode_body): an envelope laid
-//! out exactly as [`encode`](super::encode) writes it, read without a JSON
-//! parser.
+//! The canonical layout of a record's body, in both directions:
+//! [`encode`](super::encode) writes it, and the fast path of
+//! [`decode_body`](super::decode_body) reads it back without a JSON parser.
+//!
+//! The layout is exactly what `serde_json` writes for a [`RecordedEvent`]
+//! (fixed keys in field order, no whitespace, the optional fields left out
+//! when absent): `log --json` and export print the same bytes either way,
+//! and records written before this module existed read here unchanged.
+//! Writing it by hand skips serde's per-string work on the envelope (each
+//! key and id through an escape scan) and the buffer's regrowth; the event
+//! itself still goes through serde in both directions.
 //!
 //! Most of a record's decoding time went to its strings (each key and value
 //! through UTF-8 validation and an escape scan: about 300 instructions a
 //! string, 18 strings a record; see BENCHMARKS.md, "Replay"). The envelope's
 //! keys are fixed and come in a fixed order, and its values are integers
-//! and printable-ASCII ids, so they are matched byte for byte here. The
-//! event itself still goes through serde.
+//! and printable-ASCII ids, so they are matched byte for byte here.
 //!
-//! The contract, which `decode_body`'s tests check on arbitrary records and
-//! its fuzz target on arbitrary bytes: this returns `Some` only for a body
-//! that the general decoder decodes to the same record. Anything else (keys
-//! in another order, whitespace, escapes, `null`s, an unknown key, an old
-//! schema version, a malformed event) is `None`, and the general decoder,
-//! which is the one that judges and reports, reads it from the start.
+//! The contracts, which `record`'s tests check on arbitrary records and
+//! the `record_decode` fuzz target on arbitrary bytes: [`write`] writes
+//! what `serde_json::to_writer` writes for the same record, byte for byte;
+//! [`decode`] returns `Some` only for a body that the general decoder
+//! decodes to the same record. Anything else (keys in another order,
+//! whitespace, escapes, `null`s, an unknown key, an old schema version, a
+//! malformed event) is `None`, and the general decoder, which is the one
+//! that judges and reports, reads it from the start.
 
 use serde::de::value::{BorrowedStrDeserializer, Error as ValueError};
 use serde::Deserialize;
+use uuid::Uuid;
 
-use crate::event::{Event, RecordedEvent, CURRENT_SCHEMA_VERSION};
+use crate::event::{Event, RecordedEvent, StreamId, CURRENT_SCHEMA_VERSION};
+use crate::ids::{EventId, IdText};
+use crate::telemetry::{TraceContext, TRACEPARENT_LEN};
+
+/// The envelope's keys, each with what precedes its value: a string
+/// value's opening quote is part of its key.
+mod key {
+    pub(super) const POSITION: &[u8] = br#"{"position":"#;
+    pub(super) const STREAM: &[u8] = br#","stream":""#;
+    pub(super) const VERSION: &[u8] = br#","version":"#;
+    pub(super) const EVENT_ID: &[u8] = br#","eventId":""#;
+    pub(super) const RECORDED_AT: &[u8] = br#","recordedAt":"#;
+    pub(super) const SCHEMA_VERSION: &[u8] = br#","schemaVersion":"#;
+    pub(super) const CORRELATION_ID: &[u8] = br#","correlationId":""#;
+    pub(super) const CAUSATION_ID: &[u8] = br#","causationId":""#;
+    pub(super) const TRACEPARENT: &[u8] = br#","traceparent":""#;
+    pub(super) const EVENT: &[u8] = br#","event":"#;
+    /// What closes the envelope after the event.
+    pub(super) const END: &[u8] = b"}";
+}
+
+/// Appends `record`'s body in the canonical layout to `out`.
+///
+/// # Errors
+/// The event's serialization error, which the schema's types rule out;
+/// `out` then holds a partial body.
+pub(super) fn write(record: &RecordedEvent, out: &mut Vec<u8>) -> Result<(), serde_json::Error> {
+    let mut integer = itoa::Buffer::new();
+    out.extend_from_slice(key::POSITION);
+    out.extend_from_slice(integer.format(record.position).as_bytes());
+    out.extend_from_slice(key::STREAM);
+    let (name, len) = record.stream.name();
+    out.extend_from_slice(&name[..len]);
+    out.push(b'"');
+    out.extend_from_slice(key::VERSION);
+    out.extend_from_slice(integer.format(record.version).as_bytes());
+    out.extend_from_slice(key::EVENT_ID);
+    write_uuid(record.event_id.as_uuid(), out);
+    out.extend_from_slice(key::RECORDED_AT);
+    out.extend_from_slice(integer.format(record.recorded_at).as_bytes());
+    out.extend_from_slice(key::SCHEMA_VERSION);
+    out.extend_from_slice(integer.format(record.schema_version).as_bytes());
+    if let Some(correlation) = &record.correlation_id {
+        out.extend_from_slice(key::CORRELATION_ID);
+        write_uuid(correlation, out);
+    }
+    if let Some(causation) = &record.causation_id {
+        out.extend_from_slice(key::CAUSATION_ID);
+        write_uuid(causation.as_uuid(), out);
+    }
+    if let Some(trace) = &record.trace {
+        out.extend_from_slice(key::TRACEPARENT);
+        out.extend_from_slice(&trace.traceparent());
+        out.push(b'"');
+    }
+    out.extend_from_slice(key::EVENT);
+    serde_json::to_writer(&mut *out, &record.event)?;
+    out.extend_from_slice(key::END);
+    Ok(())
+}
+
+/// Appends `id` hyphenated in lower case, then the closing quote: how
+/// `uuid`'s serde writes it.
+fn write_uuid(id: &Uuid, out: &mut Vec<u8>) {
+    out.extend_from_slice(IdText::of(id).as_str().as_bytes());
+    out.push(b'"');
+}
+
+/// The length of a body less its event's JSON, counted from the
+/// envelope's fields as [`write`] lays them out: the keys, decimal
+/// integers, the stream's name, and ids and a `traceparent` of fixed
+/// lengths, none of them escaped (names and ids are ASCII letters, digits
+/// and hyphens), so nothing needs writing to be counted.
+pub(super) fn envelope_len(record: &RecordedEvent) -> usize {
+    /// A hyphenated UUID and its closing quote.
+    const UUID: usize = UUID_LEN + 1;
+    let digits = |n: u64| n.checked_ilog10().map_or(1, |log| log as usize + 1);
+    let mut len = key::POSITION.len()
+        + digits(record.position)
+        + key::STREAM.len()
+        + record.stream.name_len()
+        + 1
+        + key::VERSION.len()
+        + digits(record.version)
+        + key::EVENT_ID.len()
+        + UUID
+        + key::RECORDED_AT.len()
+        + digits(record.recorded_at)
+        + key::SCHEMA_VERSION.len()
+        + digits(u64::from(record.schema_version))
+        + key::EVENT.len()
+        + key::END.len();
+    if record.correlation_id.is_some() {
+        len += key::CORRELATION_ID.len() + UUID;
+    }
+    if record.causation_id.is_some() {
+        len += key::CAUSATION_ID.len() + UUID;
+    }
+    if record.trace.is_some() {
+        len += key::TRACEPARENT.len() + TRACEPARENT_LEN + 1;
+    }
+    len
+}
 
 /// Decodes a body in the canonical layout, or says it is not one.
 pub(super) fn decode(body: &[u8]) -> Option<RecordedEvent> {
     let mut cursor = Cursor { rest: body };
-    cursor.literal(br#"{"position":"#)?;
+    cursor.literal(key::POSITION)?;
     let position = cursor.integer()?;
-    cursor.literal(br#","stream":""#)?;
-    let stream = cursor.string()?;
-    cursor.literal(br#","version":"#)?;
+    cursor.literal(key::STREAM)?;
+    let stream = cursor.fixed(StreamId::SESSION_NAME_LEN, StreamId::session_from_ascii)?;
+    cursor.literal(key::VERSION)?;
     let version = cursor.integer()?;
-    cursor.literal(br#","eventId":""#)?;
-    let event_id = cursor.string()?;
-    cursor.literal(br#","recordedAt":"#)?;
+    cursor.literal(key::EVENT_ID)?;
+    let event_id = cursor.fixed(UUID_LEN, |id| uuid(id).map(EventId::from_uuid))?;
+    cursor.literal(key::RECORDED_AT)?;
     let recorded_at = cursor.integer()?;
-    cursor.literal(br#","schemaVersion":"#)?;
+    cursor.literal(key::SCHEMA_VERSION)?;
     let schema_version = u32::try_from(cursor.integer()?).ok()?;
     if schema_version != CURRENT_SCHEMA_VERSION {
         return None;
     }
-    let correlation_id = cursor.optional_string(br#","correlationId":""#)?;
-    let causation_id = cursor.optional_string(br#","causationId":""#)?;
-    let trace = cursor.optional_string(br#","traceparent":""#)?;
-    cursor.literal(br#","event":"#)?;
+    let correlation_id = cursor.optional(key::CORRELATION_ID, UUID_LEN, uuid)?;
+    let causation_id = cursor.optional(key::CAUSATION_ID, UUID_LEN, |id| {
+        uuid(id).map(EventId::from_uuid)
+    })?;
+    let trace = cursor.optional(key::TRACEPARENT, TRACEPARENT_LEN, TraceContext::parse_ascii)?;
+    cursor.literal(key::EVENT)?;
     let mut events = serde_json::Deserializer::from_slice(cursor.rest).into_iter::<Event>();
     let event = events.next()?.ok()?;
-    (cursor.rest.get(events.byte_offset()..)? == b"}").then_some(())?;
+    (cursor.rest.get(events.byte_offset()..)? == key::END).then_some(())?;
     Some(RecordedEvent {
         position,
         stream,
@@ -111,12 +225,47 @@ impl<'a> Cursor<'a> {
         Some(value)
     }
 
+    /// A string whose JSON text is its value, read by `parse` when it is
+    /// `len` bytes long, else by [`string`](Cursor::string). `parse` must
+    /// accept only printable ASCII without a quote or backslash, and only
+    /// what `T`'s `Deserialize` reads from the same text, to the same
+    /// value: ids and the `traceparent` have fixed lengths and characters
+    /// of their own, so they are read without scanning for their end.
+    fn fixed<T: Deserialize<'a>>(
+        &mut self,
+        len: usize,
+        parse: impl Fn(&[u8]) -> Option<T>,
+    ) -> Option<T> {
+        if self.rest.get(len) == Some(&b'"') {
+            if let Some(value) = parse(&self.rest[..len]) {
+                self.rest = &self.rest[len + 1..];
+                return Some(value);
+            }
+        }
+        self.string()
+    }
+
     /// An optional string field: absent (`Some(None)`) unless the body goes
-    /// on with `key`, whose value must then read (`None` when it does not).
-    fn optional_string<T: Deserialize<'a>>(&mut self, key: &[u8]) -> Option<Option<T>> {
+    /// on with `key`, whose value must then read, as
+    /// [`fixed`](Cursor::fixed) reads it (`None` when it does not).
+    fn optional<T: Deserialize<'a>>(
+        &mut self,
+        key: &[u8],
+        len: usize,
+        parse: impl Fn(&[u8]) -> Option<T>,
+    ) -> Option<Option<T>> {
         if self.literal(key).is_none() {
             return Some(None);
         }
-        self.string().map(Some)
+        self.fixed(len, parse).map(Some)
     }
+}
+
+/// The length of a hyphenated UUID.
+const UUID_LEN: usize = uuid::fmt::Hyphenated::LENGTH;
+
+/// A hyphenated UUID read from its bytes, as `uuid`'s `Deserialize` reads
+/// the same text: at this length only hex digits and hyphens are accepted.
+fn uuid(text: &[u8]) -> Option<Uuid> {
+    Uuid::try_parse_ascii(text).ok()
 }

@@ -162,7 +162,7 @@ impl TraceContext {
     /// The `traceparent` text (`00-{trace-id}-{span-id}-{flags}`), written
     /// into a fixed buffer: every event recorded in a span carries one, so
     /// this is on the append path whenever tracing is on.
-    fn traceparent(&self) -> [u8; TRACEPARENT_LEN] {
+    pub(crate) fn traceparent(&self) -> [u8; TRACEPARENT_LEN] {
         let mut out = *b"00-00000000000000000000000000000000-0000000000000000-00";
         // The lengths are fixed: both encodes fill slices of exactly twice
         // their input's length.
@@ -191,19 +191,28 @@ impl FromStr for TraceContext {
 
     /// Parses a version-00 `traceparent`: lower-case hex, non-zero ids.
     fn from_str(text: &str) -> Result<Self, Self::Err> {
-        let malformed = || MalformedTraceparent(text.chars().take(80).collect());
-        let bytes = text.as_bytes();
+        TraceContext::parse_ascii(text.as_bytes())
+            .ok_or_else(|| MalformedTraceparent(text.chars().take(80).collect()))
+    }
+}
+
+impl TraceContext {
+    /// Parses a version-00 `traceparent` from its bytes, as
+    /// [`from_str`](TraceContext::from_str) does: only lower-case hex digits
+    /// and hyphens are ever accepted, so what this reads is also the text
+    /// of the JSON string that holds it.
+    pub(crate) fn parse_ascii(bytes: &[u8]) -> Option<TraceContext> {
         if bytes.len() != TRACEPARENT_LEN
             || !bytes.starts_with(b"00-")
             || bytes[35] != b'-'
             || bytes[52] != b'-'
         {
-            return Err(malformed());
+            return None;
         }
-        let trace_id = crate::lower_hex::decode::<16>(&bytes[3..35]).ok_or_else(malformed)?;
-        let span_id = crate::lower_hex::decode::<8>(&bytes[36..52]).ok_or_else(malformed)?;
-        let [flags] = crate::lower_hex::decode::<1>(&bytes[53..]).ok_or_else(malformed)?;
-        TraceContext::new(trace_id, span_id, flags & 1 == 1).ok_or_else(malformed)
+        let trace_id = crate::lower_hex::decode::<16>(&bytes[3..35])?;
+        let span_id = crate::lower_hex::decode::<8>(&bytes[36..52])?;
+        let [flags] = crate::lower_hex::decode::<1>(&bytes[53..])?;
+        TraceContext::new(trace_id, span_id, flags & 1 == 1)
     }
 }
 

@@ -5,7 +5,7 @@
 //!
 //! | target                | property |
 //! |-----------------------|----------|
-//! | `record_decode`       | decoding any bytes is an error or a record that re-encodes to an equal record; as a body, the fast path and the general decoder agree |
+//! | `record_decode`       | decoding any bytes is an error or a record that re-encodes to an equal record; as a body, the fast path and the general decoder agree, and what the general decoder reads the canonical writer writes as `serde_json` does |
 //! | `event_json`          | any JSON event either fails to decode or round-trips |
 //! | `checkpoint_decode`   | any checkpoint bytes are rejected or round-trip to the same state |
 //! | `schema_subset`       | a schema the subset checker accepts compiles and validates without panicking |
@@ -30,13 +30,24 @@ use crate::testing::HistoryBuilder;
 
 /// `record_decode`: any bytes at any position, and the same bytes as a
 /// record's body, which the canonical fast path may read only when the
-/// general decoder reads them to the same record.
+/// general decoder reads them to the same record. Whatever the general
+/// decoder reads, the canonical writer writes as `serde_json` does.
 pub fn record_decode(data: &[u8]) {
     if let Some(fast) = record::decode_canonical_body(data) {
         match record::decode_body_general(data) {
             Ok(general) => assert_eq!(fast, general),
             Err(err) => panic!("the fast path read a body the general decoder refuses: {err}"),
         }
+    }
+    if let Ok(general) = record::decode_body_general(data) {
+        let encoded = record::encode(&general).expect("a decoded record encodes");
+        let body = &encoded[encoded.len() - record::body_len(&encoded)..];
+        let reference = serde_json::to_vec(&general).expect("a decoded record serializes");
+        assert_eq!(
+            body,
+            reference.as_slice(),
+            "the canonical writer strays from serde_json"
+        );
     }
     let Ok(decoded) = record::decode(1, data) else {
         return;

@@ -153,11 +153,11 @@ pub(crate) fn create_agent_span(session: SessionId, label: &str) -> Span {
     let span = tracing::info_span!(
         parent: None,
         span::CREATE_AGENT,
-        "otel.name" = format!("{} {label}", span::CREATE_AGENT),
+        "otel.name" = otel_name(span::CREATE_AGENT, label),
         { attr::OPERATION_NAME } = span::CREATE_AGENT,
         { attr::AGENT_NAME } = label,
-        { attr::AGENT_ID } = %session,
-        { attr::CONVERSATION_ID } = %session,
+        { attr::AGENT_ID } = session.text().as_str(),
+        { attr::CONVERSATION_ID } = session.text().as_str(),
     );
     parent_on(&span, None, caller);
     span
@@ -249,15 +249,16 @@ struct ActivationSpan<'a> {
 impl ActivationSpan<'_> {
     /// The span, not yet parented, in `root`'s conversation.
     fn create(self, root: SessionId) -> Span {
+        let (child, parent, root) = (self.child.text(), self.parent.text(), root.text());
         if self.external {
             tracing::info_span!(
                 parent: None,
                 span::RUN,
-                "otel.name" = format!("{} {}", span::RUN, self.label),
+                "otel.name" = otel_name(span::RUN, self.label),
                 { attr::AGENT_NAME } = self.label,
-                { attr::AGENT_ID } = %self.child,
-                { attr::CONVERSATION_ID } = %root,
-                { attr::PARENT_ID } = %self.parent,
+                { attr::AGENT_ID } = child.as_str(),
+                { attr::CONVERSATION_ID } = root.as_str(),
+                { attr::PARENT_ID } = parent.as_str(),
                 { attr::PROVIDER } = self.provider,
                 { attr::ERROR_TYPE } = tracing::field::Empty,
             )
@@ -265,11 +266,11 @@ impl ActivationSpan<'_> {
             tracing::info_span!(
                 parent: None,
                 span::ACTIVATION,
-                "otel.name" = format!("{} {}", span::ACTIVATION, self.label),
+                "otel.name" = otel_name(span::ACTIVATION, self.label),
                 { attr::AGENT_NAME } = self.label,
-                { attr::AGENT_ID } = %self.child,
-                { attr::CONVERSATION_ID } = %root,
-                { attr::PARENT_ID } = %self.parent,
+                { attr::AGENT_ID } = child.as_str(),
+                { attr::CONVERSATION_ID } = root.as_str(),
+                { attr::PARENT_ID } = parent.as_str(),
                 { attr::PROVIDER } = self.provider,
                 { attr::EPOCH } = self.epoch,
                 { attr::ERROR_TYPE } = tracing::field::Empty,
@@ -284,11 +285,11 @@ pub(crate) fn invoke_agent_span(state: &Projections, session: SessionId, label: 
     let root = root_of(state, session);
     tracing::info_span!(
         span::INVOKE_AGENT,
-        "otel.name" = format!("{} {label}", span::INVOKE_AGENT),
+        "otel.name" = otel_name(span::INVOKE_AGENT, label),
         { attr::OPERATION_NAME } = span::INVOKE_AGENT,
         { attr::AGENT_NAME } = label,
-        { attr::AGENT_ID } = %session,
-        { attr::CONVERSATION_ID } = %root,
+        { attr::AGENT_ID } = session.text().as_str(),
+        { attr::CONVERSATION_ID } = root.text().as_str(),
         { attr::TURN } = tracing::field::Empty,
         { attr::USAGE_INPUT_TOKENS } = tracing::field::Empty,
         { attr::USAGE_OUTPUT_TOKENS } = tracing::field::Empty,
@@ -301,7 +302,7 @@ pub(crate) fn invoke_agent_span(state: &Projections, session: SessionId, label: 
 pub(crate) fn execute_tool_span(name: &str, call_id: &str) -> Span {
     tracing::info_span!(
         span::EXECUTE_TOOL,
-        "otel.name" = format!("{} {name}", span::EXECUTE_TOOL),
+        "otel.name" = otel_name(span::EXECUTE_TOOL, name),
         { attr::OPERATION_NAME } = span::EXECUTE_TOOL,
         { attr::TOOL_NAME } = name,
         { attr::TOOL_CALL_ID } = call_id,
@@ -313,10 +314,17 @@ pub(crate) fn execute_tool_span(name: &str, call_id: &str) -> Span {
 pub(crate) fn deliver_message_span(target: SessionId) -> Span {
     tracing::info_span!(
         span::DELIVER_MESSAGE,
-        { attr::TARGET } = %target,
+        { attr::TARGET } = target.text().as_str(),
         { attr::DELIVERY } = tracing::field::Empty,
         { attr::ERROR_TYPE } = tracing::field::Empty,
     )
+}
+
+/// A span's display name as the GenAI conventions form it: the operation,
+/// a space, then what it acts on (`invoke_agent researcher`). Joined
+/// without the formatter: this runs on every activation.
+fn otel_name(operation: &str, subject: &str) -> String {
+    [operation, " ", subject].concat()
 }
 
 /// Records why `span` failed.
