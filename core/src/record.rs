@@ -557,6 +557,39 @@ mod tests {
     }
 
     #[test]
+    fn an_event_that_is_not_utf8_is_refused_on_both_paths_even_in_an_ignored_field() {
+        // Found by the `record_decode` fuzz target: the fast path skipped an
+        // unknown field's string without checking its bytes, and read a
+        // body the general decoder refuses.
+        let original = record(crate::Event::ProviderRemoved { name: "x".into() }, 12);
+        let body = encode(&original).unwrap()[HEADER_LEN..].to_vec();
+        let known = br#"{"name":"x"}"#;
+        let at = body
+            .windows(known.len())
+            .position(|window| window == known)
+            .unwrap();
+        let with_unknown = |value: &[u8]| {
+            let mut edited = body[..at].to_vec();
+            edited.extend_from_slice(br#"{"name":"x","later":""#);
+            edited.extend_from_slice(value);
+            edited.extend_from_slice(b"\"}");
+            edited.extend_from_slice(&body[at + known.len()..]);
+            edited
+        };
+        // An unknown field is ignored on both paths when it is text...
+        let text = with_unknown("é".as_bytes());
+        assert_eq!(canonical::decode(&text), Some(original.clone()));
+        assert_eq!(decode_body_general(&text).unwrap(), original);
+        // ...and refused on both when it is not.
+        let bytes = with_unknown(&[0xa6, 0xb2]);
+        assert_eq!(canonical::decode(&bytes), None);
+        assert!(matches!(
+            decode_body(&bytes),
+            Err(RecordError::Corrupt { .. })
+        ));
+    }
+
+    #[test]
     fn ids_and_traceparents_in_other_spellings_read_as_the_general_decoder_reads_them() {
         // The fast path reads ids and the `traceparent` by their fixed
         // lengths; every other spelling goes through its scan, and both

@@ -157,9 +157,15 @@ pub(super) fn decode(body: &[u8]) -> Option<RecordedEvent> {
     })?;
     let trace = cursor.optional(key::TRACEPARENT, TRACEPARENT_LEN, TraceContext::parse_ascii)?;
     cursor.literal(key::EVENT)?;
-    let mut events = serde_json::Deserializer::from_slice(cursor.rest).into_iter::<Event>();
+    // The general decoder keeps the event as raw text, so it refuses an
+    // event that is not UTF-8 throughout; a reader over bytes would skip
+    // an ignored field's string without checking it (the `record_decode`
+    // fuzz target found one). Checked once here, the event's strings need
+    // no check of their own.
+    let event_text = std::str::from_utf8(cursor.rest).ok()?;
+    let mut events = serde_json::Deserializer::from_str(event_text).into_iter::<Event>();
     let event = events.next()?.ok()?;
-    (cursor.rest.get(events.byte_offset()..)? == key::END).then_some(())?;
+    (event_text.as_bytes().get(events.byte_offset()..)? == key::END).then_some(())?;
     Some(RecordedEvent {
         position,
         stream,
