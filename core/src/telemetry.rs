@@ -173,6 +173,24 @@ impl TraceContext {
         }
         out
     }
+
+    /// Parses a version-00 `traceparent` from its bytes, as
+    /// [`from_str`](TraceContext::from_str) does: only lower-case hex digits
+    /// and hyphens are ever accepted, so what this reads is also the text
+    /// of the JSON string that holds it.
+    pub(crate) fn parse_ascii(bytes: &[u8]) -> Option<TraceContext> {
+        if bytes.len() != TRACEPARENT_LEN
+            || !bytes.starts_with(b"00-")
+            || bytes[35] != b'-'
+            || bytes[52] != b'-'
+        {
+            return None;
+        }
+        let trace_id = crate::lower_hex::decode::<16>(&bytes[3..35])?;
+        let span_id = crate::lower_hex::decode::<8>(&bytes[36..52])?;
+        let [flags] = crate::lower_hex::decode::<1>(&bytes[53..])?;
+        TraceContext::new(trace_id, span_id, flags & 1 == 1)
+    }
 }
 
 /// The length of a version-00 `traceparent`.
@@ -193,26 +211,6 @@ impl FromStr for TraceContext {
     fn from_str(text: &str) -> Result<Self, Self::Err> {
         TraceContext::parse_ascii(text.as_bytes())
             .ok_or_else(|| MalformedTraceparent(text.chars().take(80).collect()))
-    }
-}
-
-impl TraceContext {
-    /// Parses a version-00 `traceparent` from its bytes, as
-    /// [`from_str`](TraceContext::from_str) does: only lower-case hex digits
-    /// and hyphens are ever accepted, so what this reads is also the text
-    /// of the JSON string that holds it.
-    pub(crate) fn parse_ascii(bytes: &[u8]) -> Option<TraceContext> {
-        if bytes.len() != TRACEPARENT_LEN
-            || !bytes.starts_with(b"00-")
-            || bytes[35] != b'-'
-            || bytes[52] != b'-'
-        {
-            return None;
-        }
-        let trace_id = crate::lower_hex::decode::<16>(&bytes[3..35])?;
-        let span_id = crate::lower_hex::decode::<8>(&bytes[36..52])?;
-        let [flags] = crate::lower_hex::decode::<1>(&bytes[53..])?;
-        TraceContext::new(trace_id, span_id, flags & 1 == 1)
     }
 }
 
