@@ -106,6 +106,13 @@ impl IdText {
     pub fn as_str(&self) -> &str {
         std::str::from_utf8(&self.0).unwrap_or_default()
     }
+
+    /// The text's bytes, without the UTF-8 check `as_str` makes: what a
+    /// writer of bytes wants.
+    #[must_use]
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
 }
 
 impl fmt::Debug for IdText {
@@ -159,6 +166,7 @@ mod tests {
         ] {
             let id = SessionId::from_uuid(uuid);
             assert_eq!(id.text().as_str(), id.to_string());
+            assert_eq!(id.text().as_bytes(), id.to_string().as_bytes());
             assert_eq!(format!("{:?}", id.text()), uuid.to_string());
         }
     }

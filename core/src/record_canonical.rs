@@ -93,7 +93,7 @@ pub(super) fn write(record: &RecordedEvent, out: &mut Vec<u8>) -> Result<(), ser
 /// Appends `id` hyphenated in lower case, then the closing quote: how
 /// `uuid`'s serde writes it.
 fn write_uuid(id: &Uuid, out: &mut Vec<u8>) {
-    out.extend_from_slice(IdText::of(id).as_str().as_bytes());
+    out.extend_from_slice(IdText::of(id).as_bytes());
     out.push(b'"');
 }
 

@@ -163,8 +163,9 @@ pub(crate) fn create_agent_span(session: SessionId, label: &str) -> Span {
     span
 }
 
-/// The span of the activation or run `decision` requests, if it requests
-/// one: opened while the engine decides it, parented by the log's rule
+/// The span of the activation or run `decision` requests, with its trace
+/// context, if it requests one: opened while the engine decides it,
+/// parented by the log's rule
 /// ([`Projections::span_parent`]) on `state`, the projections the decision
 /// is made on, so a replay, which applies the rule on the state just
 /// before the request, finds the same parent. (The two states differ only
@@ -176,7 +177,7 @@ pub(crate) fn requested_activation_span(
     state: &Projections,
     decision: &[(StreamId, Vec<Event>)],
     caller: Option<TraceContext>,
-) -> Option<Span> {
+) -> Option<TracedSpan> {
     for (stream, events) in decision {
         let Some(child) = stream.session() else {
             continue;
@@ -224,7 +225,7 @@ pub(crate) fn requested_activation_span(
             }
             .create(root_of(state, parent));
             parent_on(&span, state.span_parent(parent), caller);
-            return Some(span);
+            return Some(TracedSpan::new(span));
         }
     }
     None

@@ -480,8 +480,7 @@ impl Engine {
                 return Ok(Committed::default());
             }
             opened =
-                crate::telemetry::requested_activation_span(&pipeline.state, &decision, caller)
-                    .map(TracedSpan::new);
+                crate::telemetry::requested_activation_span(&pipeline.state, &decision, caller);
             let trace = opened.as_ref().map_or(caller, |opened| opened.trace);
             let mut parts = Vec::with_capacity(decision.len());
             let mut records = Vec::new();
