@@ -117,6 +117,11 @@ pub(crate) trait Lead: Send + Sync {
     /// Makes sure what is queued gets committed without this caller (a
     /// ticket dropped before its answer).
     fn hand_off(&self);
+
+    /// Whether other appenders are likely to be ready at the same time
+    /// (one of the last few group commits took more than one request). A
+    /// leader then yields once before leading, so they join its group.
+    fn has_company(&self) -> bool;
 }
 
 /// The pending result of one atomic append: one outcome per part, in order.
@@ -127,8 +132,11 @@ pub(crate) trait Lead: Send + Sync {
 /// are awaited. A backend that wrote the append before returning hands back
 /// a ticket that is already complete (no channel, no allocation). A backend
 /// that commits in the awaiting task (RocksDB in `Buffered` mode) does so
-/// on the ticket's first poll, after the caller released whatever it held
-/// while appending, so the caller's next decisions and this write overlap.
+/// on the ticket's first poll (or its second, when appenders come together:
+/// the first yields once, so those ready at the same time join one group),
+/// after the caller released whatever it
+/// held while appending, so the caller's next decisions and this write
+/// overlap.
 #[derive(Debug)]
 pub struct TransactionTicket(TicketState);
 
@@ -140,6 +148,9 @@ enum TicketState {
     Led {
         answer: oneshot::Receiver<TransactionResult>,
         lead: Weak<dyn Lead>,
+        /// Whether a poll yielded to the async runtime once already (see
+        /// the [`Future`] impl).
+        yielded: bool,
     },
     /// Answered already; `None` once taken by a poll.
     Ready(Option<TransactionResult>),
@@ -171,7 +182,14 @@ impl TransactionTicket {
         lead: Weak<dyn Lead>,
     ) -> (oneshot::Sender<TransactionResult>, TransactionTicket) {
         let (sender, answer) = oneshot::channel();
-        (sender, TransactionTicket(TicketState::Led { answer, lead }))
+        (
+            sender,
+            TransactionTicket(TicketState::Led {
+                answer,
+                lead,
+                yielded: false,
+            }),
+        )
     }
 
     /// A ticket that is already complete.
@@ -192,7 +210,9 @@ impl TransactionTicket {
             TicketState::Pending(receiver) => {
                 receiver.blocking_recv().unwrap_or(Err(StoreError::Closed))
             }
-            TicketState::Led { mut answer, lead } => loop {
+            TicketState::Led {
+                mut answer, lead, ..
+            } => loop {
                 if let Some(result) = answered(&mut answer) {
                     return result;
                 }
@@ -230,7 +250,27 @@ impl Future for TransactionTicket {
             // Leads at most once per poll: a task whose cooperative budget
             // is spent sees its receiver pending even once answered, and
             // must not go on committing others' appends meanwhile.
-            TicketState::Led { answer, lead } => {
+            TicketState::Led {
+                answer,
+                lead,
+                yielded,
+            } => {
+                // While appenders come together (a recent group held more
+                // than one), the first poll yields once, as
+                // `tokio::task::yield_now` does (woken at once, polled again
+                // after the tasks already scheduled): the others ready to
+                // append queue theirs first, and the group this ticket leads
+                // takes them too (64 appenders of one event: 1.2× the
+                // appends, BENCHMARKS.md "Appenders that come together"). A
+                // lone appender's groups hold one request, so it leads at
+                // once: yielding always cost it a third of its appends.
+                if !*yielded {
+                    *yielded = true;
+                    if lead.upgrade().is_some_and(|lead| lead.has_company()) {
+                        cx.waker().wake_by_ref();
+                        return Poll::Pending;
+                    }
+                }
                 let mut led = false;
                 loop {
                     if let Poll::Ready(received) = Pin::new(&mut *answer).poll(cx) {
@@ -259,7 +299,7 @@ impl Drop for TransactionTicket {
     fn drop(&mut self) {
         // A ticket given up before its answer must not leave its request
         // waiting for a leader that will never come.
-        if let TicketState::Led { answer, lead } = &mut self.0 {
+        if let TicketState::Led { answer, lead, .. } = &mut self.0 {
             if answered(answer).is_none() {
                 if let Some(lead) = lead.upgrade() {
                     lead.hand_off();

@@ -179,6 +179,61 @@ fn an_awaiting_appender_leads_in_buffered_mode_only() {
     }
 }
 
+/// Appenders that are ready at the same time share a group: once a group
+/// held more than one request, a ticket's first poll yields once before
+/// leading, so the other tasks queue their appends first and the leader
+/// commits them all. Had each ticket led on its first poll, the 64 tasks
+/// (on one thread, each running to its await) would make 64 commits.
+#[test]
+fn buffered_appenders_ready_together_share_one_group_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = open(dir.path(), Durability::Buffered);
+    let appenders = 64u64;
+    let positions = tokio_runtime().block_on(async {
+        // Two appends queued before either is awaited: one group of two.
+        let stream = StreamId::Session(SessionId::new());
+        let first = log.append(stream, ExpectedVersion::Exact(0), vec![turn(0)]);
+        let second = log.append(stream, ExpectedVersion::Exact(1), vec![turn(1)]);
+        assert_eq!(first.await.expect("first").first_position, 1);
+        assert_eq!(second.await.expect("second").first_position, 2);
+        let before = log.commit_counts();
+        assert_eq!(before.by_appenders + before.by_thread, 1, "{before:?}");
+        let tasks: Vec<_> = (0..appenders)
+            .map(|_| {
+                let log = log.clone();
+                tokio::spawn(async move {
+                    let stream = StreamId::Session(SessionId::new());
+                    log.append(stream, ExpectedVersion::Exact(0), vec![turn(0)])
+                        .await
+                        .expect("append")
+                        .first_position
+                })
+            })
+            .collect();
+        let mut positions = Vec::new();
+        for task in tasks {
+            positions.push(task.await.expect("task"));
+        }
+        positions
+    });
+    let mut sorted = positions.clone();
+    sorted.sort_unstable();
+    assert_eq!(
+        sorted,
+        (3..appenders + 3).collect::<Vec<_>>(),
+        "every append, once"
+    );
+    let counts = log.commit_counts();
+    // The first group, one led by the first task, and at most one more
+    // for the writer thread's backstop should it look at the queue
+    // meanwhile.
+    assert!(
+        counts.by_appenders + counts.by_thread <= 3,
+        "{appenders} appends in {counts:?} commits"
+    );
+    assert!(counts.by_appenders >= 2, "{counts:?}");
+}
+
 /// Dropping the last handle commits what is queued and frees the
 /// directory, even while a ticket is still held: the ticket keeps neither
 /// the writer nor the database, and reads its answer afterwards.

@@ -10,7 +10,12 @@
 //!   takes everything queued (up to [`MAX_GROUP_REQUESTS`]) as one group
 //!   with one fsync. An fsync never runs on a caller's async worker.
 //! - **`Buffered` mode**: the task that awaits a ticket leads the commit
-//!   itself, on the ticket's first poll: it takes everything queued and
+//!   itself, on the ticket's first poll (while appenders come together,
+//!   one of the last [`COMPANY_ROUNDS`] groups holding more than one
+//!   request, its second: the first yields once to the async
+//!   runtime, so the other tasks ready to append queue theirs and join
+//!   the group, as PostgreSQL's `commit_delay` waits only with
+//!   `commit_siblings`): it takes everything queued and
 //!   commits it as one group in its own thread, sparing a lone appender
 //!   the two thread handoffs (to a writer thread and back) that were most
 //!   of its time. The append is queued while the caller holds whatever it
@@ -27,7 +32,7 @@
 //! The log's close commits what is queued, then ends the thread.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, TryLockError, Weak};
 use std::time::Duration;
 
@@ -39,6 +44,12 @@ use crate::log::{Durability, Lead, TransactionTicket};
 
 /// The most requests folded into one group commit.
 pub(crate) const MAX_GROUP_REQUESTS: usize = 1024;
+
+/// Group commits of one request after a larger group before a leader
+/// stops waiting for company (`Buffered` mode): appenders that come
+/// together now and then (64 on two workers) keep yielding through a
+/// lull, and a lone appender stops after eight.
+pub(crate) const COMPANY_ROUNDS: u32 = 8;
 
 /// How often the writer thread looks for requests no one leads, while
 /// appends come (`Buffered` mode).
@@ -90,6 +101,11 @@ pub(crate) struct WriterSlot {
     by_appenders: AtomicU64,
     /// Group commits made by the writer thread.
     by_thread: AtomicU64,
+    /// Group commits to come that still count as in company: reset to
+    /// [`COMPANY_ROUNDS`] by a group of more than one request, and counted
+    /// down by each group of one. While above zero, appenders come
+    /// together, and a leader waits for them ([`Lead::has_company`]).
+    company: AtomicU32,
     /// This slot, for the tickets it hands out (a ticket outliving the log
     /// keeps neither the writer nor the database alive).
     this: Weak<WriterSlot>,
@@ -109,6 +125,7 @@ impl WriterSlot {
             led: durability == Durability::Buffered,
             by_appenders: AtomicU64::new(0),
             by_thread: AtomicU64::new(0),
+            company: AtomicU32::new(0),
             this: this.clone(),
         })
     }
@@ -159,6 +176,14 @@ impl WriterSlot {
         if transactions.is_empty() {
             return false;
         }
+        // Only a holder of the writer gets here, so this read and write
+        // race with no other.
+        let company = if transactions.len() > 1 {
+            COMPANY_ROUNDS
+        } else {
+            self.company.load(Ordering::Relaxed).saturating_sub(1)
+        };
+        self.company.store(company, Ordering::Relaxed);
         let results = match writer.as_mut() {
             Some(writer) => {
                 by.fetch_add(1, Ordering::Relaxed);
@@ -282,6 +307,10 @@ impl Lead for WriterSlot {
 
     fn hand_off(&self) {
         self.wake_thread();
+    }
+
+    fn has_company(&self) -> bool {
+        self.company.load(Ordering::Relaxed) > 0
     }
 }
 
