@@ -134,9 +134,8 @@ pub(crate) trait Lead: Send + Sync {
 /// that commits in the awaiting task (RocksDB in `Buffered` mode) does so
 /// on the ticket's first poll (or its second, when appenders come together:
 /// the first yields once, so those ready at the same time join one group),
-/// after the caller released whatever it
-/// held while appending, so the caller's next decisions and this write
-/// overlap.
+/// after the caller released whatever it held while appending, so the
+/// caller's next decisions and this write overlap.
 #[derive(Debug)]
 pub struct TransactionTicket(TicketState);
 
