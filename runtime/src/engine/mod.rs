@@ -15,6 +15,10 @@
 //! prediction, the engine stops accepting commands; reopening the runtime
 //! rebuilds the projections from the log.
 //!
+//! A command can also be issued without waiting ([`Engine::issue_here`]):
+//! decided, enqueued and folded in now, awaited for durability later
+//! ([`Issued::durable`]), for what a driver only records.
+//!
 //! Public queries read through [`Engine::read_durable`], which answers only
 //! once everything the answer reflects is durable.
 //!
@@ -36,8 +40,8 @@ use crate::telemetry::TracedSpan;
 use subagent_core::record::{encoded_body_len, json_len};
 use subagent_core::telemetry::{attr, span};
 use subagent_core::{
-    Attachment, ContentBlock, NewEvent, RecordedEvent, StreamId, SubagentError, TraceContext,
-    MAX_CONTENT_BYTES, MAX_EVENT_BYTES,
+    Attachment, ContentBlock, Event, NewEvent, RecordedEvent, StreamId, SubagentError,
+    TraceContext, MAX_CONTENT_BYTES, MAX_EVENT_BYTES,
 };
 use subagent_projections::{checkpoint, decide, Command, Projections};
 use subagent_store::{EventLog, ExpectedVersion, StoreError, StreamAppend};
@@ -417,6 +421,36 @@ impl Engine {
         attachments: Vec<Attachment>,
         within: Option<&TracedSpan>,
     ) -> Result<Committed, SubagentError> {
+        self.issue(command, attachments, within).durable().await
+    }
+
+    /// Decides `command` and, on a single-writer log, enqueues its append
+    /// and folds its events in now, without waiting for durability: the
+    /// returned [`Issued`] answers once the append is durable. A command
+    /// issued later is decided on this one's events, and its append is
+    /// enqueued behind this one's, so it shares this one's group commit and
+    /// becomes durable only after it (the store is fail-stop: a later append
+    /// never lands after an earlier one failed). A driver issues the
+    /// entries it only records (its transcript) this way, and awaits them
+    /// before anything it acts on.
+    ///
+    /// On a shared log nothing is decided before [`Issued::durable`] is
+    /// awaited (its commands take their tree's turn there), so issued
+    /// commands must be awaited in the order they were issued.
+    ///
+    /// Issued in the caller's current span, as [`commit`](Self::commit).
+    pub(crate) fn issue_here(&self, command: Command) -> Issued<'_> {
+        self.issue(command, Vec::new(), None)
+    }
+
+    /// [`issue_here`](Self::issue_here) with `attachments`, in `within` or
+    /// the caller's current span.
+    fn issue(
+        &self,
+        command: Command,
+        attachments: Vec<Attachment>,
+        within: Option<&TracedSpan>,
+    ) -> Issued<'_> {
         // The span the events are recorded in, before the command's own is
         // entered.
         let caller = match within {
@@ -432,104 +466,126 @@ impl Engine {
             { attr::EVENTS } = tracing::field::Empty,
             { attr::ERROR_TYPE } = tracing::field::Empty,
         );
-        let outcome = self
-            .commit_traced(command, attachments, caller)
-            .instrument(span.clone())
-            .await;
-        match &outcome {
-            Ok(committed) => {
-                span.record(attr::EVENTS, committed.records.len());
-                crate::metrics::recorded(&committed.records);
-            }
-            Err(err) => {
-                let code = err.code();
-                span.record(attr::ERROR_TYPE, code.as_str());
-                crate::metrics::refused(code);
-            }
+        let step = match &self.shared {
+            Some(shared) => Step::Shared {
+                shared,
+                command: Box::new(command),
+                attachments,
+                caller,
+            },
+            None => span.in_scope(|| self.enqueue(command, attachments, caller)),
+        };
+        Issued {
+            engine: self,
+            span,
+            step,
         }
-        outcome
     }
 
-    /// [`commit_opening`](Self::commit_opening) inside the command's span,
-    /// every event keeping the span it was recorded in: the activation
-    /// span the command opens, else `caller`.
-    async fn commit_traced(
+    /// The single-writer half of a command that runs under the pipeline
+    /// lock: decides it, opens the span of the activation it requests (its
+    /// events keep that span's trace context, else `caller`'s), enqueues
+    /// the append and folds the events in at the positions they will get.
+    fn enqueue(
         &self,
         command: Command,
         attachments: Vec<Attachment>,
         caller: Option<TraceContext>,
-    ) -> Result<Committed, SubagentError> {
-        if let Some(shared) = &self.shared {
-            return self
-                .commit_shared(shared, command, attachments, caller)
-                .await;
-        }
+    ) -> Step<'static> {
         if self.failed.load(Ordering::Acquire) {
-            return Err(self.refusal());
+            return Step::Answered(Err(self.refusal()));
         }
         // Declared before the lock's guard, so a refusal after the span was
         // opened drops (ends, exports) it only once the lock is released.
         let opened: Option<TracedSpan>;
-        let (ticket, records, checkpoint_due) = {
-            let mut pipeline = self.pipeline();
-            if pipeline.sealed {
-                return Err(SubagentError::Closed);
-            }
-            let decision = decide(&pipeline.state, command)?;
-            if decision.is_empty() {
-                return Ok(Committed::default());
-            }
-            opened =
-                crate::telemetry::requested_activation_span(&pipeline.state, &decision, caller);
-            let trace = opened.as_ref().map_or(caller, |opened| opened.trace);
-            let mut parts = Vec::with_capacity(decision.len());
-            let mut records = Vec::new();
-            let mut next_versions = Vec::with_capacity(decision.len());
-            let mut position = pipeline.state.position;
-            for (stream, events) in decision {
-                let events: Vec<NewEvent> = events
-                    .into_iter()
-                    .map(|event| NewEvent {
-                        trace,
-                        ..NewEvent::new(event)
-                    })
-                    .collect();
-                // A stream untouched since opening has nothing in flight, so
-                // its durable version is the current one.
-                let mut version = match pipeline.versions.entry(stream) {
-                    Entry::Occupied(entry) => *entry.get(),
-                    Entry::Vacant(entry) => *entry.insert(
-                        self.log
-                            .stream_version(&stream)
-                            .map_err(SubagentError::internal_from)?,
-                    ),
-                };
-                for new in &events {
-                    position += 1;
-                    version += 1;
-                    records.push(new.clone().into_record(position, stream, version, 0));
-                }
-                next_versions.push((stream, version));
-                parts.push(StreamAppend {
-                    stream,
-                    expected: ExpectedVersion::Any,
-                    events,
-                });
-            }
-            // Refused here, not by the store: a store refusal would come after
-            // the events were folded in and later commands decided on them.
-            refuse_oversized(&records)?;
-            pipeline.versions.extend(next_versions);
-            let ticket = self.log.append_with_attachments(parts, attachments);
-            for record in &records {
-                pipeline.state.apply(record);
-            }
-            pipeline.since_checkpoint += records.len() as u64;
-            let due =
-                self.checkpoint_every > 0 && pipeline.since_checkpoint >= self.checkpoint_every;
-            (ticket, records, due)
+        let mut pipeline = self.pipeline();
+        if pipeline.sealed {
+            return Step::Answered(Err(SubagentError::Closed));
+        }
+        let decision = match decide(&pipeline.state, command) {
+            Ok(decision) => decision,
+            Err(refused) => return Step::Answered(Err(refused)),
         };
-        let enqueued = std::time::Instant::now();
+        if decision.is_empty() {
+            return Step::Answered(Ok(Committed::default()));
+        }
+        opened = crate::telemetry::requested_activation_span(&pipeline.state, &decision, caller);
+        let trace = opened.as_ref().map_or(caller, |opened| opened.trace);
+        let mut parts = Vec::with_capacity(decision.len());
+        let mut records = Vec::new();
+        let mut next_versions = Vec::with_capacity(decision.len());
+        let mut position = pipeline.state.position;
+        for (stream, events) in decision {
+            let events: Vec<NewEvent> = events
+                .into_iter()
+                .map(|event| NewEvent {
+                    trace,
+                    ..NewEvent::new(event)
+                })
+                .collect();
+            // A stream untouched since opening has nothing in flight, so
+            // its durable version is the current one. A session's stream
+            // that this decision creates has none (`decide` refused an id
+            // already used): nothing to read, and the store is told to
+            // check just that, which costs it a point lookup, not a seek.
+            let creates = creates_stream(stream, &events);
+            let mut version = match pipeline.versions.entry(stream) {
+                Entry::Occupied(entry) => *entry.get(),
+                Entry::Vacant(entry) if creates => *entry.insert(0),
+                Entry::Vacant(entry) => match self.log.stream_version(&stream) {
+                    Ok(version) => *entry.insert(version),
+                    Err(err) => return Step::Answered(Err(SubagentError::internal_from(err))),
+                },
+            };
+            let expected = if creates && version == 0 {
+                ExpectedVersion::NoStream
+            } else {
+                ExpectedVersion::Any
+            };
+            for new in &events {
+                position += 1;
+                version += 1;
+                records.push(new.clone().into_record(position, stream, version, 0));
+            }
+            next_versions.push((stream, version));
+            parts.push(StreamAppend {
+                stream,
+                expected,
+                events,
+            });
+        }
+        // Refused here, not by the store: a store refusal would come after
+        // the events were folded in and later commands decided on them.
+        if let Err(oversized) = refuse_oversized(&records) {
+            return Step::Answered(Err(oversized));
+        }
+        pipeline.versions.extend(next_versions);
+        let ticket = self.log.append_with_attachments(parts, attachments);
+        for record in &records {
+            pipeline.state.apply(record);
+        }
+        pipeline.since_checkpoint += records.len() as u64;
+        let checkpoint_due =
+            self.checkpoint_every > 0 && pipeline.since_checkpoint >= self.checkpoint_every;
+        Step::Enqueued(Enqueued {
+            ticket,
+            records,
+            opened,
+            checkpoint_due,
+            at: std::time::Instant::now(),
+        })
+    }
+
+    /// The half of a single-writer command after the lock: waits until its
+    /// append is durable and checks it landed where it was predicted.
+    async fn await_durable(&self, enqueued: Enqueued) -> Result<Committed, SubagentError> {
+        let Enqueued {
+            ticket,
+            records,
+            opened,
+            checkpoint_due,
+            at,
+        } = enqueued;
         let append = tracing::debug_span!(span::APPEND, { attr::EVENTS } = records.len());
         let outcomes = match ticket.instrument(append).await {
             Ok(outcomes) => outcomes,
@@ -542,7 +598,7 @@ impl Engine {
                 outcomes.first()
             ))));
         }
-        crate::metrics::appended(enqueued.elapsed());
+        crate::metrics::appended(at.elapsed());
         debug!(events = records.len(), "committed");
         if checkpoint_due {
             self.checkpoint_in_background();
@@ -578,6 +634,15 @@ impl Engine {
     }
 }
 
+/// Whether `events`, a decision's part for `stream`, create it: the
+/// session's own stream opening with its `SessionCreated`.
+fn creates_stream(stream: StreamId, events: &[NewEvent]) -> bool {
+    matches!(
+        events.first().map(|new| &new.event),
+        Some(Event::SessionCreated { session, .. }) if stream == StreamId::Session(*session)
+    )
+}
+
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex
         .lock()
@@ -592,6 +657,114 @@ pub(crate) struct Committed {
     /// The span of the activation or run it requested, if any, with the
     /// trace context its events were recorded in.
     pub(crate) opened: Option<TracedSpan>,
+}
+
+/// A command issued to the engine ([`Engine::issue_in`]): decided and
+/// enqueued on a single-writer log, to be decided when awaited on a shared
+/// one. Dropping it unawaited does not undo it: its events are folded in
+/// and will become durable, only unannounced.
+#[must_use = "an issued command is durable, or failed, only once awaited"]
+pub(crate) struct Issued<'a> {
+    engine: &'a Engine,
+    /// The command's span (`subagents.command`).
+    span: tracing::Span,
+    step: Step<'a>,
+}
+
+/// Where an issued command stands.
+enum Step<'a> {
+    /// Answered without an append: refused, or nothing to record.
+    Answered(Result<Committed, SubagentError>),
+    /// Decided and enqueued; durable once its ticket resolves.
+    Enqueued(Enqueued),
+    /// A shared log's command, decided when awaited (boxed: a command is
+    /// several times the size of the other steps).
+    Shared {
+        shared: &'a shared::Shared,
+        command: Box<Command>,
+        attachments: Vec<Attachment>,
+        caller: Option<TraceContext>,
+    },
+}
+
+/// A decided command's append, in flight.
+struct Enqueued {
+    ticket: subagent_store::TransactionTicket,
+    records: Vec<RecordedEvent>,
+    opened: Option<TracedSpan>,
+    checkpoint_due: bool,
+    /// When the append was enqueued (the append-latency metric).
+    at: std::time::Instant,
+}
+
+impl Issued<'_> {
+    /// The command's refusal, when it was refused as it was decided (on a
+    /// single-writer log); else the command, still to be awaited.
+    ///
+    /// # Errors
+    /// The refusal.
+    pub(crate) fn refused_now(self) -> Result<Self, SubagentError> {
+        match self.step {
+            Step::Answered(Err(refused)) => {
+                note_answer(&self.span, Err(&refused));
+                Err(refused)
+            }
+            step => Ok(Issued { step, ..self }),
+        }
+    }
+
+    /// Whether the command is decided only when awaited (a shared log's):
+    /// commands issued one after another are then recorded in the order
+    /// they are awaited, not issued.
+    pub(crate) fn decided_when_awaited(&self) -> bool {
+        matches!(self.step, Step::Shared { .. })
+    }
+
+    /// Waits until the command's events are durable, and returns them (or
+    /// its refusal).
+    ///
+    /// # Errors
+    /// As [`Engine::commit`].
+    pub(crate) async fn durable(self) -> Result<Committed, SubagentError> {
+        let Issued { engine, span, step } = self;
+        let outcome = match step {
+            Step::Answered(answer) => answer,
+            Step::Enqueued(enqueued) => {
+                engine
+                    .await_durable(enqueued)
+                    .instrument(span.clone())
+                    .await
+            }
+            Step::Shared {
+                shared,
+                command,
+                attachments,
+                caller,
+            } => {
+                engine
+                    .commit_shared(shared, *command, attachments, caller)
+                    .instrument(span.clone())
+                    .await
+            }
+        };
+        note_answer(&span, outcome.as_ref());
+        outcome
+    }
+}
+
+/// Records a command's answer on its span and in the metrics.
+fn note_answer(span: &tracing::Span, outcome: Result<&Committed, &SubagentError>) {
+    match outcome {
+        Ok(committed) => {
+            span.record(attr::EVENTS, committed.records.len());
+            crate::metrics::recorded(&committed.records);
+        }
+        Err(err) => {
+            let code = err.code();
+            span.record(attr::ERROR_TYPE, code.as_str());
+            crate::metrics::refused(code);
+        }
+    }
 }
 
 /// A short-lived read of the projections.

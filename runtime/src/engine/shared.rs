@@ -253,7 +253,7 @@ impl Engine {
         }
     }
 
-    /// [`commit_traced`](Engine::commit_traced) for a host of a shared log
+    /// [`Issued::durable`](super::Issued::durable) for a host of a shared log
     /// (see the module docs).
     pub(super) async fn commit_shared(
         &self,

@@ -137,6 +137,16 @@ fn map_rocks_error(err: rocksdb::Error, position: u64, path: &Path) -> StoreErro
     }
 }
 
+/// Whether `stream` has any event: its version 1 is indexed (versions are
+/// gap-free from 1). A point lookup, which the bloom filters of the
+/// stream index (the memtable's and each table file's) answer for a stream
+/// that has none without searching, where [`read_stream_version`] seeks.
+fn stream_started(db: &DB, path: &Path, stream: &StreamId) -> Result<bool, StoreError> {
+    db.get_pinned_cf(family(db, keys::CF_STREAMS)?, keys::stream_key(stream, 1))
+        .map(|found| found.is_some())
+        .map_err(|err| map_rocks_error(err, 0, path))
+}
+
 fn read_stream_version(db: &DB, path: &Path, stream: &StreamId) -> Result<u64, StoreError> {
     let mut iter = db.raw_iterator_cf(family(db, keys::CF_STREAMS)?);
     iter.seek_for_prev(keys::stream_key(stream, u64::MAX));

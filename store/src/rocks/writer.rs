@@ -16,13 +16,13 @@ use tokio::sync::watch;
 use tracing::{debug, warn};
 
 use super::keys::{self, CF_BLOBS, CF_EVENT_IDS, CF_LOG, CF_META, CF_STREAMS};
-use super::{family, map_rocks_error, read_stream_version};
+use super::{family, map_rocks_error, read_stream_version, stream_started};
 use crate::append_check::{
     check_transaction, encode_records, next_position as position_after, place, IdLocation,
     TransactionVerdict,
 };
 use crate::error::StoreError;
-use crate::log::{AppendOutcome, Durability, StreamAppend};
+use crate::log::{AppendOutcome, Durability, ExpectedVersion, StreamAppend};
 use crate::memory::unix_millis;
 
 pub(crate) type TransactionResult = Result<Vec<AppendOutcome>, StoreError>;
@@ -83,14 +83,30 @@ impl Writer {
         }
     }
 
-    fn version_of(&mut self, overlay: &GroupOverlay, stream: &StreamId) -> Result<u64, StoreError> {
+    /// The version of `stream` before this request: from the group's
+    /// overlay, the cache, or the index. A part that expects no stream (a
+    /// new session's first append) is checked by a point lookup of version
+    /// 1, which the bloom filters answer; only a stream that has events is
+    /// sought to its last version.
+    fn version_of(
+        &mut self,
+        overlay: &GroupOverlay,
+        stream: &StreamId,
+        expected: ExpectedVersion,
+    ) -> Result<u64, StoreError> {
         if let Some(version) = overlay.versions.get(stream) {
             return Ok(*version);
         }
         if let Some(version) = self.versions.get(stream) {
             return Ok(*version);
         }
-        let version = read_stream_version(&self.db, &self.path, stream)?;
+        let version = if expected == ExpectedVersion::NoStream
+            && !stream_started(&self.db, &self.path, stream)?
+        {
+            0
+        } else {
+            read_stream_version(&self.db, &self.path, stream)?
+        };
         self.versions.insert(*stream, version);
         Ok(version)
     }
@@ -213,7 +229,10 @@ impl Writer {
     ) -> Result<Vec<AppendOutcome>, StoreError> {
         let mut versions = HashMap::with_capacity(parts.len());
         for part in &parts {
-            versions.insert(part.stream, self.version_of(overlay, &part.stream)?);
+            versions.insert(
+                part.stream,
+                self.version_of(overlay, &part.stream, part.expected)?,
+            );
         }
         let verdict = check_transaction(
             &parts,

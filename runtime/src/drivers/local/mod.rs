@@ -27,6 +27,7 @@ use super::{announce_settled, end_info};
 use crate::tools::visible_tools;
 
 mod claims;
+mod in_flight;
 mod turn;
 
 use turn::{Published, TurnState};
@@ -240,7 +241,7 @@ impl LocalDriver {
             if ran.end.stop_reason != subagent_core::SubagentStopReason::Completed {
                 crate::telemetry::record_error(&turn_span, ran.end.stop_reason.as_str());
             }
-            self.finish_turn(&live, ran.end, ran.assistant)
+            self.finish_turn(&live, ran.end, ran.assistant, ran.in_flight)
                 .instrument(turn_span)
                 .await?;
         }

@@ -9,9 +9,11 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, Span};
 
+use super::in_flight::InFlight;
 use crate::agent::{
     Agent, Announced, ToolCall, ToolOutput, ToolPort, TranscriptItem, TurnEnd, TurnInput,
 };
+use crate::engine::Issued;
 use crate::runtime::lock;
 use crate::telemetry::{execute_tool_span, record_error};
 use crate::tools::ToolRequest;
@@ -27,11 +29,13 @@ pub(super) struct Published {
 }
 
 /// How a turn ran: the agent's end, the contents of its assistant
-/// messages, and the wake count an interrupt of this turn was taken at.
-pub(super) struct TurnRan {
+/// messages, the wake count an interrupt of this turn was taken at, and
+/// the entries it recorded that are still becoming durable.
+pub(super) struct TurnRan<'a> {
     pub(super) end: TurnEnd,
     pub(super) assistant: Vec<Vec<ContentBlock>>,
     pub(super) interrupted_at: Option<u64>,
+    pub(super) in_flight: InFlight<'a>,
 }
 
 /// The calls a turn's agent announced ([`ToolPort::announce`]): every
@@ -61,12 +65,15 @@ pub(super) struct TurnState {
 impl LocalDriver {
     /// Runs one turn: claims every pending message, hands them to the
     /// agent, and records its transcript, steering claims and tool calls as
-    /// they come, until the turn ends or is stopped.
+    /// they come, until the turn ends or is stopped. Transcript entries are
+    /// issued without waiting for each to be durable ([`InFlight`]); the
+    /// ones still in flight when the agent ends are handed back, for
+    /// [`finish_turn`](Self::finish_turn) to await with the turn's end.
     pub(super) async fn run_turn(
         &self,
         agent: &mut dyn Agent,
         turns: &mut TurnState,
-    ) -> Result<TurnRan, Failure> {
+    ) -> Result<TurnRan<'_>, Failure> {
         // A turn stops on dispose (the driver's token) or on the caller's
         // start signal, and on an interrupt. Its token is in place before
         // the turn can be seen running: an interrupt decided once
@@ -123,21 +130,26 @@ impl LocalDriver {
         };
         let mut assistant: Vec<Vec<ContentBlock>> = Vec::new();
         let mut announced = Announcements::default();
+        let mut in_flight = InFlight::default();
         let mut turn_future = agent.run_turn(input);
         let end = loop {
+            // In this order: what is ready is recorded before anything
+            // waits for the entries in flight, so they and the turn's end
+            // share a group commit when the agent is quick.
             tokio::select! {
+                biased;
                 end = &mut turn_future => break end,
-                Some(item) = items.recv() => self.record(turn, item, &mut assistant, &mut announced).await?,
+                Some(item) = items.recv() => self.record(turn, item, &mut assistant, &mut announced, &mut in_flight).await?,
                 Some(reply) = steer_requests.recv() => {
                     // Transcript entries the agent sent before asking come first.
                     while let Ok(item) = items.try_recv() {
-                        self.record(turn, item, &mut assistant, &mut announced).await?;
+                        self.record(turn, item, &mut assistant, &mut announced, &mut in_flight).await?;
                     }
                     let _ = reply.send(self.steer(&mut turns.scan_from).await?);
                 }
                 Some(request) = tool_requests.recv() => {
                     while let Ok(item) = items.try_recv() {
-                        self.record(turn, item, &mut assistant, &mut announced).await?;
+                        self.record(turn, item, &mut assistant, &mut announced, &mut in_flight).await?;
                     }
                     match request {
                         ToolRequest::Execute(call, reply) => {
@@ -158,6 +170,7 @@ impl LocalDriver {
                         }
                     }
                 }
+                durable = in_flight.next_durable(), if !in_flight.is_empty() => durable?,
             }
         };
         drop(turn_future);
@@ -166,7 +179,7 @@ impl LocalDriver {
             .take()
             .filter(|_| !self.handle.stop.is_cancelled());
         while let Some(item) = items.recv().await {
-            self.record(turn, item, &mut assistant, &mut announced)
+            self.record(turn, item, &mut assistant, &mut announced, &mut in_flight)
                 .await?;
         }
         // A permitted call whose result the agent never reported ends with
@@ -175,53 +188,55 @@ impl LocalDriver {
         open.sort_by(|left, right| left.0.cmp(&right.0));
         for (call_id, span) in open {
             record_error(&span, TOOL_ERROR);
-            self.transcribe(Event::ToolReturned {
-                turn,
-                call_id,
-                output: vec![ContentBlock::text(
-                    "the turn ended before the agent reported this call's result",
-                )],
-                is_error: true,
-                refused: false,
-            })
-            .instrument(span)
-            .await?;
+            let issued = span.in_scope(|| {
+                self.issue_transcript(Event::ToolReturned {
+                    turn,
+                    call_id,
+                    output: vec![ContentBlock::text(
+                        "the turn ended before the agent reported this call's result",
+                    )],
+                    is_error: true,
+                    refused: false,
+                })
+            });
+            in_flight.push(issued).await?;
         }
         Ok(TurnRan {
             end,
             assistant,
             interrupted_at,
+            in_flight,
         })
     }
 
     /// Ends the turn durably with the agent's raw output; `decide` settles
     /// the epoch on its first turn end (output selection and capture
-    /// validation are its rules), and a settlement is announced.
+    /// validation are its rules), and a settlement is announced. The turn's
+    /// entries still `in_flight` share the end's group commit: it is issued
+    /// first, then they and it are awaited.
     pub(super) async fn finish_turn(
         &self,
         live: &Published,
         end: TurnEnd,
         assistant: Vec<Vec<ContentBlock>>,
+        mut in_flight: InFlight<'_>,
     ) -> Result<(), Failure> {
         let child = self.handle.child;
-        let recorded = self
-            .runtime
-            .inner
-            .engine
-            .commit(Command::EndTurn {
-                session: child,
-                stop_reason: end.stop_reason,
-                output: TurnOutput {
-                    assistant,
-                    structured: end.structured,
-                    // Agent text is cleaned before it is recorded.
-                    diagnostic: end
-                        .diagnostic
-                        .as_ref()
-                        .map(|text| self.runtime.clean_diagnostic(child, text.as_str())),
-                },
-            })
-            .await?;
+        let ending = self.runtime.inner.engine.issue_here(Command::EndTurn {
+            session: child,
+            stop_reason: end.stop_reason,
+            output: TurnOutput {
+                assistant,
+                structured: end.structured,
+                // Agent text is cleaned before it is recorded.
+                diagnostic: end
+                    .diagnostic
+                    .as_ref()
+                    .map(|text| self.runtime.clean_diagnostic(child, text.as_str())),
+            },
+        });
+        in_flight.settle().await?;
+        let recorded = ending.durable().await?.records;
         let settled = recorded.into_iter().find_map(|record| match record.event {
             Event::ActivationSettled { result, .. } => Some(result),
             _ => None,
@@ -236,17 +251,18 @@ impl LocalDriver {
         Ok(())
     }
 
-    /// Records one transcript item. A tool result is recorded once, for a
-    /// call announced and permitted in this turn; any other (a refused
-    /// call's, a second one, an unknown id's) is dropped (logged at debug
-    /// level), since the call's recorded result already stands or it never
-    /// ran through the port.
-    pub(super) async fn record(
-        &self,
+    /// Records one transcript item, issued into `in_flight`. A tool result
+    /// is recorded once, for a call announced and permitted in this turn;
+    /// any other (a refused call's, a second one, an unknown id's) is
+    /// dropped (logged at debug level), since the call's recorded result
+    /// already stands or it never ran through the port.
+    pub(super) async fn record<'a>(
+        &'a self,
         turn: u64,
         item: TranscriptItem,
         assistant: &mut Vec<Vec<ContentBlock>>,
         announced: &mut Announcements,
+        in_flight: &mut InFlight<'a>,
     ) -> Result<(), SubagentError> {
         let entry = match item {
             TranscriptItem::Assistant(content) => {
@@ -271,19 +287,19 @@ impl LocalDriver {
                     record_error(&span, TOOL_ERROR);
                 }
                 // Recorded in the call's span, which ends with it.
-                return self
-                    .transcribe(Event::ToolReturned {
+                let issued = span.in_scope(|| {
+                    self.issue_transcript(Event::ToolReturned {
                         turn,
                         call_id,
                         output,
                         is_error,
                         refused: false,
                     })
-                    .instrument(span)
-                    .await;
+                });
+                return in_flight.push(issued).await;
             }
         };
-        self.transcribe(entry).await
+        in_flight.push(self.issue_transcript(entry)).await
     }
 
     /// Serves one announced call: `decide` records it and answers a call
@@ -354,16 +370,15 @@ impl LocalDriver {
         }))
     }
 
-    pub(super) async fn transcribe(&self, entry: Event) -> Result<(), SubagentError> {
+    /// Issues `entry` to the session's transcript, in the current span.
+    fn issue_transcript(&self, entry: Event) -> Issued<'_> {
         self.runtime
             .inner
             .engine
-            .commit(Command::RecordTranscript {
+            .issue_here(Command::RecordTranscript {
                 session: self.handle.child,
                 entry,
             })
-            .await?;
-        Ok(())
     }
 
     /// Serves one tool call: `decide` records it and answers a call the
@@ -390,14 +405,20 @@ impl LocalDriver {
             output = execution => ToolOutput { refused: false, ..output },
             () = cancel.cancelled() => ToolOutput::error("interrupted"),
         };
-        self.transcribe(Event::ToolReturned {
-            turn,
-            call_id,
-            output: output.output.clone(),
-            is_error: output.is_error,
-            refused: output.refused,
-        })
-        .await?;
+        self.runtime
+            .inner
+            .engine
+            .commit(Command::RecordTranscript {
+                session: self.handle.child,
+                entry: Event::ToolReturned {
+                    turn,
+                    call_id,
+                    output: output.output.clone(),
+                    is_error: output.is_error,
+                    refused: output.refused,
+                },
+            })
+            .await?;
         Ok(output)
     }
 }
