@@ -1,8 +1,9 @@
 //! A turn's transcript entries are issued without waiting for each to be
 //! durable (`drivers/local/in_flight.rs`): they share group commits with
-//! each other and with the turn's end, they still become durable while the
-//! turn runs, every one is recorded in the order the agent sent it, and a
-//! failed append among them ends the turn.
+//! each other and with the turn's end, they are not held back until the
+//! turn ends, every one is recorded in the order the agent sent it, and a
+//! failed append among them ends the turn (which only the driver's polling
+//! of the entries in flight can notice while the agent holds its turn).
 
 mod common;
 
@@ -131,10 +132,10 @@ async fn a_turns_entries_and_its_end_share_group_commits() {
 
     // Awaited one by one, the turn took 13 commits (the send, the claim,
     // each entry, the end); issued, the entries and the end share one, or
-    // two when the async runtime's cooperative budget pauses the agent
-    // between entries (what is in flight is then written meanwhile).
+    // a few when the writer thread's backstop (every 2 ms while appends
+    // wait) or the async runtime's cooperative budget splits them.
     assert!(
-        (2..=4).contains(&commits),
+        (2..=6).contains(&commits),
         "the second turn took {commits} group commits"
     );
 

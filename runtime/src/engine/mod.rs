@@ -529,6 +529,13 @@ impl Engine {
             // already used): nothing to read, and the store is told to
             // check just that, which costs it a point lookup, not a seek.
             let creates = creates_stream(stream, &events);
+            debug_assert!(
+                !creates
+                    || stream
+                        .session()
+                        .is_some_and(|id| !pipeline.state.sessions.contains_key(&id)),
+                "a decision creates {stream}, which the projections already know"
+            );
             let mut version = match pipeline.versions.entry(stream) {
                 Entry::Occupied(entry) => *entry.get(),
                 Entry::Vacant(entry) if creates => *entry.insert(0),
@@ -659,10 +666,13 @@ pub(crate) struct Committed {
     pub(crate) opened: Option<TracedSpan>,
 }
 
-/// A command issued to the engine ([`Engine::issue_in`]): decided and
+/// A command issued to the engine ([`Engine::issue_here`]): decided and
 /// enqueued on a single-writer log, to be decided when awaited on a shared
 /// one. Dropping it unawaited does not undo it: its events are folded in
-/// and will become durable, only unannounced.
+/// and the store still writes them, but nothing checks where they landed,
+/// a failed append does not stop the engine until the next command awaited
+/// meets the store's refusal, and its metrics, span and due checkpoint are
+/// skipped. Await it.
 #[must_use = "an issued command is durable, or failed, only once awaited"]
 pub(crate) struct Issued<'a> {
     engine: &'a Engine,

@@ -154,7 +154,7 @@ impl LocalDriver {
                     match request {
                         ToolRequest::Execute(call, reply) => {
                             let span = execute_tool_span(&call.name, &call.call_id);
-                            let output = self.call_tool(turn, call, &cancel).instrument(span.clone()).await?;
+                            let output = self.call_tool(turn, call, &cancel, &mut in_flight).instrument(span.clone()).await?;
                             if output.is_error {
                                 record_error(&span, if output.refused { REFUSED } else { TOOL_ERROR });
                             }
@@ -384,15 +384,20 @@ impl LocalDriver {
     /// Serves one tool call: `decide` records it and answers a call the
     /// session's lineage refuses (or an unknown tool) at once; any other is
     /// executed through the host (cut short by the turn's cancellation) and
-    /// its result recorded.
+    /// its result recorded. The call's record being durable, so is every
+    /// entry `in_flight` before it: they are taken off before the tool
+    /// runs, so their append latency is not measured across it.
     pub(super) async fn call_tool(
         &self,
         turn: u64,
         call: ToolCall,
         cancel: &CancellationToken,
+        in_flight: &mut InFlight<'_>,
     ) -> Result<ToolOutput, SubagentError> {
         let child = self.handle.child;
-        if let Some(answer) = self.decide_call(turn, &call).await? {
+        let refused = self.decide_call(turn, &call).await?;
+        in_flight.settle().await?;
+        if let Some(answer) = refused {
             return Ok(answer);
         }
         let call_id = call.call_id.clone();
