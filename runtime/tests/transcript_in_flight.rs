@@ -89,6 +89,13 @@ fn assistant_texts(events: &[Event]) -> Vec<String> {
         .collect()
 }
 
+/// A fresh RocksDB log in `durability` mode, and the directory it lives in.
+fn rocks_log(durability: Durability) -> (tempfile::TempDir, RocksLog) {
+    let dir = tempfile::tempdir().unwrap();
+    let log = RocksLog::open(dir.path(), RocksOptions { durability }).unwrap();
+    (dir, log)
+}
+
 fn turns_ended(events: &[Event]) -> usize {
     events
         .iter()
@@ -98,14 +105,7 @@ fn turns_ended(events: &[Event]) -> usize {
 
 #[tokio::test]
 async fn a_turns_entries_and_its_end_share_group_commits() {
-    let dir = tempfile::tempdir().unwrap();
-    let log = RocksLog::open(
-        dir.path(),
-        RocksOptions {
-            durability: Durability::Buffered,
-        },
-    )
-    .unwrap();
+    let (_dir, log) = rocks_log(Durability::Buffered);
     let host = Arc::new(Streamer {
         entries: 10,
         gate: None,
@@ -157,8 +157,7 @@ async fn a_turns_entries_and_its_end_share_group_commits() {
 #[tokio::test]
 async fn an_entry_is_durable_while_its_turn_still_runs() {
     for durability in [Durability::Buffered, Durability::Sync] {
-        let dir = tempfile::tempdir().unwrap();
-        let log = RocksLog::open(dir.path(), RocksOptions { durability }).unwrap();
+        let (_dir, log) = rocks_log(durability);
         let (release, hold) = watch::channel(false);
         let host = Arc::new(Streamer {
             entries: 1,
