@@ -9,10 +9,12 @@
 //! the log is fail-stop and keeps enqueue order, its being durable means
 //! every entry issued before it is too.
 //!
-//! The set is polled while the turn runs, so an entry becomes durable (and
-//! readable by the log's subscribers) as soon as the log can write it, not
-//! only when the turn ends; its failure ends the turn. It holds at most
-//! [`MAX_IN_FLIGHT`] entries: past that, recording waits for them.
+//! Nothing holds an entry back until the turn ends: the store writes what
+//! is enqueued (its writer thread, or in `Buffered` mode the next leader or
+//! the writer's backstop). The driver polls the set while the turn runs,
+//! which leads a `Buffered` commit at once and notices a failed append,
+//! which ends the turn. It holds at most [`MAX_IN_FLIGHT`] entries: past
+//! that, recording waits for them.
 //!
 //! On a shared log an issued command is decided only when awaited, so each
 //! entry is awaited at once there, as before: the order of a tree's
