@@ -133,9 +133,11 @@ async fn a_turns_entries_and_its_end_share_group_commits() {
     // Awaited one by one, the turn took 13 commits (the send, the claim,
     // each entry, the end); issued, the entries and the end share one, or
     // a few when the writer thread's backstop (every 2 ms while appends
-    // wait) or the async runtime's cooperative budget splits them.
+    // wait) or the async runtime's cooperative budget splits them. The
+    // bound leaves room for a loaded machine (CI runs test binaries side
+    // by side) and still refuses the 13 of one commit an entry.
     assert!(
-        (2..=6).contains(&commits),
+        (2..=10).contains(&commits),
         "the second turn took {commits} group commits"
     );
 

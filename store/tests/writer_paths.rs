@@ -230,12 +230,15 @@ fn buffered_appenders_ready_together_share_one_group_commit() {
     let led = after.by_appenders - before.by_appenders;
     let by_thread = after.by_thread - before.by_thread;
     // One group led by the first task, and a few more should the writer
-    // thread's backstop look at the queue meanwhile (every 2 ms).
+    // thread's backstop look at the queue meanwhile (every 2 ms). On a
+    // loaded machine the backstop may take the whole group before any
+    // task polls its ticket (CI saw `led == 0, by_thread == 2`), so who
+    // committed is not asserted here: that an awaiting appender leads is
+    // `an_awaiting_appender_leads_in_buffered_mode_only`'s to check.
     assert!(
         led + by_thread <= 8,
         "{appenders} appends in {led} led and {by_thread} backstop commits"
     );
-    assert!(led >= 1, "{after:?}");
 }
 
 /// Dropping the last handle commits what is queued and frees the
