@@ -36,7 +36,9 @@ fn host() -> Arc<ScriptedHost> {
             turns: vec![
                 vec![
                     say("reading the code"),
-                    Step::SleepMs(1_000),
+                    // Room for the note to be sent and recorded before the
+                    // step boundary, on a loaded machine too.
+                    Step::SleepMs(3_000),
                     say("first pass done"),
                 ],
                 vec![say("on the second task"), Step::SleepMs(3_600_000)],

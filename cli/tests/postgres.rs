@@ -358,7 +358,10 @@ async fn two_serve_hosts_share_one_postgres_log_and_one_takes_over_the_others_tr
                 "--host-name",
                 name,
                 "--lease-term-ms",
-                "1000",
+                // Long enough that a loaded machine's stall (a renewal
+                // every third of a term) never lets host-a's lease lapse
+                // while host-b is checked against it.
+                "5000",
             ],
         )
     };
@@ -428,7 +431,7 @@ async fn two_serve_hosts_share_one_postgres_log_and_one_takes_over_the_others_tr
     }
 
     assert!(!a.kill().success());
-    eventually(15, "host-b takes the root over", || async {
+    eventually(30, "host-b takes the root over", || async {
         reopen().await.unwrap().status() == 200
     })
     .await;
@@ -436,7 +439,7 @@ async fn two_serve_hosts_share_one_postgres_log_and_one_takes_over_the_others_tr
     assert!(status.success());
     assert!(
         rest.iter()
-            .any(|line| line == "host: host-b (one of several on this log; leases of 1000 ms)"),
+            .any(|line| line == "host: host-b (one of several on this log; leases of 5000 ms)"),
         "{rest:?}"
     );
     let tree = ok(&["log", &log]);

@@ -531,7 +531,8 @@ impl SubagentDescriptor {
     /// or does not decode, which a catalog lists as mode `unknown`.
     #[must_use]
     pub fn interpret(recorded: &Value) -> Option<SubagentDescriptor> {
-        let descriptor: SubagentDescriptor = serde_json::from_value(recorded.clone()).ok()?;
+        // Read in place: a `&Value` is a deserializer, so nothing is cloned.
+        let descriptor = SubagentDescriptor::deserialize(recorded).ok()?;
         (descriptor.version == DESCRIPTOR_VERSION).then_some(descriptor)
     }
 }

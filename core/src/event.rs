@@ -70,24 +70,61 @@ impl StreamId {
 /// The longest stream name: `session-` and a hyphenated uuid.
 const STREAM_NAME_MAX: usize = StreamId::SESSION_PREFIX.len() + uuid::fmt::Hyphenated::LENGTH;
 
+/// A stream's name built on the stack: what its `Display` writes, without
+/// the formatter or an allocation. Every record's envelope and every key
+/// of a stream's index name their stream, so this is on the append path.
+#[derive(Clone, Copy)]
+pub struct StreamName {
+    bytes: [u8; STREAM_NAME_MAX],
+    len: u8,
+}
+
+impl StreamName {
+    /// The name, ASCII by construction.
+    #[must_use]
+    pub fn as_str(&self) -> &str {
+        std::str::from_utf8(self.as_bytes()).unwrap_or_default()
+    }
+
+    /// The name's bytes, without the UTF-8 check `as_str` makes: what a
+    /// writer of bytes wants.
+    #[must_use]
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..usize::from(self.len)]
+    }
+}
+
+impl fmt::Debug for StreamName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 impl StreamId {
-    /// The stream's name, built on the stack, and its length: every
-    /// record's envelope names its stream, so this is on the append path.
-    pub(crate) fn name(&self) -> ([u8; STREAM_NAME_MAX], usize) {
-        let mut name = [0u8; STREAM_NAME_MAX];
+    /// The stream's name, built on the stack.
+    #[must_use]
+    pub fn name(&self) -> StreamName {
+        let mut bytes = [0u8; STREAM_NAME_MAX];
         let (prefix, id) = match self {
             StreamId::Runtime => {
                 let text = b"runtime";
-                name[..text.len()].copy_from_slice(text);
-                return (name, text.len());
+                bytes[..text.len()].copy_from_slice(text);
+                return StreamName {
+                    bytes,
+                    len: text.len() as u8,
+                };
             }
             StreamId::Host(id) => (Self::HOST_PREFIX, id.as_uuid()),
             StreamId::Session(id) => (Self::SESSION_PREFIX, id.as_uuid()),
         };
-        name[..prefix.len()].copy_from_slice(prefix.as_bytes());
+        bytes[..prefix.len()].copy_from_slice(prefix.as_bytes());
         let end = prefix.len() + uuid::fmt::Hyphenated::LENGTH;
-        id.hyphenated().encode_lower(&mut name[prefix.len()..end]);
-        (name, end)
+        id.hyphenated().encode_lower(&mut bytes[prefix.len()..end]);
+        StreamName {
+            bytes,
+            // At most `STREAM_NAME_MAX`, 44.
+            len: end as u8,
+        }
     }
 
     /// The length of the name of a session's stream.
@@ -118,9 +155,7 @@ impl StreamId {
 
 impl fmt::Display for StreamId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let (name, len) = self.name();
-        // ASCII by construction.
-        f.write_str(std::str::from_utf8(&name[..len]).map_err(|_| fmt::Error)?)
+        f.write_str(self.name().as_str())
     }
 }
 
@@ -145,9 +180,7 @@ impl FromStr for StreamId {
 
 impl Serialize for StreamId {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let (name, len) = self.name();
-        serializer
-            .serialize_str(std::str::from_utf8(&name[..len]).map_err(serde::ser::Error::custom)?)
+        serializer.serialize_str(self.name().as_str())
     }
 }
 

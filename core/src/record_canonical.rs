@@ -60,8 +60,7 @@ pub(super) fn write(record: &RecordedEvent, out: &mut Vec<u8>) -> Result<(), ser
     out.extend_from_slice(key::POSITION);
     out.extend_from_slice(integer.format(record.position).as_bytes());
     out.extend_from_slice(key::STREAM);
-    let (name, len) = record.stream.name();
-    out.extend_from_slice(&name[..len]);
+    out.extend_from_slice(record.stream.name().as_bytes());
     out.push(b'"');
     out.extend_from_slice(key::VERSION);
     out.extend_from_slice(integer.format(record.version).as_bytes());

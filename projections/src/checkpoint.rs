@@ -32,7 +32,9 @@
 //! itself. A JSON checkpoint (versions 1 and 2, which began with
 //! `{"checkpointVersion":`) is refused as the version it names.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
+
+use foldhash::HashMap;
 
 use serde::de::{DeserializeOwned, IgnoredAny};
 use serde::{Deserialize, Serialize};

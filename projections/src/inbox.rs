@@ -2,7 +2,9 @@
 //! ones with their turn, dropped ones with their epoch, and the receipts of
 //! browser-authored prompts by their request id (for idempotent retries).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+
+use foldhash::HashMap;
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};

@@ -6,7 +6,9 @@
 //! maintaining it incrementally; the replay crate's `verify` and the property
 //! tests check exactly that.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+
+use foldhash::HashMap;
 
 use serde::{Deserialize, Serialize};
 use subagent_core::{
@@ -43,6 +45,11 @@ pub struct ProviderRecord {
 }
 
 /// Every projection of the log at one position.
+///
+/// Its maps hash with `foldhash` (seeded per process, as `std`'s are), not
+/// SipHash: every event folded in and every command decided looks ids up
+/// in them, and SipHash was most of the cost of a lookup
+/// (BENCHMARKS.md, "Hashing ids").
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Projections {

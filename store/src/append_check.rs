@@ -7,6 +7,7 @@
 //! than [`MAX_EVENT_BYTES`].
 
 use std::collections::HashSet;
+use std::hash::Hash;
 
 use subagent_core::{EventId, NewEvent, RecordedEvent, StreamId, MAX_EVENT_BYTES};
 
@@ -61,10 +62,9 @@ where
             event_type: misplaced.event.type_name(),
         });
     }
-    let mut seen = HashSet::with_capacity(events.len());
-    if let Some(repeated) = events.iter().find(|new| !seen.insert(new.event_id)) {
+    if let Some(repeated) = first_repeated(events.iter().map(|new| &new.event_id), events.len()) {
         return Err(StoreError::DuplicateEventId {
-            event_id: repeated.event_id,
+            event_id: *repeated,
             reason: "repeated within one append",
         });
     }
@@ -110,6 +110,29 @@ where
     Ok(Verdict::Write { current })
 }
 
+/// Up to how many items [`first_repeated`] compares pairwise.
+const PAIRWISE_MAX: usize = 16;
+
+/// The first of the `count` `items` equal to an earlier one. An append
+/// holds one or a few events, so up to [`PAIRWISE_MAX`] items are compared
+/// pairwise, with no allocation and no hashing; more go through a set.
+fn first_repeated<I>(items: I, count: usize) -> Option<I::Item>
+where
+    I: Iterator + Clone,
+    I::Item: Eq + Hash + Copy,
+{
+    if count <= PAIRWISE_MAX {
+        let earlier = items.clone();
+        items
+            .enumerate()
+            .find(|(index, item)| earlier.clone().take(*index).any(|seen| seen == *item))
+            .map(|(_, item)| item)
+    } else {
+        let mut seen = HashSet::with_capacity(count);
+        items.into_iter().find(|item| !seen.insert(*item))
+    }
+}
+
 /// What to do with an atomic multi-stream append.
 #[derive(Debug, PartialEq, Eq)]
 pub enum TransactionVerdict {
@@ -140,21 +163,18 @@ where
     if parts.is_empty() {
         return Err(StoreError::EmptyAppend);
     }
-    let mut streams = HashSet::with_capacity(parts.len());
-    if let Some(repeated) = parts.iter().find(|part| !streams.insert(part.stream)) {
-        return Err(StoreError::RepeatedStream {
-            stream: repeated.stream,
-        });
+    if let Some(repeated) = first_repeated(parts.iter().map(|part| &part.stream), parts.len()) {
+        return Err(StoreError::RepeatedStream { stream: *repeated });
     }
     if parts.len() > 1 {
-        let mut ids = HashSet::new();
-        if let Some(repeated) = parts
+        let ids = parts
             .iter()
             .flat_map(|part| &part.events)
-            .find(|new| !ids.insert(new.event_id))
-        {
+            .map(|new| &new.event_id);
+        let count = parts.iter().map(|part| part.events.len()).sum();
+        if let Some(repeated) = first_repeated(ids, count) {
             return Err(StoreError::DuplicateEventId {
-                event_id: repeated.event_id,
+                event_id: *repeated,
                 reason: "repeated within one append",
             });
         }
@@ -197,7 +217,7 @@ pub fn place(
     first_position: u64,
     now: u64,
 ) -> Result<(Vec<RecordedEvent>, Vec<AppendOutcome>), StoreError> {
-    let mut records = Vec::new();
+    let mut records = Vec::with_capacity(parts.iter().map(|part| part.events.len()).sum());
     let mut outcomes = Vec::with_capacity(parts.len());
     // `next` is the position the next event gets; it may be one past
     // `u64::MAX` only once nothing is left to place.
@@ -383,6 +403,80 @@ mod tests {
                     ..
                 })
             ));
+        }
+    }
+
+    /// Both ways of finding a repeat (pairwise for a few items, a set for
+    /// more) name the same culprit: the first item equal to an earlier one,
+    /// wherever the two stand, and nothing when every item is distinct.
+    #[test]
+    fn a_repeat_is_named_alike_pairwise_and_through_a_set() {
+        for count in [1, 2, 3, PAIRWISE_MAX, PAIRWISE_MAX + 1, 40] {
+            let ids: Vec<EventId> = (0..count).map(|_| EventId::new()).collect();
+            assert_eq!(first_repeated(ids.iter(), count), None, "{count} distinct");
+            for later in 1..count {
+                for earlier in 0..later {
+                    let mut repeated = ids.clone();
+                    repeated[later] = repeated[earlier];
+                    // A second repeat after the first is not the one named.
+                    if later + 1 < count {
+                        repeated[count - 1] = repeated[later - 1];
+                    }
+                    assert_eq!(
+                        first_repeated(repeated.iter(), count),
+                        Some(&repeated[later]),
+                        "{count} items, item {later} repeats item {earlier}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_stream_twice_or_an_id_in_two_parts_is_refused() {
+        let runtime = StreamId::Runtime;
+        let part = |stream, events| StreamAppend {
+            stream,
+            expected: ExpectedVersion::Any,
+            events,
+        };
+        let none = |_: &EventId| Ok(None);
+        let versions = |_: &StreamId| Ok(0);
+        assert_eq!(
+            check_transaction(
+                &[
+                    part(runtime, vec![removed()]),
+                    part(runtime, vec![removed()])
+                ],
+                versions,
+                none
+            ),
+            Err(StoreError::RepeatedStream { stream: runtime })
+        );
+        let session = StreamId::Session(SessionId::new());
+        let shared = NewEvent::new(Event::TurnStarted { turn: 1, epoch: 1 });
+        let mut many: Vec<NewEvent> = (0..PAIRWISE_MAX)
+            .map(|turn| {
+                NewEvent::new(Event::TurnStarted {
+                    turn: turn as u64,
+                    epoch: 1,
+                })
+            })
+            .collect();
+        many.push(shared.clone());
+        let other = StreamId::Session(SessionId::new());
+        for first in [vec![shared.clone()], many] {
+            assert_eq!(
+                check_transaction(
+                    &[part(session, first), part(other, vec![shared.clone()])],
+                    versions,
+                    none
+                ),
+                Err(StoreError::DuplicateEventId {
+                    event_id: shared.event_id,
+                    reason: "repeated within one append"
+                })
+            );
         }
     }
 }

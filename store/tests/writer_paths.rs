@@ -6,7 +6,7 @@
 //! measured in BENCHMARKS.md) must keep.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Barrier};
 
 use subagent_core::{Event, NewEvent, SessionId, StreamId};
 use subagent_store::{Durability, EventLog, EventLogExt, ExpectedVersion, RocksLog, RocksOptions};
@@ -28,12 +28,19 @@ fn chained_appends_keep_their_order(durability: Durability) {
     let dir = tempfile::tempdir().unwrap();
     let log = open(dir.path(), durability);
     let stop = Arc::new(AtomicBool::new(false));
+    // The chain starts once every noise thread has written once, so the
+    // writer is busy while it runs however late the threads are scheduled.
+    let started = Arc::new(Barrier::new(4));
     let noise: Vec<_> = (0..3)
         .map(|_| {
-            let (log, stop) = (log.clone(), Arc::clone(&stop));
+            let (log, stop, started) = (log.clone(), Arc::clone(&stop), Arc::clone(&started));
             std::thread::spawn(move || {
                 let stream = StreamId::Session(SessionId::new());
-                let mut written = 0u64;
+                log.append(stream, ExpectedVersion::Any, vec![turn(0)])
+                    .wait()
+                    .expect("noise append");
+                started.wait();
+                let mut written = 1u64;
                 while !stop.load(Ordering::Relaxed) {
                     log.append(stream, ExpectedVersion::Any, vec![turn(written)])
                         .wait()
@@ -44,6 +51,7 @@ fn chained_appends_keep_their_order(durability: Durability) {
             })
         })
         .collect();
+    started.wait();
     let chain = StreamId::Session(SessionId::new());
     let links = 2_000u64;
     let tickets: Vec<_> = (0..links)
@@ -60,7 +68,8 @@ fn chained_appends_keep_their_order(durability: Durability) {
     }
     stop.store(true, Ordering::Relaxed);
     let noise_written: u64 = noise.into_iter().map(|t| t.join().unwrap()).sum();
-    assert!(noise_written > 0, "the writer was never busy");
+    // Beyond each thread's first append, before the chain began.
+    assert!(noise_written > 3, "no noise append ran beside the chain");
     assert_eq!(log.head(), links + noise_written);
     let versions: Vec<u64> = log
         .read_stream(chain, 1)

@@ -32,9 +32,10 @@
 //! command waits for it) and, awaited, when the runtime is closed.
 
 use std::collections::hash_map::Entry;
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+
+use foldhash::HashMap;
 
 use crate::telemetry::TracedSpan;
 use subagent_core::record::{encoded_body_len, json_len};
@@ -169,7 +170,7 @@ impl Engine {
                 Projections::new()
             }
         };
-        let mut versions = HashMap::new();
+        let mut versions = HashMap::default();
         subagent_store::read_ahead::scan(log.as_ref(), state.position + 1, |record| {
             versions.insert(record.stream, record.version);
             state.apply(&record);
@@ -512,7 +513,7 @@ impl Engine {
         opened = crate::telemetry::requested_activation_span(&pipeline.state, &decision, caller);
         let trace = opened.as_ref().map_or(caller, |opened| opened.trace);
         let mut parts = Vec::with_capacity(decision.len());
-        let mut records = Vec::new();
+        let mut records = Vec::with_capacity(decision.iter().map(|(_, events)| events.len()).sum());
         let mut next_versions = Vec::with_capacity(decision.len());
         let mut position = pipeline.state.position;
         for (stream, events) in decision {

@@ -46,13 +46,18 @@ pub(crate) fn decode_u64(bytes: &[u8]) -> Option<u64> {
 
 /// The prefix shared by every key of `stream` in the `streams` family.
 pub(crate) fn stream_prefix(stream: &StreamId) -> Vec<u8> {
-    let mut key = stream.to_string().into_bytes();
+    let name = stream.name();
+    let mut key = Vec::with_capacity(name.as_bytes().len() + 1);
+    key.extend_from_slice(name.as_bytes());
     key.push(0);
     key
 }
 
 pub(crate) fn stream_key(stream: &StreamId, version: u64) -> Vec<u8> {
-    let mut key = stream_prefix(stream);
+    let name = stream.name();
+    let mut key = Vec::with_capacity(name.as_bytes().len() + 9);
+    key.extend_from_slice(name.as_bytes());
+    key.push(0);
     key.extend_from_slice(&version.to_be_bytes());
     key
 }
@@ -79,10 +84,11 @@ pub(crate) fn decode_event_id_key(key: &[u8]) -> Option<EventId> {
 }
 
 pub(crate) fn encode_location(location: &IdLocation) -> Vec<u8> {
-    let mut value = Vec::with_capacity(16 + 44);
+    let stream = location.stream.name();
+    let mut value = Vec::with_capacity(16 + stream.as_bytes().len());
     value.extend_from_slice(&location.position.to_be_bytes());
     value.extend_from_slice(&location.version.to_be_bytes());
-    value.extend_from_slice(location.stream.to_string().as_bytes());
+    value.extend_from_slice(stream.as_bytes());
     value
 }
 

@@ -6,7 +6,7 @@
 //! new head in ONE `WriteBatch` with ONE WAL sync (in `Sync` mode), and
 //! only then returns their answers. Who calls it, and when, is `leader`'s.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -43,6 +43,9 @@ pub(crate) struct Writer {
     /// The log directory, for error messages.
     path: PathBuf,
     head: u64,
+    /// Each stream's version, once an append has looked it up or written
+    /// it. (foldhash: the writer hashes ids several times an event, and
+    /// SipHash was a tenth of its commit; BENCHMARKS.md, "Append".)
     versions: HashMap<StreamId, u64>,
     write_options: WriteOptions,
     head_watch: Arc<watch::Sender<u64>>,
@@ -77,7 +80,7 @@ impl Writer {
             db,
             path,
             head,
-            versions: HashMap::new(),
+            versions: HashMap::default(),
             write_options,
             head_watch,
         }
@@ -227,7 +230,7 @@ impl Writer {
         parts: Vec<StreamAppend>,
         attachments: Vec<Attachment>,
     ) -> Result<Vec<AppendOutcome>, StoreError> {
-        let mut versions = HashMap::with_capacity(parts.len());
+        let mut versions = HashMap::with_capacity_and_hasher(parts.len(), Default::default());
         for part in &parts {
             versions.insert(
                 part.stream,
