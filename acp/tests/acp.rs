@@ -296,9 +296,17 @@ async fn an_interrupt_cancels_the_turn_and_settles_aborted() {
 
 #[tokio::test]
 async fn a_hung_turn_is_killed_after_the_grace_period() {
-    let world = World::start(script(
-        json!([[{"say": "stuck"}, {"usage": {"used": 1, "size": 10}}, "hang"]]),
-    ))
+    let world = World::with(
+        script(json!([[{"say": "stuck"}, {"usage": {"used": 1, "size": 10}}, "hang"]])),
+        common::Setup {
+            timeouts: AcpTimeouts {
+                initialize: Duration::from_secs(10),
+                session: Duration::from_secs(10),
+                cancel_grace: Duration::from_millis(300),
+            },
+            ..common::Setup::default()
+        },
+    )
     .await;
     let child = world.child(spec("hung", "go")).await;
     until_events(&world, child.child_id(), "the turn under way", |events| {

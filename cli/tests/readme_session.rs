@@ -30,8 +30,11 @@ fn the_readme_curl_session_runs_and_shows_the_reply_and_the_interrupt() {
     let serve = Serve::start(&data);
     let address = serve.base.trim_start_matches("http://").to_owned();
     let script = session_block().replace("127.0.0.1:7878", &address);
-    let output = Command::new("bash")
-        .args(["-euo", "pipefail", "-c", &script])
+    // The block waits for what it shows (a turn under way, the aborted
+    // turn's end on the stream); the watchdog fails it, instead of
+    // hanging, if one never comes.
+    let output = Command::new("timeout")
+        .args(["120", "bash", "-euo", "pipefail", "-c", &script])
         .current_dir(dir.path())
         .output()
         .expect("bash runs");

@@ -47,7 +47,10 @@ impl Default for Setup {
             timeouts: AcpTimeouts {
                 initialize: Duration::from_secs(10),
                 session: Duration::from_secs(10),
-                cancel_grace: Duration::from_millis(500),
+                // An agent's `cancelled` crosses four threads on its way
+                // back: room for a loaded machine. The test of a hung turn
+                // sets a short grace of its own.
+                cancel_grace: Duration::from_secs(5),
             },
             log: None,
             env: Vec::new(),

@@ -12,8 +12,9 @@ use subagent_acp::script::{AcpStep, AgentStep, PlanItem, PlanPriority, PlanStatu
 use tokio_util::sync::CancellationToken;
 
 /// How long a `crash` step lets the updates sent before it reach stdout
-/// before the process exits.
-const CRASH_SETTLE: Duration = Duration::from_millis(50);
+/// before the process exits: they are written by another thread, which a
+/// loaded machine may not run for a while.
+const CRASH_SETTLE: Duration = Duration::from_secs(1);
 
 /// What the client advertised, in `initialize`, that it does with files.
 #[derive(Clone, Copy, Debug, Default)]
