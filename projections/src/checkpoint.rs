@@ -34,8 +34,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use foldhash::HashMap;
-
 use serde::de::{DeserializeOwned, IgnoredAny};
 use serde::{Deserialize, Serialize};
 use subagent_core::{HostId, SessionId};
@@ -46,6 +44,7 @@ use crate::inbox::Inbox;
 use crate::ownership::TreeOwner;
 use crate::sessions::SessionRecord;
 use crate::state::{Projections, ProviderRecord};
+use crate::IdMap;
 
 /// The checkpoint format this build writes and reads. Version 2 added the
 /// prompt receipts of each inbox; version 3 is the binary frame above. A
@@ -171,12 +170,12 @@ impl std::fmt::Display for CheckpointRejected {
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 struct TreesOut<'a> {
-    sessions: &'a HashMap<SessionId, SessionRecord>,
+    sessions: &'a IdMap<SessionId, SessionRecord>,
     roots: &'a [SessionId],
-    catalogs: &'a HashMap<SessionId, Vec<CatalogFact>>,
+    catalogs: &'a IdMap<SessionId, Vec<CatalogFact>>,
     providers: &'a [ProviderRecord],
     host_providers: &'a BTreeMap<HostId, Vec<ProviderRecord>>,
-    owners: &'a HashMap<SessionId, TreeOwner>,
+    owners: &'a IdMap<SessionId, TreeOwner>,
     admission_closed: &'a BTreeSet<SessionId>,
 }
 
@@ -184,12 +183,12 @@ struct TreesOut<'a> {
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct TreesIn {
-    sessions: HashMap<SessionId, SessionRecord>,
+    sessions: IdMap<SessionId, SessionRecord>,
     roots: Vec<SessionId>,
-    catalogs: HashMap<SessionId, Vec<CatalogFact>>,
+    catalogs: IdMap<SessionId, Vec<CatalogFact>>,
     providers: Vec<ProviderRecord>,
     host_providers: BTreeMap<HostId, Vec<ProviderRecord>>,
-    owners: HashMap<SessionId, TreeOwner>,
+    owners: IdMap<SessionId, TreeOwner>,
     admission_closed: BTreeSet<SessionId>,
 }
 
@@ -197,18 +196,18 @@ struct TreesIn {
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 struct ActivityOut<'a> {
-    activations: &'a HashMap<SessionId, ActivationState>,
-    runs: &'a HashMap<SessionId, RunState>,
-    inboxes: &'a HashMap<SessionId, Inbox>,
+    activations: &'a IdMap<SessionId, ActivationState>,
+    runs: &'a IdMap<SessionId, RunState>,
+    inboxes: &'a IdMap<SessionId, Inbox>,
 }
 
 /// The second part on its way in.
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct ActivityIn {
-    activations: HashMap<SessionId, ActivationState>,
-    runs: HashMap<SessionId, RunState>,
-    inboxes: HashMap<SessionId, Inbox>,
+    activations: IdMap<SessionId, ActivationState>,
+    runs: IdMap<SessionId, RunState>,
+    inboxes: IdMap<SessionId, Inbox>,
 }
 
 /// Encodes a checkpoint of `state`.

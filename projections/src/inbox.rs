@@ -4,11 +4,11 @@
 
 use std::collections::VecDeque;
 
-use foldhash::HashMap;
-
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use subagent_core::{ContentBlock, MessageDelivery, MessageId};
+
+use crate::IdMap;
 
 /// One session's inbox.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -17,13 +17,13 @@ pub struct Inbox {
     /// Accepted and not yet claimed, oldest first.
     pub pending: VecDeque<(MessageId, MessageDelivery)>,
     /// Claimed messages and the turn that claimed them.
-    pub claimed: HashMap<MessageId, u64>,
+    pub claimed: IdMap<MessageId, u64>,
     /// Dropped messages and the epoch whose disposal dropped them.
-    pub dropped: HashMap<MessageId, u64>,
+    pub dropped: IdMap<MessageId, u64>,
     /// Every message ever accepted.
     pub accepted: u64,
     /// Browser-authored messages by their caller-minted request id.
-    pub prompts: HashMap<String, PromptRecord>,
+    pub prompts: IdMap<String, PromptRecord>,
 }
 
 /// A browser-authored message as its retries are compared with it.

@@ -37,3 +37,8 @@ pub use ownership::{home_stream, TreeClaim, TreeOwner};
 pub use sessions::SessionRecord;
 pub use state::{Projections, ProviderRecord};
 pub use view::{SessionState, SessionStatus, TreeNode, TreeView};
+
+/// The map type of [`Projections`]' and [`Inbox`]'s fields: `std`'s
+/// `HashMap` with `foldhash`'s randomly seeded hasher, named here so a
+/// caller need not depend on `foldhash` to name it.
+pub type IdMap<K, V> = foldhash::HashMap<K, V>;

@@ -8,8 +8,6 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
-use foldhash::HashMap;
-
 use serde::{Deserialize, Serialize};
 use subagent_core::{
     AgentRoute, CatalogMode, Event, HostId, MessageSource, RecordedEvent, SessionId,
@@ -24,6 +22,7 @@ use crate::catalog::CatalogFact;
 use crate::inbox::{prompt_digest, Inbox};
 use crate::ownership::TreeOwner;
 use crate::sessions::SessionRecord;
+use crate::IdMap;
 
 /// A registered provider as the log records it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -46,27 +45,27 @@ pub struct ProviderRecord {
 
 /// Every projection of the log at one position.
 ///
-/// Its maps hash with `foldhash` (seeded per process, as `std`'s are), not
-/// SipHash: every event folded in and every command decided looks ids up
-/// in them, and SipHash was most of the cost of a lookup
-/// (BENCHMARKS.md, "Hashing ids").
+/// Its maps ([`IdMap`]) hash with `foldhash`, randomly
+/// seeded as `std`'s are, not SipHash: every event folded in and every
+/// command decided looks ids up in them, and SipHash was most of the cost
+/// of a lookup (BENCHMARKS.md, "Hashing ids").
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Projections {
     /// The last position folded in (0: nothing).
     pub position: u64,
     /// Session corpus.
-    pub sessions: HashMap<SessionId, SessionRecord>,
+    pub sessions: IdMap<SessionId, SessionRecord>,
     /// Host roots in creation order.
     pub roots: Vec<SessionId>,
     /// Parent-owned catalogs, each in parent event order.
-    pub catalogs: HashMap<SessionId, Vec<CatalogFact>>,
+    pub catalogs: IdMap<SessionId, Vec<CatalogFact>>,
     /// Activation state of continuable sessions.
-    pub activations: HashMap<SessionId, ActivationState>,
+    pub activations: IdMap<SessionId, ActivationState>,
     /// The run of each external child.
-    pub runs: HashMap<SessionId, RunState>,
+    pub runs: IdMap<SessionId, RunState>,
     /// Inbox of each session that has received a message.
-    pub inboxes: HashMap<SessionId, Inbox>,
+    pub inboxes: IdMap<SessionId, Inbox>,
     /// Registered providers in registration order: the `runtime` stream's
     /// registry, a single-writer runtime's.
     pub providers: Vec<ProviderRecord>,
@@ -76,8 +75,8 @@ pub struct Projections {
     pub host_providers: BTreeMap<HostId, Vec<ProviderRecord>>,
     /// The host holding each root's tree on a shared log (its last
     /// `TreeAcquired`); empty on a single-writer log.
-    #[serde(default, skip_serializing_if = "HashMap::is_empty")]
-    pub owners: HashMap<SessionId, TreeOwner>,
+    #[serde(default, skip_serializing_if = "IdMap::is_empty")]
+    pub owners: IdMap<SessionId, TreeOwner>,
     /// Parents below which admission is closed.
     pub admission_closed: BTreeSet<SessionId>,
 }
