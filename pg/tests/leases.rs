@@ -164,7 +164,7 @@ async fn after_the_lease_lapses_the_new_holder_fences_the_old_one_out() {
     let root = SessionId::new();
     // Long enough that the fenced append and the refused take below come
     // before it lapses on a loaded machine.
-    let term = Duration::from_secs(2);
+    let term = Duration::from_secs(5);
     let lease_a = host_a.acquire_lease(root, "host-a", term).expect("take");
     assert_eq!(
         append_for(&host_a, root, 1, vec![lease_a.fence()]).await,

@@ -156,7 +156,7 @@ async fn an_agent_that_cannot_be_built_settles_error_notifies_the_parent_and_is_
     );
 
     // The parent is notified as for any settlement: a status-only notice.
-    let notice = tokio::time::timeout(Duration::from_secs(5), inbox.recv())
+    let notice = tokio::time::timeout(Duration::from_secs(30), inbox.recv())
         .await
         .expect("the notice arrives")
         .expect("the inbox is open");
@@ -487,11 +487,11 @@ async fn after_close_every_entry_point_is_refused_with_subagent_closed() {
 
     // Readers opened before the close end with it.
     for ended in [
-        tokio::time::timeout(Duration::from_secs(5), async {
+        tokio::time::timeout(Duration::from_secs(30), async {
             while inbox.recv().await.is_some() {}
         })
         .await,
-        tokio::time::timeout(Duration::from_secs(5), async {
+        tokio::time::timeout(Duration::from_secs(30), async {
             while scoped.recv().await.is_some() {}
         })
         .await,

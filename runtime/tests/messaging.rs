@@ -424,6 +424,14 @@ async fn capacity_delays_a_start_until_a_sibling_is_released_and_its_signal_can_
     };
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert!(!waiting.is_finished(), "the second start waits for room");
+    // The slow turn under way writes nothing more for a minute, so the
+    // head taken now moves only if the cancelled start records something.
+    h.until_events("the slow turn under way", first.child_id(), |events| {
+        events
+            .iter()
+            .any(|event| matches!(event, Event::AssistantMessage { .. }))
+    })
+    .await;
     let head = h.log.head();
     let cancelled = CancellationToken::new();
     let cancel = cancelled.clone();
@@ -448,7 +456,7 @@ async fn capacity_delays_a_start_until_a_sibling_is_released_and_its_signal_can_
         "a start cancelled while waiting records nothing"
     );
     first.dispose().await.unwrap();
-    let second = tokio::time::timeout(Duration::from_secs(5), waiting)
+    let second = tokio::time::timeout(Duration::from_secs(30), waiting)
         .await
         .unwrap()
         .unwrap()
@@ -479,7 +487,7 @@ async fn the_per_parent_limit_spares_other_parents_and_a_cold_resume_at_capacity
         .await
         .unwrap();
     let elsewhere = tokio::time::timeout(
-        Duration::from_secs(5),
+        Duration::from_secs(30),
         start(&h.runtime, &other, spec("spawn", "fast", Delivery::Caller)),
     )
     .await
@@ -564,7 +572,7 @@ async fn interrupting_an_external_run_stops_its_one_execution() {
         .interrupt(run.child_id(), InterruptAuthority::Ancestor(&h.root))
         .await
         .unwrap();
-    let result = tokio::time::timeout(Duration::from_secs(5), run.result())
+    let result = tokio::time::timeout(Duration::from_secs(30), run.result())
         .await
         .unwrap()
         .unwrap();

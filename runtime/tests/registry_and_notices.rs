@@ -83,7 +83,7 @@ async fn start_and_end_notices_pair_by_run_id_and_name_the_parent() {
     let mut start = None;
     let mut end = None;
     while start.is_none() || end.is_none() {
-        match tokio::time::timeout(Duration::from_secs(5), notices.recv())
+        match tokio::time::timeout(Duration::from_secs(30), notices.recv())
             .await
             .unwrap()
             .unwrap()
@@ -121,7 +121,7 @@ async fn a_reserved_child_id_is_used_and_scoped_notices_reach_only_that_parent()
     activation.result().await.unwrap();
     foreign.result().await.unwrap();
     for _ in 0..2 {
-        let notice = tokio::time::timeout(Duration::from_secs(5), mine.recv())
+        let notice = tokio::time::timeout(Duration::from_secs(30), mine.recv())
             .await
             .unwrap()
             .unwrap();
@@ -171,7 +171,7 @@ async fn the_root_inbox_streams_settlement_notices_and_external_reports() {
         .unwrap();
     let mut kinds = Vec::new();
     while kinds.len() < 2 {
-        let message = tokio::time::timeout(Duration::from_secs(5), inbox.recv())
+        let message = tokio::time::timeout(Duration::from_secs(30), inbox.recv())
             .await
             .unwrap()
             .unwrap();
@@ -213,7 +213,7 @@ async fn an_inbox_opened_late_replays_its_history_then_follows_live() {
     h.runtime.close_root(&other).await.unwrap();
     let mut senders = Vec::new();
     while senders.len() < 2 {
-        let message = tokio::time::timeout(Duration::from_secs(5), inbox.recv())
+        let message = tokio::time::timeout(Duration::from_secs(30), inbox.recv())
             .await
             .unwrap()
             .unwrap();

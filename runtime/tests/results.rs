@@ -231,9 +231,16 @@ async fn the_start_signal_after_publication_aborts_the_remaining_turn_work() {
         )
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(30)).await;
+    // Once the turn is under way (it said "started"), the signal aborts
+    // what is left of it.
+    h.until_events("the turn's first words", activation.child_id(), |events| {
+        events
+            .iter()
+            .any(|event| matches!(event, Event::AssistantMessage { .. }))
+    })
+    .await;
     signal.cancel();
-    let result = tokio::time::timeout(Duration::from_secs(5), activation.result())
+    let result = tokio::time::timeout(Duration::from_secs(30), activation.result())
         .await
         .unwrap()
         .unwrap();
