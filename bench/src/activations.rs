@@ -48,9 +48,12 @@ pub struct ActivationArgs {
     /// with fsync on, started for the run) or a `postgres://` URL.
     #[arg(long, default_value = "rocksdb", value_parser = super::append::store)]
     store: super::append::Store,
-    /// How the tracing-overhead table's OpenTelemetry layer is set up:
-    /// `default` (the layer's defaults, as a host first runs it) or `lean`
-    /// (no busy/idle timings, no OpenTelemetry context attached on enter).
+    /// How the tracing-overhead table's "on" side collects spans: through
+    /// an OpenTelemetry layer, `default` (the layer's defaults, as a host
+    /// first runs it) or `lean` (no busy/idle timings, no OpenTelemetry
+    /// context attached on enter); or `registry` (no OpenTelemetry layer:
+    /// `tracing-subscriber`'s registry alone, the runtime's own
+    /// instrumentation).
     #[arg(long, value_enum, default_value_t = super::tracing_overhead::LayerSetup::Default)]
     tracing_layer: super::tracing_overhead::LayerSetup,
     /// Which sides of the tracing-overhead table to run: `both` (the

@@ -3,14 +3,18 @@
 //! that builds every `info` span as OpenTelemetry does (real trace and
 //! span ids, parents, attributes, the trace context kept on every event),
 //! but exports nothing: the overhead a host pays for tracing before its
-//! exporter's own cost. Runs alternate off and on, each on a fresh log and
-//! a fresh async runtime; each checks that its events carry a trace
-//! context exactly when tracing was on. Beside throughput, each side's
+//! exporter's own cost. `--tracing-layer registry` builds them in
+//! `tracing-subscriber`'s registry with no OpenTelemetry layer instead:
+//! the runtime's own instrumentation, apart from the layer's cost. Runs
+//! alternate off and on, each on a fresh log and a fresh async runtime;
+//! each checks that spans were built exactly when tracing was on (by the
+//! trace context on its events, or by counting them in the registry).
+//! Beside throughput, each side's
 //! process CPU time per activation: on a shared machine, throughput moves
 //! with what else runs, CPU time much less.
 
 use std::io::Write;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use opentelemetry::trace::TracerProvider as _;
@@ -35,6 +39,11 @@ pub(crate) enum LayerSetup {
     /// `with_context_activation(false)`. Spans, parents, links and the
     /// events' trace context are the same.
     Lean,
+    /// No OpenTelemetry layer: every `info` span is built, entered and
+    /// closed in `tracing-subscriber`'s registry alone, so no event keeps
+    /// a trace context. What the runtime's own instrumentation costs a
+    /// host that collects spans, before any exporter's layer.
+    Registry,
 }
 
 /// Which sides of the table run (`--tracing-sides`).
@@ -62,6 +71,25 @@ impl Sides {
 /// Whether the installed subscriber builds spans now.
 static TRACING_ON: AtomicBool = AtomicBool::new(false);
 
+/// Spans the registry built, counted by [`CountSpans`]: the registry-only
+/// side's proof that it built them, as the events' trace context is the
+/// OpenTelemetry sides'.
+static SPANS_BUILT: AtomicU64 = AtomicU64::new(0);
+
+/// Counts the spans the registry builds, and does nothing else.
+struct CountSpans;
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for CountSpans {
+    fn on_new_span(
+        &self,
+        _: &tracing::span::Attributes<'_>,
+        _: &tracing::span::Id,
+        _: tracing_subscriber::layer::Context<'_, S>,
+    ) {
+        SPANS_BUILT.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
 /// Installs, as the process's default, a subscriber that builds every
 /// `info` span as an exporting host's would, minus the exporter, while
 /// [`TRACING_ON`] is set; while it is not, its filter disables every span
@@ -69,16 +97,24 @@ static TRACING_ON: AtomicBool = AtomicBool::new(false);
 /// (A scoped default per run does not work: per-layer filters cache their
 /// interest per callsite across dispatchers.)
 fn install(provider: &SdkTracerProvider, setup: LayerSetup) -> BenchResult {
-    let defaults = setup == LayerSetup::Default;
-    let layer = tracing_opentelemetry::layer()
-        .with_tracer(provider.tracer("subagents-bench"))
-        .with_tracked_inactivity(defaults)
-        .with_context_activation(defaults)
-        .with_filter(filter_fn(|metadata| {
-            TRACING_ON.load(Ordering::Relaxed) && *metadata.level() <= Level::INFO
-        }));
-    tracing::subscriber::set_global_default(tracing_subscriber::registry().with(layer))
-        .map_err(|err| format!("installing the tracing subscriber: {err}"))?;
+    let on = || {
+        filter_fn(|metadata| TRACING_ON.load(Ordering::Relaxed) && *metadata.level() <= Level::INFO)
+    };
+    let installed = if setup == LayerSetup::Registry {
+        // A layer that only counts, filtered: the registry builds what it
+        // lets through, and nothing else looks at it.
+        let layer = CountSpans.with_filter(on());
+        tracing::subscriber::set_global_default(tracing_subscriber::registry().with(layer))
+    } else {
+        let defaults = setup == LayerSetup::Default;
+        let layer = tracing_opentelemetry::layer()
+            .with_tracer(provider.tracer("subagents-bench"))
+            .with_tracked_inactivity(defaults)
+            .with_context_activation(defaults)
+            .with_filter(on());
+        tracing::subscriber::set_global_default(tracing_subscriber::registry().with(layer))
+    };
+    installed.map_err(|err| format!("installing the tracing subscriber: {err}"))?;
     Ok(())
 }
 
@@ -99,12 +135,17 @@ pub(super) fn run(
     out: &mut dyn Write,
 ) -> BenchResult {
     let layer = match setup {
-        LayerSetup::Default => "the layer's defaults",
-        LayerSetup::Lean => "a lean layer: no timings, no context activation",
+        LayerSetup::Default => {
+            "spans built as OpenTelemetry does, the layer's defaults, no exporter"
+        }
+        LayerSetup::Lean => {
+            "spans built as OpenTelemetry does, a lean layer: no timings, no context activation, no exporter"
+        }
+        LayerSetup::Registry => "spans built in tracing-subscriber's registry, no OpenTelemetry layer",
     };
     writeln!(
         out,
-        "\ntracing overhead (spans built as OpenTelemetry does, {layer}, no exporter), activations/s: median (min–max) of {runs} runs, alternating"
+        "\ntracing overhead ({layer}), activations/s: median (min–max) of {runs} runs, alternating"
     )?;
     writeln!(
         out,
@@ -140,6 +181,7 @@ pub(super) fn run(
                 let tokio = tokio::runtime::Builder::new_multi_thread()
                     .enable_all()
                     .build()?;
+                let spans_before = SPANS_BUILT.load(Ordering::Relaxed);
                 let cpu_before = process_cpu_seconds()?;
                 let (rate, _) = tokio.block_on(super::activations::runtime_run(
                     Arc::clone(&log),
@@ -148,13 +190,23 @@ pub(super) fn run(
                     super::activations::RunShape::default(),
                 ))?;
                 let cpu = process_cpu_seconds()? - cpu_before;
-                // The two sides did what they say: spans were built (their
-                // context is on the events) only with tracing on.
+                // The two sides did what they say: spans were built only
+                // with tracing on (counted in the registry without an
+                // OpenTelemetry layer, and with one, their context is on
+                // the events), and no event keeps a context without one.
+                let spans = SPANS_BUILT.load(Ordering::Relaxed) - spans_before;
+                if setup == LayerSetup::Registry && (spans > 0) != traced {
+                    return Err(format!(
+                        "tracing {} built {spans} spans in the registry",
+                        if traced { "on" } else { "off" }
+                    )
+                    .into());
+                }
                 let with_context = log
                     .read_all(1)
                     .filter(|record| record.as_ref().is_ok_and(|r| r.trace.is_some()))
                     .count();
-                if (with_context > 0) != traced {
+                if (with_context > 0) != (traced && setup != LayerSetup::Registry) {
                     return Err(format!(
                         "tracing {} recorded {with_context} events with a trace context",
                         if traced { "on" } else { "off" }

@@ -89,7 +89,7 @@ fn bench_numbers_outside_their_range_are_refused_before_measuring() {
         (vec!["acp", "--turns", "0"], "0 is not in 1..=1000000"),
         (
             vec!["activations", "--tracing-layer", "fast"],
-            "[possible values: default, lean]",
+            "[possible values: default, lean, registry]",
         ),
         (
             vec!["activations", "--tracing-sides", "neither"],
@@ -202,4 +202,37 @@ fn the_tracing_table_runs_one_side_alone() {
             assert!(cpu.parse::<f64>().is_ok_and(|cpu| cpu >= 0.0), "{row:?}");
         }
     }
+}
+
+/// The tracing table with no OpenTelemetry layer (`--tracing-layer
+/// registry`): both sides run, and the run's own checks pass (spans were
+/// built in the registry exactly when tracing was on, and no event kept a
+/// trace context on either side); the header says what "on" was.
+#[test]
+fn the_tracing_table_with_the_registry_alone_builds_spans_only_when_on() {
+    let output = Command::new(env!("CARGO_BIN_EXE_subagents-bench"))
+        .args([
+            "activations",
+            "--tracing-only",
+            "--tracing-layer",
+            "registry",
+            "--runs",
+            "1",
+            "--scale",
+            "0.01",
+        ])
+        .output()
+        .expect("run subagents-bench");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(
+        stdout.contains("spans built in tracing-subscriber's registry, no OpenTelemetry layer"),
+        "{stdout}"
+    );
+    let rows = stdout
+        .lines()
+        .filter(|line| line.starts_with("Sync") || line.starts_with("Buffered"))
+        .count();
+    assert_eq!(rows, 2, "{stdout}");
 }
