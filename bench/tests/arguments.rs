@@ -154,28 +154,9 @@ fn the_tracing_table_alone_runs_on_rocksdb_and_is_refused_elsewhere_before_measu
 #[test]
 fn the_tracing_table_runs_one_side_alone() {
     for side in ["on", "off"] {
-        let output = Command::new(env!("CARGO_BIN_EXE_subagents-bench"))
-            .args([
-                "activations",
-                "--tracing-only",
-                "--tracing-sides",
-                side,
-                "--runs",
-                "1",
-                "--scale",
-                "0.01",
-            ])
-            .output()
-            .expect("run subagents-bench");
-        let stdout = String::from_utf8_lossy(&output.stdout);
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert!(output.status.success(), "{side}: {stderr}");
+        let stdout = tracing_table(&["--tracing-sides", side]);
         assert!(!stdout.contains("one-shot activations"), "{stdout}");
-        let rows: Vec<Vec<&str>> = stdout
-            .lines()
-            .filter(|line| line.starts_with("Sync") || line.starts_with("Buffered"))
-            .map(|line| line.split_whitespace().collect())
-            .collect();
+        let rows = table_rows(&stdout);
         assert_eq!(rows.len(), 2, "{stdout}");
         for row in rows {
             // After mode, starters and count: a side that ran is two words,
@@ -210,29 +191,61 @@ fn the_tracing_table_runs_one_side_alone() {
 /// trace context on either side); the header says what "on" was.
 #[test]
 fn the_tracing_table_with_the_registry_alone_builds_spans_only_when_on() {
+    let stdout = tracing_table(&["--tracing-layer", "registry"]);
+    assert!(
+        stdout.contains("spans built in tracing-subscriber's registry, no OpenTelemetry layer"),
+        "{stdout}"
+    );
+    let rows = table_rows(&stdout);
+    assert_eq!(rows.len(), 2, "{stdout}");
+    for row in rows {
+        // Mode, starters, count; each side's rate as "median (min–max)",
+        // their ratio; each side's CPU likewise, their ratio.
+        assert_eq!(row.len(), 13, "{row:?}");
+        for at in [3, 5, 7] {
+            assert!(
+                row[at].parse::<f64>().is_ok_and(|rate| rate > 0.0),
+                "{row:?}"
+            );
+        }
+        // CPU time counts in 10 ms ticks, so a side this short may show
+        // none, and their ratio then none either.
+        for at in [8, 10] {
+            assert!(
+                row[at].parse::<f64>().is_ok_and(|cpu| cpu >= 0.0),
+                "{row:?}"
+            );
+        }
+        assert!(row[12].parse::<f64>().is_ok(), "{row:?}");
+    }
+}
+
+/// The tracing table alone at the smallest scale, with `args`: what it
+/// printed, once the run (and its own checks) succeeded.
+fn tracing_table(args: &[&str]) -> String {
     let output = Command::new(env!("CARGO_BIN_EXE_subagents-bench"))
         .args([
             "activations",
             "--tracing-only",
-            "--tracing-layer",
-            "registry",
             "--runs",
             "1",
             "--scale",
             "0.01",
         ])
+        .args(args)
         .output()
         .expect("run subagents-bench");
-    let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "{stderr}");
-    assert!(
-        stdout.contains("spans built in tracing-subscriber's registry, no OpenTelemetry layer"),
-        "{stdout}"
-    );
-    let rows = stdout
+    assert!(output.status.success(), "{args:?}: {stderr}");
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// The rows of a table `subagents-bench` printed (those of a mode), each
+/// split into its words.
+fn table_rows(stdout: &str) -> Vec<Vec<&str>> {
+    stdout
         .lines()
         .filter(|line| line.starts_with("Sync") || line.starts_with("Buffered"))
-        .count();
-    assert_eq!(rows, 2, "{stdout}");
+        .map(|line| line.split_whitespace().collect())
+        .collect()
 }
