@@ -6,9 +6,10 @@
 //! new head in ONE `WriteBatch` with ONE WAL sync (in `Sync` mode), and
 //! only then returns their answers. Who calls it, and when, is `leader`'s.
 
-use foldhash::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
+
+use foldhash::HashMap;
 
 use rocksdb::{WriteBatch, WriteOptions, DB};
 use subagent_core::{Attachment, EventId, StreamId};
@@ -45,7 +46,7 @@ pub(crate) struct Writer {
     head: u64,
     /// Each stream's version, once an append has looked it up or written
     /// it. (foldhash: the writer hashes ids several times an event, and
-    /// SipHash was a tenth of its commit; BENCHMARKS.md, "Append".)
+    /// SipHash was a tenth of its commit; BENCHMARKS.md, "Hashing ids".)
     versions: HashMap<StreamId, u64>,
     write_options: WriteOptions,
     head_watch: Arc<watch::Sender<u64>>,

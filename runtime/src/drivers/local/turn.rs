@@ -410,20 +410,15 @@ impl LocalDriver {
             output = execution => ToolOutput { refused: false, ..output },
             () = cancel.cancelled() => ToolOutput::error("interrupted"),
         };
-        self.runtime
-            .inner
-            .engine
-            .commit(Command::RecordTranscript {
-                session: self.handle.child,
-                entry: Event::ToolReturned {
-                    turn,
-                    call_id,
-                    output: output.output.clone(),
-                    is_error: output.is_error,
-                    refused: output.refused,
-                },
-            })
-            .await?;
+        self.issue_transcript(Event::ToolReturned {
+            turn,
+            call_id,
+            output: output.output.clone(),
+            is_error: output.is_error,
+            refused: output.refused,
+        })
+        .durable()
+        .await?;
         Ok(output)
     }
 }
