@@ -10,7 +10,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use foldhash::HashMap;
-
 use rocksdb::{WriteBatch, WriteOptions, DB};
 use subagent_core::{Attachment, EventId, StreamId};
 use tokio::sync::watch;
