@@ -12,8 +12,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use subagent_core::{
-    Delivery, ErrorCode, Event, EventKind, MessageSource, ModelSelectionSettings, SessionId,
-    SubagentActivationSpec, SubagentError, SubagentStopReason,
+    ContentBlock, Delivery, ErrorCode, Event, EventKind, MessageSource, ModelSelectionSettings,
+    SessionId, SubagentActivationSpec, SubagentError, SubagentStopReason,
 };
 use subagent_projections::Activity;
 use subagent_runtime::providers::{ForkProvider, SpawnProvider};
@@ -776,6 +776,77 @@ fn after_a_crash_the_reopened_root_finds_its_children_abandoned_and_resumable() 
         .await;
         h.runtime.drain_children(&h.root, &[child]).await.unwrap();
         assert!(h.runtime.projections().live_activations().is_empty());
+        h.runtime.close().await.unwrap();
+    });
+}
+
+/// A message accepted before a crash is still pending after it, and the
+/// resumed activation's first turn is given it with the message that
+/// resumed it: the one from the log (the new host never saw it accepted,
+/// so the engine does not keep it), the other as the engine kept it.
+#[test]
+fn a_message_pending_at_a_crash_reaches_the_resumed_turn_from_the_log() {
+    let log = MemoryLog::new();
+    let host = || {
+        scripts().with(
+            "patient",
+            Script {
+                turns: vec![vec![Step::Describe("given".into()), Step::SleepMs(60_000)]],
+            },
+        )
+    };
+    let (root_id, child) = {
+        let tokio = tokio::runtime::Runtime::new().unwrap();
+        tokio.block_on(async {
+            let h = Harness::builder(host()).over(log.clone()).open().await;
+            let patient = h
+                .start(spec("spawn", "patient", Delivery::Parent))
+                .await
+                .unwrap();
+            let child = patient.child_id();
+            until("the patient child to describe its prompt", || {
+                count(&h.events(child), EventKind::AssistantMessage) == 1
+            })
+            .await;
+            h.send(child, "while you work").await.unwrap();
+            assert_eq!(h.runtime.projections().pending_messages(child).len(), 1);
+            (h.root.session(), child)
+        })
+    };
+    let tokio = tokio::runtime::Runtime::new().unwrap();
+    tokio.block_on(async {
+        let h = Harness::builder(host())
+            .over(log.clone())
+            .reopen(root_id)
+            .open()
+            .await;
+        assert_eq!(h.runtime.projections().pending_messages(child).len(), 1);
+        h.send(child, "carry on").await.unwrap();
+        until("the resumed child to describe what it was given", || {
+            count(&h.events(child), EventKind::AssistantMessage) == 2
+        })
+        .await;
+        let said: Vec<String> = h
+            .events(child)
+            .into_iter()
+            .filter_map(|event| match event {
+                Event::AssistantMessage { content, .. } => Some(
+                    content
+                        .iter()
+                        .filter_map(|block| match block {
+                            ContentBlock::Text(text) => Some(text.text.as_str()),
+                            _ => None,
+                        })
+                        .collect(),
+                ),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            said[1], r#"given ["while you work"; "carry on"]"#,
+            "{said:?}"
+        );
+        h.runtime.drain_children(&h.root, &[child]).await.unwrap();
         h.runtime.close().await.unwrap();
     });
 }

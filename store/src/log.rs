@@ -516,6 +516,17 @@ pub trait EventLog: Send + Sync + 'static {
     /// reads and decodes only that stream's events.
     fn subscribe_stream(&self, stream: StreamId, from_version: u64) -> Subscription;
 
+    /// Whether `stream` can have a durable record at a position after
+    /// `position`, as far as this handle knows without reading: `false`
+    /// only when it knows none was written, so a stream subscription can
+    /// skip reading the stream index after a head change that brought only
+    /// other streams' events. The default, for a log that keeps no such
+    /// account, answers `true`.
+    fn may_have_written_after(&self, stream: &StreamId, position: u64) -> bool {
+        let _ = (stream, position);
+        true
+    }
+
     /// The log's durability setting.
     fn durability(&self) -> Durability;
 

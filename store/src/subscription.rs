@@ -125,6 +125,12 @@ impl Subscription {
     /// page ends short, or passes `target` (a record written but not yet
     /// durable), everything up to `target` is covered.
     fn read_stream_page(&mut self, stream: StreamId) {
+        // Nothing of the stream written after what is covered: the read
+        // would find nothing up to `target` either.
+        if !self.log.may_have_written_after(&stream, self.covered) {
+            self.covered = self.target;
+            return;
+        }
         let records = match self.log.read_stream_page(&stream, self.next, READ_PAGE) {
             Ok(records) => records,
             Err(err) => {
@@ -211,7 +217,9 @@ pub fn follow<L: EventLog>(log: L, head: watch::Receiver<u64>, from_position: u6
 /// `head`: the stream's events in version order, [`SubscriptionItem::CaughtUp`]
 /// once every event durable at the start is delivered, then the stream's
 /// later events as they become durable. Each head change costs one read
-/// of the stream index, however many events of other streams it brought.
+/// of the stream index, however many events of other streams it brought,
+/// unless the log knows the stream did not grow
+/// ([`EventLog::may_have_written_after`]).
 pub fn follow_stream<L: EventLog>(
     log: L,
     head: watch::Receiver<u64>,

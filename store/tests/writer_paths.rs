@@ -332,3 +332,127 @@ fn the_last_drop_frees_the_directory_while_tickets_are_leading() {
         });
     }
 }
+
+/// Two streams whose marks the writer keeps apart (they fall in different
+/// slots of its table; the hash is fixed, so this holds in every run).
+fn streams_kept_apart() -> (StreamId, StreamId) {
+    let stream = |text| StreamId::Session(SessionId::parse(text).unwrap());
+    (
+        stream("0190c5d2-8a3b-7c4d-9e5f-6a7b8c9d0e1f"),
+        stream("0190c5d2-8a3b-7c4d-9e5f-6a7b8c9d0e20"),
+    )
+}
+
+/// The writer marks every stream a group wrote before it publishes the
+/// group's head, so the log can tell a stream subscription its stream did
+/// not grow (and it skips its read); nothing it did not see written since
+/// the log was opened is ever answered "not grown".
+#[test]
+fn the_log_knows_which_streams_grew_since_it_opened() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mine, other) = streams_kept_apart();
+    {
+        let log = open(dir.path(), Durability::Buffered);
+        assert!(
+            !log.may_have_written_after(&mine, 0),
+            "an empty log opened: nothing was written"
+        );
+        log.append(mine, ExpectedVersion::Any, vec![turn(1)])
+            .wait()
+            .unwrap();
+        assert!(log.may_have_written_after(&mine, 0));
+        assert!(!log.may_have_written_after(&mine, 1));
+        log.append(other, ExpectedVersion::Any, vec![turn(1)])
+            .wait()
+            .unwrap();
+        assert!(log.may_have_written_after(&other, 1));
+        assert!(
+            !log.may_have_written_after(&mine, 1),
+            "another stream's append grew it"
+        );
+    }
+    // Reopened at head 2: what was written before is not known.
+    let log = open(dir.path(), Durability::Buffered);
+    assert!(log.may_have_written_after(&mine, 1));
+    assert!(log.may_have_written_after(&other, 0));
+    assert!(!log.may_have_written_after(&mine, 2));
+    assert!(!log.may_have_written_after(&other, 2));
+}
+
+/// The subscription's next item, within a generous bound.
+async fn next(subscription: &mut subagent_store::Subscription) -> subagent_store::SubscriptionItem {
+    use tokio_stream::StreamExt as _;
+    tokio::time::timeout(std::time::Duration::from_secs(20), subscription.next())
+        .await
+        .expect("the subscription stalled")
+        .expect("the subscription ended")
+        .expect("the subscription failed")
+}
+
+/// A stream subscription on a reopened log reads its stream's history
+/// (written before the opening, so not in the writer's marks), then,
+/// through head changes that brought only another stream's events, still
+/// delivers its own next event, once.
+#[test]
+fn a_stream_subscription_on_a_reopened_log_sees_history_then_live_events() {
+    use tokio_stream::StreamExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    let (mine, other) = streams_kept_apart();
+    {
+        let log = open(dir.path(), Durability::Buffered);
+        for number in 1..=3 {
+            log.append(mine, ExpectedVersion::Any, vec![turn(number)])
+                .wait()
+                .unwrap();
+            log.append(other, ExpectedVersion::Any, vec![turn(number)])
+                .wait()
+                .unwrap();
+        }
+    }
+    let log = open(dir.path(), Durability::Buffered);
+    tokio_runtime().block_on(async {
+        let mut subscription = log.subscribe_stream(mine, 2);
+        let mut history = Vec::new();
+        loop {
+            match next(&mut subscription).await {
+                subagent_store::SubscriptionItem::Event(record) => history.push(record.version),
+                subagent_store::SubscriptionItem::CaughtUp { head } => {
+                    assert_eq!(head, 6);
+                    break;
+                }
+            }
+        }
+        assert_eq!(history, vec![2, 3]);
+        for number in 4..=20 {
+            log.append(other, ExpectedVersion::Any, vec![turn(number)])
+                .await
+                .unwrap();
+            // The subscription sees each head change on its own, and
+            // finds nothing of its stream in it.
+            assert!(
+                tokio::time::timeout(std::time::Duration::from_millis(10), subscription.next())
+                    .await
+                    .is_err(),
+                "another stream's event reached the subscription"
+            );
+        }
+        log.append(mine, ExpectedVersion::Any, vec![turn(4)])
+            .await
+            .unwrap();
+        match next(&mut subscription).await {
+            subagent_store::SubscriptionItem::Event(record) => {
+                assert_eq!(
+                    (record.stream, record.version, record.position),
+                    (mine, 4, 24)
+                );
+            }
+            other => panic!("expected the stream's next event, got {other:?}"),
+        }
+        assert!(
+            tokio::time::timeout(std::time::Duration::from_millis(100), subscription.next())
+                .await
+                .is_err(),
+            "an event past the stream's end"
+        );
+    });
+}

@@ -41,7 +41,7 @@ use crate::telemetry::TracedSpan;
 use subagent_core::record::{encoded_body_len, json_len};
 use subagent_core::telemetry::{attr, span};
 use subagent_core::{
-    Attachment, ContentBlock, Event, NewEvent, RecordedEvent, StreamId, SubagentError,
+    Attachment, ContentBlock, Event, MessageId, NewEvent, RecordedEvent, StreamId, SubagentError,
     TraceContext, MAX_CONTENT_BYTES, MAX_EVENT_BYTES,
 };
 use subagent_projections::{checkpoint, decide, Command, Projections};
@@ -49,10 +49,13 @@ use subagent_store::{EventLog, ExpectedVersion, StoreError, StreamAppend};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, warn, Instrument};
 
+mod accepted;
 mod shared;
 
 pub(crate) struct Pipeline {
     state: Projections,
+    /// The contents of messages accepted live and not yet claimed.
+    accepted: accepted::AcceptedContents,
     /// Version of each stream, as the next append will find it (filled from
     /// the log on first use after opening from a checkpoint).
     versions: HashMap<StreamId, u64>,
@@ -62,6 +65,15 @@ pub(crate) struct Pipeline {
     /// is refused with `subagent/closed`, so nothing is recorded after the
     /// closing checkpoint.
     sealed: bool,
+}
+
+impl Pipeline {
+    /// Folds in `record`, recorded since the engine opened, and keeps what
+    /// a later claim will want of it ([`accepted`]).
+    fn fold_live(&mut self, record: &RecordedEvent) {
+        self.state.apply(record);
+        self.accepted.note(&record.event);
+    }
 }
 
 /// How the projections were opened.
@@ -183,6 +195,7 @@ impl Engine {
             pipeline: Arc::new(Mutex::new(Pipeline {
                 state,
                 versions,
+                accepted: accepted::AcceptedContents::default(),
                 since_checkpoint: 0,
                 sealed: false,
             })),
@@ -570,7 +583,7 @@ impl Engine {
         pipeline.versions.extend(next_versions);
         let ticket = self.log.append_with_attachments(parts, attachments);
         for record in &records {
-            pipeline.state.apply(record);
+            pipeline.fold_live(record);
         }
         pipeline.since_checkpoint += records.len() as u64;
         let checkpoint_due =
@@ -633,6 +646,14 @@ impl Engine {
             .cloned()
             .unwrap_or_else(|| SubagentError::internal("unknown cause"));
         SubagentError::internal_from(LogFailedEarlier(cause))
+    }
+
+    /// The contents of the messages `ids`, in their order, when this engine
+    /// recorded their acceptance and still keeps every one ([`accepted`]):
+    /// what a claim that names them took. Taken once; `None` leaves the
+    /// caller to read them from the log.
+    pub(crate) fn take_accepted(&self, ids: &[MessageId]) -> Option<Vec<Vec<ContentBlock>>> {
+        self.pipeline().accepted.take(ids)
     }
 
     /// Refuses every later command with `subagent/closed`: nothing can be

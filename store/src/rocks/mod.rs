@@ -12,6 +12,7 @@ mod log_files;
 mod open;
 mod salvage;
 mod writer;
+mod written;
 
 pub use keys::FORMAT_VERSION;
 pub use leader::CommitCounts;
@@ -38,6 +39,7 @@ use crate::subscription::{self, Subscription};
 use leader::WriterSlot;
 use open::DirectoryState;
 use writer::{Transaction, Writer};
+use written::WrittenMarks;
 
 /// Options of a RocksDB log.
 #[derive(Clone, Copy, Debug, Default)]
@@ -59,6 +61,9 @@ struct Shared {
     path: PathBuf,
     durability: Durability,
     head: Arc<watch::Sender<u64>>,
+    /// Which streams the writer wrote since opening, for stream
+    /// subscriptions ([`written`]).
+    written: Arc<WrittenMarks>,
     writer: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -201,12 +206,14 @@ impl RocksLog {
         let head = Self::check_format_and_head(&db, &path, true)?;
         let db = Arc::new(db);
         let head_watch = Arc::new(watch::channel(head).0);
+        let written = Arc::new(WrittenMarks::new(head));
         let writer = Writer::new(
             Arc::clone(&db),
             path.clone(),
             head,
             options.durability,
             Arc::clone(&head_watch),
+            Arc::clone(&written),
         );
         let slot = WriterSlot::new(writer, options.durability);
         let thread_slot = Arc::clone(&slot);
@@ -222,6 +229,7 @@ impl RocksLog {
                 path,
                 durability: options.durability,
                 head: head_watch,
+                written,
                 slot: Some(slot),
                 writer: Mutex::new(Some(handle)),
             }),
@@ -269,6 +277,7 @@ impl RocksLog {
                 path,
                 durability: Durability::Sync,
                 head: Arc::new(watch::channel(head).0),
+                written: Arc::new(WrittenMarks::new(head)),
                 slot: None,
                 writer: Mutex::new(None),
             }),
@@ -502,6 +511,10 @@ impl EventLog for RocksLog {
             stream,
             from_version,
         )
+    }
+
+    fn may_have_written_after(&self, stream: &StreamId, position: u64) -> bool {
+        self.shared.written.may_have_written_after(stream, position)
     }
 
     fn durability(&self) -> Durability {

@@ -16,6 +16,7 @@ use tokio::sync::watch;
 use tracing::{debug, warn};
 
 use super::keys::{self, CF_BLOBS, CF_EVENT_IDS, CF_LOG, CF_META, CF_STREAMS};
+use super::written::WrittenMarks;
 use super::{family, map_rocks_error, read_stream_version, stream_started};
 use crate::append_check::{
     check_transaction, encode_records, next_position as position_after, place, IdLocation,
@@ -49,6 +50,8 @@ pub(crate) struct Writer {
     versions: HashMap<StreamId, u64>,
     write_options: WriteOptions,
     head_watch: Arc<watch::Sender<u64>>,
+    /// Marked with each stream a group wrote, before its head is published.
+    written: Arc<WrittenMarks>,
 }
 
 /// A result held until the group's batch is written.
@@ -72,6 +75,7 @@ impl Writer {
         head: u64,
         durability: Durability,
         head_watch: Arc<watch::Sender<u64>>,
+        written: Arc<WrittenMarks>,
     ) -> Self {
         let mut write_options = WriteOptions::default();
         write_options.set_sync(durability == Durability::Sync);
@@ -83,6 +87,7 @@ impl Writer {
             versions: HashMap::default(),
             write_options,
             head_watch,
+            written,
         }
     }
 
@@ -182,6 +187,9 @@ impl Writer {
         };
         match written {
             Ok(()) => {
+                for stream in overlay.versions.keys() {
+                    self.written.mark(stream, new_head);
+                }
                 self.versions.extend(overlay.versions);
                 if new_head > self.head {
                     self.head = new_head;

@@ -1,6 +1,7 @@
 //! What a claim took: the contents of the messages a `MessagesClaimed`
-//! names, read from the session's stream (a bounded window after the
-//! previous claim), for a turn's start and for steering.
+//! names, for a turn's start and for steering: kept by the engine since it
+//! recorded them, else read from the session's stream (a bounded window
+//! after the previous claim).
 
 use std::collections::HashMap;
 
@@ -32,7 +33,10 @@ impl LocalDriver {
     /// The contents of the messages a claim (`MessagesClaimed` among
     /// `records`) took, in its order, image attachments inlined again.
     ///
-    /// A claim takes every pending message, so the messages of one claim were
+    /// The engine hands them over when it recorded their acceptance and
+    /// still keeps them ([`Engine::take_accepted`](crate::engine::Engine::take_accepted));
+    /// otherwise they are read from the log. A claim takes every pending
+    /// message, so the messages of one claim were
     /// all accepted after the previous claim: the scan starts at `scan_from`
     /// (the stream version after the previous claim) and stops at the claim,
     /// instead of rereading the whole stream every turn. Should a message be
@@ -48,13 +52,17 @@ impl LocalDriver {
         }) else {
             return Ok(Vec::new());
         };
-        let mut contents = self.accepted_between(ids, *scan_from, claimed_at)?;
-        if contents.len() < ids.len() {
-            contents = self.accepted_between(ids, 1, claimed_at)?;
-        }
+        let mut claimed = match self.runtime.inner.engine.take_accepted(ids) {
+            Some(kept) => kept,
+            None => {
+                let mut contents = self.accepted_between(ids, *scan_from, claimed_at)?;
+                if contents.len() < ids.len() {
+                    contents = self.accepted_between(ids, 1, claimed_at)?;
+                }
+                ids.iter().filter_map(|id| contents.remove(id)).collect()
+            }
+        };
         *scan_from = claimed_at + 1;
-        let mut claimed: Vec<Vec<ContentBlock>> =
-            ids.iter().filter_map(|id| contents.remove(id)).collect();
         for content in &mut claimed {
             inline_attachments(content, self.runtime.log().as_ref())?;
         }
