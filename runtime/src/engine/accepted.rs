@@ -3,12 +3,12 @@
 //! without rereading the session's stream.
 //!
 //! A cache, not a projection: the log stays the truth, and a claim whose
-//! messages are not here (accepted before the runtime opened, evicted, or
-//! recorded by another host) reads them from the log as before. It is fed
-//! as the engine folds live records in ([`Pipeline::fold_live`](super::Pipeline::fold_live)),
-//! never by the opening fold (which would clone every message in the
-//! log's tail to keep a few), and bounded by count and by bytes, oldest out
-//! first.
+//! messages are not here (accepted before the runtime opened, or evicted)
+//! reads them from the log as before. It is fed as the engine folds live
+//! records in ([`Pipeline::fold_live`](super::Pipeline::fold_live): its
+//! own commands' and, on a shared log, the follower's), never by the
+//! opening fold (which would clone every message in the log's tail to keep
+//! a few), and bounded by count and by bytes, oldest out first.
 
 use std::collections::VecDeque;
 

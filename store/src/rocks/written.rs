@@ -3,7 +3,8 @@
 //! highest head at which a stream hashing to it was written. A stream
 //! subscription woken by a head change asks it whether its stream can have
 //! grown, and skips its read of the stream index when it cannot
-//! (BENCHMARKS.md, "An inbox that did not grow is not read").
+//! (BENCHMARKS.md, "A claim's contents kept, and an inbox that did not
+//! grow is not read").
 //!
 //! The answer errs one way only: streams that share a slot, and records
 //! past the head the subscriber saw, make it say "maybe", which costs the
