@@ -11,8 +11,8 @@ use subagent_store::indexes::IndexDamage;
 use subagent_store::log::{check_attachment, good_prefix};
 use subagent_store::subscription::{self, Subscription};
 use subagent_store::{
-    record, Durability, EventLog, Fence, IdLocation, IndexEntries, LogIndex, StoreError,
-    StreamAppend, TransactionTicket,
+    record, CheckpointBytes, Durability, EventLog, Fence, IdLocation, IndexEntries, LogIndex,
+    StoreError, StreamAppend, TransactionTicket,
 };
 use tokio::sync::{mpsc, watch, Notify};
 use tokio_postgres::NoTls;
@@ -564,7 +564,7 @@ impl EventLog for PgLog {
         self.shared.inner.durability
     }
 
-    fn read_checkpoint(&self, name: &str) -> Result<Option<Vec<u8>>, StoreError> {
+    fn read_checkpoint(&self, name: &str) -> Result<Option<CheckpointBytes<'_>>, StoreError> {
         let name = name.to_owned();
         self.run(move |inner| async move {
             let client = inner.client("reading a checkpoint").await?;
@@ -575,6 +575,7 @@ impl EventLog for PgLog {
                 .map_err(fail)?;
             row.map(|row| row.try_get::<_, Vec<u8>>(0).map_err(fail))
                 .transpose()
+                .map(|bytes| bytes.map(CheckpointBytes::from))
         })
     }
 

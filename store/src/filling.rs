@@ -8,7 +8,7 @@ use subagent_core::{Attachment, AttachmentId, EventId, RecordedEvent, StreamId};
 
 use crate::append_check::IdLocation;
 use crate::indexes::{IndexEntries, LogIndex};
-use crate::log::{Durability, EventLog, StreamAppend, TransactionTicket};
+use crate::log::{CheckpointBytes, Durability, EventLog, StreamAppend, TransactionTicket};
 use crate::memory::MemoryLog;
 use crate::subscription::Subscription;
 use crate::StoreError;
@@ -93,7 +93,7 @@ impl EventLog for FillingLog {
     fn durability(&self) -> Durability {
         self.inner.durability()
     }
-    fn read_checkpoint(&self, name: &str) -> Result<Option<Vec<u8>>, StoreError> {
+    fn read_checkpoint(&self, name: &str) -> Result<Option<CheckpointBytes<'_>>, StoreError> {
         self.inner.read_checkpoint(name)
     }
     fn write_checkpoint(&self, name: &str, bytes: &[u8]) -> Result<(), StoreError> {

@@ -45,8 +45,8 @@ pub use error::StoreError;
 pub use indexes::{IndexDamage, IndexEntries, IndexEntry, LogIndex};
 pub use lease::{Fence, Lease, LeaseRecord, TreeLeases};
 pub use log::{
-    AppendOutcome, AppendTicket, Durability, EventLog, EventLogExt, ExpectedVersion, RecordIter,
-    StreamAppend, TransactionTicket,
+    AppendOutcome, AppendTicket, CheckpointBytes, Durability, EventLog, EventLogExt,
+    ExpectedVersion, RecordIter, StreamAppend, TransactionTicket,
 };
 pub use memory::MemoryLog;
 pub use rocks::{CommitCounts, RocksLog, RocksOptions};

@@ -343,6 +343,42 @@ impl Future for AppendTicket {
     }
 }
 
+/// A stored checkpoint's bytes, as the backend hands them over: borrowed
+/// from the backend where it can (RocksDB pins the value it read, so a
+/// checkpoint of tens of megabytes is not copied once more into a fresh
+/// allocation before it is decoded), owned otherwise. Dereferences to the
+/// bytes; valid while the log handle it was read from is.
+pub struct CheckpointBytes<'a>(Box<dyn std::ops::Deref<Target = [u8]> + Send + Sync + 'a>);
+
+impl<'a> CheckpointBytes<'a> {
+    /// Bytes held by `holder`, which dereferences to them.
+    pub fn held(
+        holder: impl std::ops::Deref<Target = [u8]> + Send + Sync + 'a,
+    ) -> CheckpointBytes<'a> {
+        CheckpointBytes(Box::new(holder))
+    }
+}
+
+impl From<Vec<u8>> for CheckpointBytes<'_> {
+    fn from(bytes: Vec<u8>) -> Self {
+        CheckpointBytes::held(bytes)
+    }
+}
+
+impl std::ops::Deref for CheckpointBytes<'_> {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for CheckpointBytes<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "CheckpointBytes({} bytes)", self.len())
+    }
+}
+
 /// An append-only, durable, totally ordered log of typed events, split into
 /// streams. Implementations are cheap to clone handles over shared state.
 ///
@@ -530,12 +566,13 @@ pub trait EventLog: Send + Sync + 'static {
     /// The log's durability setting.
     fn durability(&self) -> Durability;
 
-    /// The stored projection checkpoint called `name`, if any. Checkpoints are
+    /// The stored projection checkpoint called `name`, if any, read in
+    /// place where the backend can ([`CheckpointBytes`]). Checkpoints are
     /// derived data: losing or refusing one only costs a refold.
     ///
     /// # Errors
     /// IO failure.
-    fn read_checkpoint(&self, name: &str) -> Result<Option<Vec<u8>>, StoreError>;
+    fn read_checkpoint(&self, name: &str) -> Result<Option<CheckpointBytes<'_>>, StoreError>;
 
     /// Replaces the checkpoint called `name`, durably under the log's setting.
     ///

@@ -16,7 +16,8 @@ use crate::append_check::{
 use crate::error::StoreError;
 use crate::indexes::{IndexDamage, IndexEntries, IndexEntry, LogIndex};
 use crate::log::{
-    good_prefix, AppendOutcome, Durability, EventLog, StreamAppend, TransactionTicket,
+    good_prefix, AppendOutcome, CheckpointBytes, Durability, EventLog, StreamAppend,
+    TransactionTicket,
 };
 use crate::record;
 use crate::subscription::{self, Subscription};
@@ -294,8 +295,13 @@ impl EventLog for MemoryLog {
         Durability::Volatile
     }
 
-    fn read_checkpoint(&self, name: &str) -> Result<Option<Vec<u8>>, StoreError> {
-        Ok(self.state().checkpoints.get(name).cloned())
+    fn read_checkpoint(&self, name: &str) -> Result<Option<CheckpointBytes<'_>>, StoreError> {
+        Ok(self
+            .state()
+            .checkpoints
+            .get(name)
+            .cloned()
+            .map(CheckpointBytes::from))
     }
 
     fn write_checkpoint(&self, name: &str, bytes: &[u8]) -> Result<(), StoreError> {

@@ -171,7 +171,10 @@ impl Engine {
             .read_checkpoint(checkpoint::CHECKPOINT_NAME)
             .map_err(SubagentError::internal_from)?;
         let mut stats = OpenStats::default();
-        let mut state = match checkpoint::usable(stored.as_deref(), log.head()) {
+        let usable = checkpoint::usable(stored.as_deref(), log.head());
+        // The stored bytes are let go before the tail is folded.
+        drop(stored);
+        let mut state = match usable {
             Ok(stored) => {
                 stats.checkpoint_position = stored.as_ref().map(|state| state.position);
                 stored.unwrap_or_default()

@@ -93,6 +93,7 @@ macro_rules! conformance_suite {
             subscription_catches_up_then_goes_live,
             stream_subscription_sees_its_stream_alone_once_in_order,
             reopen_keeps_everything,
+            checkpoints_read_back_what_was_last_written,
             a_flipped_byte_is_reported_as_corrupt,
             atomic_appends_write_every_part_or_none,
             atomic_retries_are_idempotent_and_malformed_ones_refused,

@@ -288,3 +288,34 @@ pub async fn a_flipped_byte_is_reported_as_corrupt<H: Harness>(mut harness: H) {
         assert_eq!(everything(&log).len(), 5);
     }
 }
+
+/// A checkpoint reads back byte for byte what was last written under its
+/// name, however large (8 MiB here, past any page or block), names are
+/// kept apart, an absent one reads as `None`, and all of it survives
+/// reopening.
+pub async fn checkpoints_read_back_what_was_last_written<H: Harness>(mut harness: H) {
+    let log = harness.open();
+    assert!(log.read_checkpoint("projections").unwrap().is_none());
+    let large: Vec<u8> = (0..8u32 * 1024 * 1024)
+        .map(|at| (at.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    log.write_checkpoint("projections", b"replaced").unwrap();
+    log.write_checkpoint("projections", &large).unwrap();
+    log.write_checkpoint("other", b"other").unwrap();
+    let check = |log: &H::Log| {
+        let read = log
+            .read_checkpoint("projections")
+            .unwrap()
+            .expect("written");
+        assert_eq!(read.len(), large.len());
+        assert!(*read == large[..], "the large checkpoint read back changed");
+        assert_eq!(
+            log.read_checkpoint("other").unwrap().as_deref(),
+            Some(&b"other"[..])
+        );
+        assert!(log.read_checkpoint("absent").unwrap().is_none());
+    };
+    check(&log);
+    let log = harness.reopen(log);
+    check(&log);
+}

@@ -32,7 +32,8 @@ use crate::append_check::IdLocation;
 use crate::error::StoreError;
 use crate::indexes::{IndexEntries, LogIndex};
 use crate::log::{
-    check_attachment, good_prefix, Durability, EventLog, StreamAppend, TransactionTicket,
+    check_attachment, good_prefix, CheckpointBytes, Durability, EventLog, StreamAppend,
+    TransactionTicket,
 };
 use crate::record;
 use crate::subscription::{self, Subscription};
@@ -548,10 +549,14 @@ impl EventLog for RocksLog {
         Ok(ids)
     }
 
-    fn read_checkpoint(&self, name: &str) -> Result<Option<Vec<u8>>, StoreError> {
+    fn read_checkpoint(&self, name: &str) -> Result<Option<CheckpointBytes<'_>>, StoreError> {
         let db = &self.shared.db;
-        db.get_cf(family(db, keys::CF_META)?, keys::checkpoint_key(name))
-            .map_err(|err| map_rocks_error(err, 0, &self.shared.path))
+        // Pinned, not copied out: a checkpoint is tens of megabytes
+        // (BENCHMARKS.md, "Startup").
+        let pinned = db
+            .get_pinned_cf(family(db, keys::CF_META)?, keys::checkpoint_key(name))
+            .map_err(|err| map_rocks_error(err, 0, &self.shared.path))?;
+        Ok(pinned.map(CheckpointBytes::held))
     }
 
     fn write_checkpoint(&self, name: &str, bytes: &[u8]) -> Result<(), StoreError> {
