@@ -21,7 +21,7 @@ use subagent_runtime::scripted::Step;
 use subagent_runtime::BoxFuture;
 use subagent_runtime::{
     Agent, AgentHost, AgentSpec, InterruptAuthority, Notice, Script, ScriptedHost,
-    SubagentActivation,
+    SubagentActivation, TranscriptItem, TurnEnd, TurnInput,
 };
 use subagent_store::filling::FillingLog;
 use subagent_store::{EventLog, MemoryLog, RocksLog, RocksOptions, StoreError};
@@ -780,54 +780,55 @@ fn after_a_crash_the_reopened_root_finds_its_children_abandoned_and_resumable() 
     });
 }
 
+/// Agents that say what their turn was given, then work until cancelled
+/// without ever taking steering: a message sent while one works stays
+/// pending, whatever the timing.
+struct Unsteerable;
+
+struct UnsteerableAgent;
+
+impl AgentHost for Unsteerable {
+    fn create(&self, _: AgentSpec) -> BoxFuture<'static, Result<Box<dyn Agent>, SubagentError>> {
+        Box::pin(async { Ok(Box::new(UnsteerableAgent) as Box<dyn Agent>) })
+    }
+}
+
+impl Agent for UnsteerableAgent {
+    fn run_turn(&mut self, input: TurnInput) -> BoxFuture<'_, TurnEnd> {
+        Box::pin(async move {
+            let given: Vec<String> = input
+                .messages
+                .iter()
+                .flatten()
+                .filter_map(|block| match block {
+                    ContentBlock::Text(text) => Some(text.text.clone()),
+                    _ => None,
+                })
+                .collect();
+            let said = format!("given [{}]", given.join("; "));
+            let _ = input
+                .transcript
+                .send(TranscriptItem::Assistant(vec![ContentBlock::text(said)]))
+                .await;
+            input.cancel.cancelled().await;
+            TurnEnd {
+                stop_reason: SubagentStopReason::Aborted,
+                diagnostic: None,
+                structured: None,
+            }
+        })
+    }
+}
+
 /// A message accepted before a crash is still pending after it, and the
 /// resumed activation's first turn is given it with the message that
-/// resumed it: the one from the log (the new host never saw it accepted,
-/// so the engine does not keep it), the other as the engine kept it.
+/// resumed it, in order. The new host never saw the first accepted, so its
+/// engine does not keep it, and the claim of both reads them from the log.
 #[test]
 fn a_message_pending_at_a_crash_reaches_the_resumed_turn_from_the_log() {
     let log = MemoryLog::new();
-    let host = || {
-        scripts().with(
-            "patient",
-            Script {
-                turns: vec![vec![Step::Describe("given".into()), Step::SleepMs(60_000)]],
-            },
-        )
-    };
-    let (root_id, child) = {
-        let tokio = tokio::runtime::Runtime::new().unwrap();
-        tokio.block_on(async {
-            let h = Harness::builder(host()).over(log.clone()).open().await;
-            let patient = h
-                .start(spec("spawn", "patient", Delivery::Parent))
-                .await
-                .unwrap();
-            let child = patient.child_id();
-            until("the patient child to describe its prompt", || {
-                count(&h.events(child), EventKind::AssistantMessage) == 1
-            })
-            .await;
-            h.send(child, "while you work").await.unwrap();
-            assert_eq!(h.runtime.projections().pending_messages(child).len(), 1);
-            (h.root.session(), child)
-        })
-    };
-    let tokio = tokio::runtime::Runtime::new().unwrap();
-    tokio.block_on(async {
-        let h = Harness::builder(host())
-            .over(log.clone())
-            .reopen(root_id)
-            .open()
-            .await;
-        assert_eq!(h.runtime.projections().pending_messages(child).len(), 1);
-        h.send(child, "carry on").await.unwrap();
-        until("the resumed child to describe what it was given", || {
-            count(&h.events(child), EventKind::AssistantMessage) == 2
-        })
-        .await;
-        let said: Vec<String> = h
-            .events(child)
+    let said = |h: &Harness, child| -> Vec<String> {
+        h.events(child)
             .into_iter()
             .filter_map(|event| match event {
                 Event::AssistantMessage { content, .. } => Some(
@@ -841,10 +842,47 @@ fn a_message_pending_at_a_crash_reaches_the_resumed_turn_from_the_log() {
                 ),
                 _ => None,
             })
-            .collect();
+            .collect()
+    };
+    let (root_id, child) = {
+        let tokio = tokio::runtime::Runtime::new().unwrap();
+        tokio.block_on(async {
+            let h = Harness::builder(Arc::new(Unsteerable))
+                .over(log.clone())
+                .open()
+                .await;
+            let worker = h
+                .start(spec("spawn", "worker", Delivery::Parent))
+                .await
+                .unwrap();
+            let child = worker.child_id();
+            until("the child to say what it was given", || {
+                said(&h, child).len() == 1
+            })
+            .await;
+            h.send(child, "while you work").await.unwrap();
+            assert_eq!(h.runtime.projections().pending_messages(child).len(), 1);
+            (h.root.session(), child)
+        })
+    };
+    let tokio = tokio::runtime::Runtime::new().unwrap();
+    tokio.block_on(async {
+        let h = Harness::builder(Arc::new(Unsteerable))
+            .over(log.clone())
+            .reopen(root_id)
+            .open()
+            .await;
+        assert_eq!(h.runtime.projections().pending_messages(child).len(), 1);
+        h.send(child, "carry on").await.unwrap();
+        until("the resumed child to say what it was given", || {
+            said(&h, child).len() == 2
+        })
+        .await;
         assert_eq!(
-            said[1], r#"given ["while you work"; "carry on"]"#,
-            "{said:?}"
+            said(&h, child)[1],
+            "given [while you work; carry on]",
+            "{:?}",
+            said(&h, child)
         );
         h.runtime.drain_children(&h.root, &[child]).await.unwrap();
         h.runtime.close().await.unwrap();

@@ -333,14 +333,16 @@ fn the_last_drop_frees_the_directory_while_tickets_are_leading() {
     }
 }
 
-/// Two streams whose marks the writer keeps apart (they fall in different
-/// slots of its table; the hash is fixed, so this holds in every run).
-fn streams_kept_apart() -> (StreamId, StreamId) {
-    let stream = |text| StreamId::Session(SessionId::parse(text).unwrap());
-    (
-        stream("0190c5d2-8a3b-7c4d-9e5f-6a7b8c9d0e1f"),
-        stream("0190c5d2-8a3b-7c4d-9e5f-6a7b8c9d0e20"),
-    )
+/// A new stream whose mark `log` (opened empty) keeps apart from those of
+/// every stream written so far: probed, since streams that share a slot of
+/// the writer's table answer for each other.
+fn stream_apart(log: &RocksLog) -> StreamId {
+    loop {
+        let candidate = StreamId::Session(SessionId::new());
+        if !log.may_have_written_after(&candidate, 0) {
+            return candidate;
+        }
+    }
 }
 
 /// The writer marks every stream a group wrote before it publishes the
@@ -350,7 +352,8 @@ fn streams_kept_apart() -> (StreamId, StreamId) {
 #[test]
 fn the_log_knows_which_streams_grew_since_it_opened() {
     let dir = tempfile::tempdir().unwrap();
-    let (mine, other) = streams_kept_apart();
+    let mine = StreamId::Session(SessionId::new());
+    let other;
     {
         let log = open(dir.path(), Durability::Buffered);
         assert!(
@@ -361,6 +364,7 @@ fn the_log_knows_which_streams_grew_since_it_opened() {
             .wait()
             .unwrap();
         assert!(log.may_have_written_after(&mine, 0));
+        other = stream_apart(&log);
         assert!(!log.may_have_written_after(&mine, 1));
         log.append(other, ExpectedVersion::Any, vec![turn(1)])
             .wait()
@@ -397,18 +401,21 @@ async fn next(subscription: &mut subagent_store::Subscription) -> subagent_store
 fn a_stream_subscription_on_a_reopened_log_sees_history_then_live_events() {
     use tokio_stream::StreamExt as _;
     let dir = tempfile::tempdir().unwrap();
-    let (mine, other) = streams_kept_apart();
+    let mine = StreamId::Session(SessionId::new());
+    let mut other = None;
     {
         let log = open(dir.path(), Durability::Buffered);
         for number in 1..=3 {
             log.append(mine, ExpectedVersion::Any, vec![turn(number)])
                 .wait()
                 .unwrap();
+            let other = *other.get_or_insert_with(|| stream_apart(&log));
             log.append(other, ExpectedVersion::Any, vec![turn(number)])
                 .wait()
                 .unwrap();
         }
     }
+    let other = other.expect("chosen in the first round");
     let log = open(dir.path(), Durability::Buffered);
     tokio_runtime().block_on(async {
         let mut subscription = log.subscribe_stream(mine, 2);

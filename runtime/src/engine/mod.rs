@@ -41,8 +41,8 @@ use crate::telemetry::TracedSpan;
 use subagent_core::record::{encoded_body_len, json_len};
 use subagent_core::telemetry::{attr, span};
 use subagent_core::{
-    Attachment, ContentBlock, Event, MessageId, NewEvent, RecordedEvent, StreamId, SubagentError,
-    TraceContext, MAX_CONTENT_BYTES, MAX_EVENT_BYTES,
+    Attachment, ContentBlock, Event, MessageId, NewEvent, RecordedEvent, SessionId, StreamId,
+    SubagentError, TraceContext, MAX_CONTENT_BYTES, MAX_EVENT_BYTES,
 };
 use subagent_projections::{checkpoint, decide, Command, Projections};
 use subagent_store::{EventLog, ExpectedVersion, StoreError, StreamAppend};
@@ -72,7 +72,9 @@ impl Pipeline {
     /// a later claim will want of it ([`accepted`]).
     fn fold_live(&mut self, record: &RecordedEvent) {
         self.state.apply(record);
-        self.accepted.note(&record.event);
+        if let Some(session) = record.stream.session() {
+            self.accepted.note(session, &record.event);
+        }
     }
 }
 
@@ -651,12 +653,16 @@ impl Engine {
         SubagentError::internal_from(LogFailedEarlier(cause))
     }
 
-    /// The contents of the messages `ids`, in their order, when this engine
-    /// recorded their acceptance and still keeps every one ([`accepted`]):
-    /// what a claim that names them took. Taken once; `None` leaves the
-    /// caller to read them from the log.
-    pub(crate) fn take_accepted(&self, ids: &[MessageId]) -> Option<Vec<Vec<ContentBlock>>> {
-        self.pipeline().accepted.take(ids)
+    /// The contents of `session`'s messages `ids`, in their order, when
+    /// this engine recorded their acceptance and still keeps every one
+    /// ([`accepted`]): what a claim that names them took. Taken once;
+    /// `None` leaves the caller to read them from the log.
+    pub(crate) fn take_accepted(
+        &self,
+        session: SessionId,
+        ids: &[MessageId],
+    ) -> Option<Vec<Vec<ContentBlock>>> {
+        self.pipeline().accepted.take(session, ids)
     }
 
     /// Refuses every later command with `subagent/closed`: nothing can be

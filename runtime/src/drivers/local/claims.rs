@@ -52,7 +52,12 @@ impl LocalDriver {
         }) else {
             return Ok(Vec::new());
         };
-        let mut claimed = match self.runtime.inner.engine.take_accepted(ids) {
+        let mut claimed = match self
+            .runtime
+            .inner
+            .engine
+            .take_accepted(self.handle.child, ids)
+        {
             Some(kept) => kept,
             None => {
                 let mut contents = self.accepted_between(ids, *scan_from, claimed_at)?;
