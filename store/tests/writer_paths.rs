@@ -3,7 +3,9 @@
 //! other threads keep the writer busy (in both durability modes): what the
 //! runtime's pipelining relies on, and what any change to the writer's
 //! hand-off (such as committing in the appender's thread, tried and
-//! measured in BENCHMARKS.md) must keep.
+//! measured in BENCHMARKS.md) must keep. Also the writer's marks of the
+//! streams it wrote, and the stream subscriptions that read nothing when
+//! their stream did not grow.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
@@ -461,5 +463,161 @@ fn a_stream_subscription_on_a_reopened_log_sees_history_then_live_events() {
                 .is_err(),
             "an event past the stream's end"
         );
+    });
+}
+
+/// A RocksDB log that counts its stream-index page reads, and answers
+/// everything else as the log it wraps.
+#[derive(Clone)]
+struct CountingStreamReads {
+    inner: RocksLog,
+    reads: Arc<AtomicU64>,
+}
+
+impl EventLog for CountingStreamReads {
+    fn append_with_attachments(
+        &self,
+        parts: Vec<subagent_store::StreamAppend>,
+        attachments: Vec<subagent_core::Attachment>,
+    ) -> subagent_store::TransactionTicket {
+        self.inner.append_with_attachments(parts, attachments)
+    }
+    fn attachment(
+        &self,
+        id: &subagent_core::AttachmentId,
+    ) -> Result<Option<Vec<u8>>, subagent_store::StoreError> {
+        self.inner.attachment(id)
+    }
+    fn attachment_ids(
+        &self,
+    ) -> Result<Vec<subagent_core::AttachmentId>, subagent_store::StoreError> {
+        self.inner.attachment_ids()
+    }
+    fn read_all_page(
+        &self,
+        from: u64,
+        limit: usize,
+    ) -> Result<Vec<subagent_core::RecordedEvent>, subagent_store::StoreError> {
+        self.inner.read_all_page(from, limit)
+    }
+    fn read_stream_page(
+        &self,
+        stream: &StreamId,
+        from: u64,
+        limit: usize,
+    ) -> Result<Vec<subagent_core::RecordedEvent>, subagent_store::StoreError> {
+        self.reads.fetch_add(1, Ordering::SeqCst);
+        self.inner.read_stream_page(stream, from, limit)
+    }
+    fn stream_version(&self, stream: &StreamId) -> Result<u64, subagent_store::StoreError> {
+        self.inner.stream_version(stream)
+    }
+    fn head(&self) -> u64 {
+        self.inner.head()
+    }
+    fn watch_head(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.inner.watch_head()
+    }
+    fn subscribe(&self, from: u64) -> subagent_store::Subscription {
+        self.inner.subscribe(from)
+    }
+    fn subscribe_stream(&self, stream: StreamId, from: u64) -> subagent_store::Subscription {
+        subagent_store::subscription::follow_stream(self.clone(), self.watch_head(), stream, from)
+    }
+    fn may_have_written_after(&self, stream: &StreamId, position: u64) -> bool {
+        self.inner.may_have_written_after(stream, position)
+    }
+    fn durability(&self) -> Durability {
+        self.inner.durability()
+    }
+    fn read_checkpoint(
+        &self,
+        name: &str,
+    ) -> Result<Option<subagent_store::CheckpointBytes<'_>>, subagent_store::StoreError> {
+        self.inner.read_checkpoint(name)
+    }
+    fn write_checkpoint(&self, name: &str, bytes: &[u8]) -> Result<(), subagent_store::StoreError> {
+        self.inner.write_checkpoint(name, bytes)
+    }
+    fn index_entries(&self, index: subagent_store::LogIndex) -> subagent_store::IndexEntries<'_> {
+        self.inner.index_entries(index)
+    }
+    fn locate_event(
+        &self,
+        event_id: &subagent_core::EventId,
+    ) -> Result<Option<subagent_store::IdLocation>, subagent_store::StoreError> {
+        self.inner.locate_event(event_id)
+    }
+    fn indexed_position(
+        &self,
+        stream: &StreamId,
+        version: u64,
+    ) -> Result<Option<u64>, subagent_store::StoreError> {
+        self.inner.indexed_position(stream, version)
+    }
+}
+
+/// Head changes that brought only another stream's events cost a stream
+/// subscription no read of the stream index (the writer's marks say its
+/// stream did not grow); one that brought its own event costs a read, and
+/// delivers it.
+#[test]
+fn a_stream_subscription_reads_nothing_for_other_streams_commits() {
+    let dir = tempfile::tempdir().unwrap();
+    let rocks = open(dir.path(), Durability::Buffered);
+    let mine = StreamId::Session(SessionId::new());
+    rocks
+        .append(mine, ExpectedVersion::Any, vec![turn(1)])
+        .wait()
+        .unwrap();
+    let other = stream_apart(&rocks);
+    let log = CountingStreamReads {
+        inner: rocks,
+        reads: Arc::new(AtomicU64::new(0)),
+    };
+    tokio_runtime().block_on(async {
+        let mut subscription = log.subscribe_stream(mine, 1);
+        assert!(matches!(
+            next(&mut subscription).await,
+            subagent_store::SubscriptionItem::Event(record) if record.version == 1
+        ));
+        assert!(matches!(
+            next(&mut subscription).await,
+            subagent_store::SubscriptionItem::CaughtUp { head: 1 }
+        ));
+        let reads_caught_up = log.reads.load(Ordering::SeqCst);
+        assert!(reads_caught_up >= 1, "the history was read");
+        for number in 1..=20 {
+            log.append(other, ExpectedVersion::Any, vec![turn(number)])
+                .await
+                .unwrap();
+            // Each head change reaches the subscription, which finds
+            // nothing of its stream in it.
+            use tokio_stream::StreamExt as _;
+            assert!(
+                tokio::time::timeout(std::time::Duration::from_millis(10), subscription.next())
+                    .await
+                    .is_err(),
+                "another stream's event reached the subscription"
+            );
+        }
+        assert_eq!(
+            log.reads.load(Ordering::SeqCst),
+            reads_caught_up,
+            "another stream's commits made the subscription read the index"
+        );
+        log.append(mine, ExpectedVersion::Any, vec![turn(2)])
+            .await
+            .unwrap();
+        match next(&mut subscription).await {
+            subagent_store::SubscriptionItem::Event(record) => {
+                assert_eq!(
+                    (record.stream, record.version, record.position),
+                    (mine, 2, 22)
+                );
+            }
+            other => panic!("expected the stream's next event, got {other:?}"),
+        }
+        assert!(log.reads.load(Ordering::SeqCst) > reads_caught_up);
     });
 }
