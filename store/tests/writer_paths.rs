@@ -395,13 +395,34 @@ async fn next(subscription: &mut subagent_store::Subscription) -> subagent_store
         .expect("the subscription failed")
 }
 
+/// The subscription's next item, which must be an event.
+async fn next_event(
+    subscription: &mut subagent_store::Subscription,
+) -> subagent_core::RecordedEvent {
+    match next(subscription).await {
+        subagent_store::SubscriptionItem::Event(record) => record,
+        other => panic!("expected the stream's next event, got {other:?}"),
+    }
+}
+
+/// Fails with `why` if the subscription yields anything within `millis`.
+async fn assert_quiet(subscription: &mut subagent_store::Subscription, millis: u64, why: &str) {
+    use tokio_stream::StreamExt as _;
+    let waited = std::time::Duration::from_millis(millis);
+    assert!(
+        tokio::time::timeout(waited, subscription.next())
+            .await
+            .is_err(),
+        "{why}"
+    );
+}
+
 /// A stream subscription on a reopened log reads its stream's history
 /// (written before the opening, so not in the writer's marks), then,
 /// through head changes that brought only another stream's events, still
 /// delivers its own next event, once.
 #[test]
 fn a_stream_subscription_on_a_reopened_log_sees_history_then_live_events() {
-    use tokio_stream::StreamExt as _;
     let dir = tempfile::tempdir().unwrap();
     let mine = StreamId::Session(SessionId::new());
     let mut other = None;
@@ -438,31 +459,17 @@ fn a_stream_subscription_on_a_reopened_log_sees_history_then_live_events() {
                 .unwrap();
             // The subscription sees each head change on its own, and
             // finds nothing of its stream in it.
-            assert!(
-                tokio::time::timeout(std::time::Duration::from_millis(10), subscription.next())
-                    .await
-                    .is_err(),
-                "another stream's event reached the subscription"
-            );
+            assert_quiet(&mut subscription, 10, "another stream's event reached it").await;
         }
         log.append(mine, ExpectedVersion::Any, vec![turn(4)])
             .await
             .unwrap();
-        match next(&mut subscription).await {
-            subagent_store::SubscriptionItem::Event(record) => {
-                assert_eq!(
-                    (record.stream, record.version, record.position),
-                    (mine, 4, 24)
-                );
-            }
-            other => panic!("expected the stream's next event, got {other:?}"),
-        }
-        assert!(
-            tokio::time::timeout(std::time::Duration::from_millis(100), subscription.next())
-                .await
-                .is_err(),
-            "an event past the stream's end"
+        let record = next_event(&mut subscription).await;
+        assert_eq!(
+            (record.stream, record.version, record.position),
+            (mine, 4, 24)
         );
+        assert_quiet(&mut subscription, 100, "an event past the stream's end").await;
     });
 }
 
@@ -593,13 +600,7 @@ fn a_stream_subscription_reads_nothing_for_other_streams_commits() {
                 .unwrap();
             // Each head change reaches the subscription, which finds
             // nothing of its stream in it.
-            use tokio_stream::StreamExt as _;
-            assert!(
-                tokio::time::timeout(std::time::Duration::from_millis(10), subscription.next())
-                    .await
-                    .is_err(),
-                "another stream's event reached the subscription"
-            );
+            assert_quiet(&mut subscription, 10, "another stream's event reached it").await;
         }
         assert_eq!(
             log.reads.load(Ordering::SeqCst),
@@ -609,15 +610,11 @@ fn a_stream_subscription_reads_nothing_for_other_streams_commits() {
         log.append(mine, ExpectedVersion::Any, vec![turn(2)])
             .await
             .unwrap();
-        match next(&mut subscription).await {
-            subagent_store::SubscriptionItem::Event(record) => {
-                assert_eq!(
-                    (record.stream, record.version, record.position),
-                    (mine, 2, 22)
-                );
-            }
-            other => panic!("expected the stream's next event, got {other:?}"),
-        }
+        let record = next_event(&mut subscription).await;
+        assert_eq!(
+            (record.stream, record.version, record.position),
+            (mine, 2, 22)
+        );
         assert!(log.reads.load(Ordering::SeqCst) > reads_caught_up);
     });
 }

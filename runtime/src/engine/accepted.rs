@@ -18,7 +18,8 @@ use subagent_core::{ContentBlock, Event, MessageId, SessionId};
 
 /// Kept at most: this many messages ...
 const MAX_KEPT: usize = 4096;
-/// ... and this many bytes of their contents, counted as JSON.
+/// ... and this many bytes of their contents, counted as JSON (or as the
+/// JSON of their whole record, when the engine counted that already).
 const MAX_KEPT_BYTES: usize = 16 * 1024 * 1024;
 
 /// A message's inbox and id: what a claim names.
@@ -52,13 +53,16 @@ pub(crate) struct AcceptedContents {
 impl AcceptedContents {
     /// Notes what `event`, just recorded on `session`'s stream, changes: an
     /// accepted message's contents are kept, dropped messages forgotten.
-    pub(crate) fn note(&mut self, session: SessionId, event: &Event) {
+    /// `counted`: the bytes its whole record was already counted as (the
+    /// engine counts every record it decides), which bound its contents'
+    /// and stand for them; without it the contents are counted here.
+    pub(crate) fn note(&mut self, session: SessionId, event: &Event, counted: Option<usize>) {
         match event {
             Event::MessageAccepted {
                 message_id,
                 content,
                 ..
-            } => self.keep((session, *message_id), content),
+            } => self.keep((session, *message_id), content, counted),
             Event::MessagesDropped { ids, .. } => {
                 for id in ids {
                     self.forget(&(session, *id));
@@ -68,12 +72,12 @@ impl AcceptedContents {
         }
     }
 
-    fn keep(&mut self, key: Key, content: &[ContentBlock]) {
+    fn keep(&mut self, key: Key, content: &[ContentBlock], counted: Option<usize>) {
         // Whatever was kept under this key is not what it holds now.
         self.forget(&key);
         // Contents that cannot be counted, or could never fit, are left
         // to the log.
-        let Ok(bytes) = json_len(&content) else {
+        let Some(bytes) = counted.or_else(|| json_len(&content).ok()) else {
             return;
         };
         if bytes > MAX_KEPT_BYTES {
@@ -169,7 +173,7 @@ mod tests {
             }
         }
         fn accept(&mut self, id: MessageId, content: Vec<ContentBlock>) {
-            self.kept.note(self.session, &accepted(id, content));
+            self.kept.note(self.session, &accepted(id, content), None);
         }
         fn take(&mut self, ids: &[MessageId]) -> Option<Vec<Vec<ContentBlock>>> {
             self.kept.take(self.session, ids)
@@ -210,7 +214,7 @@ mod tests {
         let mut inbox = Inbox::new();
         inbox.accept(id, text("mine"));
         let other = SessionId::new();
-        inbox.kept.note(other, &accepted(id, text("theirs")));
+        inbox.kept.note(other, &accepted(id, text("theirs")), None);
         assert_eq!(inbox.take(&[id]), Some(vec![text("mine")]));
         assert_eq!(inbox.kept.take(other, &[id]), Some(vec![text("theirs")]));
     }
@@ -227,6 +231,7 @@ mod tests {
                 ids: vec![a],
                 epoch: 1,
             },
+            None,
         );
         assert_eq!(inbox.take(&[a]), None);
         assert_eq!(inbox.take(&[b]), Some(vec![text("kept")]));

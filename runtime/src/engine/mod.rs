@@ -69,11 +69,12 @@ pub(crate) struct Pipeline {
 
 impl Pipeline {
     /// Folds in `record`, recorded since the engine opened, and keeps what
-    /// a later claim will want of it ([`accepted`]).
-    fn fold_live(&mut self, record: &RecordedEvent) {
+    /// a later claim will want of it ([`accepted`]). `counted`: the bytes
+    /// its record was already counted as, if it was.
+    fn fold_live(&mut self, record: &RecordedEvent, counted: Option<usize>) {
         self.state.apply(record);
         if let Some(session) = record.stream.session() {
-            self.accepted.note(session, &record.event);
+            self.accepted.note(session, &record.event, counted);
         }
     }
 }
@@ -118,23 +119,27 @@ const RECORDED_AT_WIDTH_SLACK: usize = 19;
 
 /// Refuses a decision any of whose records could be larger than
 /// [`MAX_EVENT_BYTES`] once stored (counted with the widest timestamp, so
-/// the store's own check can never refuse what passed this one).
+/// the store's own check can never refuse what passed this one); else
+/// each record's bytes as counted, in order, for what else wants them.
 ///
 /// # Errors
 /// [`SubagentError::EventTooLarge`] naming the first oversized event.
-fn refuse_oversized(records: &[RecordedEvent]) -> Result<(), SubagentError> {
-    for record in records {
-        let bytes = encoded_body_len(record).map_err(SubagentError::internal_from)?
-            + RECORDED_AT_WIDTH_SLACK;
-        if bytes > MAX_EVENT_BYTES {
-            return Err(SubagentError::EventTooLarge {
-                event_type: record.event.type_name(),
-                bytes,
-                limit: MAX_EVENT_BYTES,
-            });
-        }
-    }
-    Ok(())
+fn refuse_oversized(records: &[RecordedEvent]) -> Result<Vec<usize>, SubagentError> {
+    records
+        .iter()
+        .map(|record| {
+            let bytes = encoded_body_len(record).map_err(SubagentError::internal_from)?
+                + RECORDED_AT_WIDTH_SLACK;
+            if bytes > MAX_EVENT_BYTES {
+                return Err(SubagentError::EventTooLarge {
+                    event_type: record.event.type_name(),
+                    bytes,
+                    limit: MAX_EVENT_BYTES,
+                });
+            }
+            Ok(bytes)
+        })
+        .collect()
 }
 
 /// Refuses a start whose prompt is larger than [`MAX_CONTENT_BYTES`],
@@ -582,13 +587,14 @@ impl Engine {
         }
         // Refused here, not by the store: a store refusal would come after
         // the events were folded in and later commands decided on them.
-        if let Err(oversized) = refuse_oversized(&records) {
-            return Step::Answered(Err(oversized));
-        }
+        let counted = match refuse_oversized(&records) {
+            Ok(counted) => counted,
+            Err(oversized) => return Step::Answered(Err(oversized)),
+        };
         pipeline.versions.extend(next_versions);
         let ticket = self.log.append_with_attachments(parts, attachments);
-        for record in &records {
-            pipeline.fold_live(record);
+        for (record, bytes) in records.iter().zip(counted) {
+            pipeline.fold_live(record, Some(bytes));
         }
         pipeline.since_checkpoint += records.len() as u64;
         let checkpoint_due =

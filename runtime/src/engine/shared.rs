@@ -194,7 +194,7 @@ async fn follow(
             Some(Ok(SubscriptionItem::Event(record))) => {
                 let mut pipeline = super::lock(&pipeline);
                 if record.position > pipeline.state.position {
-                    pipeline.fold_live(&record);
+                    pipeline.fold_live(&record, None);
                     pipeline.since_checkpoint += 1;
                     folded.send_replace(pipeline.state.position);
                 }
@@ -226,7 +226,7 @@ fn apply_own(
         return false;
     }
     for record in records {
-        pipeline.fold_live(record);
+        pipeline.fold_live(record, None);
     }
     pipeline.since_checkpoint += records.len() as u64;
     folded.send_replace(pipeline.state.position);

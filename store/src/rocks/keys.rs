@@ -46,19 +46,22 @@ pub(crate) fn decode_u64(bytes: &[u8]) -> Option<u64> {
 
 /// The prefix shared by every key of `stream` in the `streams` family.
 pub(crate) fn stream_prefix(stream: &StreamId) -> Vec<u8> {
-    let name = stream.name();
-    let mut key = Vec::with_capacity(name.as_bytes().len() + 1);
-    key.extend_from_slice(name.as_bytes());
-    key.push(0);
-    key
+    prefix_with_room(stream, 0)
 }
 
 pub(crate) fn stream_key(stream: &StreamId, version: u64) -> Vec<u8> {
+    let mut key = prefix_with_room(stream, 8);
+    key.extend_from_slice(&version.to_be_bytes());
+    key
+}
+
+/// [`stream_prefix`] with room for `room` more bytes, so a key built on
+/// it is allocated once.
+fn prefix_with_room(stream: &StreamId, room: usize) -> Vec<u8> {
     let name = stream.name();
-    let mut key = Vec::with_capacity(name.as_bytes().len() + 9);
+    let mut key = Vec::with_capacity(name.as_bytes().len() + 1 + room);
     key.extend_from_slice(name.as_bytes());
     key.push(0);
-    key.extend_from_slice(&version.to_be_bytes());
     key
 }
 
