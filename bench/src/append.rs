@@ -46,6 +46,53 @@ pub struct AppendArgs {
     /// with fsync on, started for the run) or a `postgres://` URL.
     #[arg(long, default_value = "rocksdb", value_parser = store)]
     store: Store,
+    /// Only the rows of this durability mode (to profile one row).
+    #[arg(long, value_enum)]
+    only_mode: Option<Mode>,
+    /// Only the rows with this many appenders: 1 or 64.
+    #[arg(long, value_parser = row_size)]
+    only_appenders: Option<usize>,
+    /// Only the rows with this many events per append: 1 or 64.
+    #[arg(long, value_parser = row_size)]
+    only_batch: Option<usize>,
+}
+
+/// A row's appenders or events per append, as `--only-appenders` and
+/// `--only-batch` name them: the table has rows of 1 and of 64.
+fn row_size(text: &str) -> Result<usize, String> {
+    match text {
+        "1" => Ok(1),
+        "64" => Ok(64),
+        _ => Err("1 or 64: the table's rows".to_owned()),
+    }
+}
+
+/// A durability mode, as `--only-mode` names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Mode {
+    Sync,
+    Buffered,
+}
+
+impl Mode {
+    fn durability(self) -> Durability {
+        match self {
+            Mode::Sync => Durability::Sync,
+            Mode::Buffered => Durability::Buffered,
+        }
+    }
+}
+
+impl AppendArgs {
+    /// Whether `config`'s row passes the `--only-*` filters.
+    fn selects(&self, config: &Config) -> bool {
+        self.only_mode
+            .is_none_or(|only| only.durability() == config.durability)
+            && self
+                .only_appenders
+                .is_none_or(|only| only == config.appenders)
+            && self.only_batch.is_none_or(|only| only == config.batch)
+    }
 }
 
 /// The log the append figures are taken on.
@@ -273,6 +320,13 @@ pub(super) fn run(args: &AppendArgs, out: &mut dyn Write) -> BenchResult {
         config(Durability::Buffered, 64, 64_000.0, 1),
         config(Durability::Buffered, 1, 1000.0, 64),
     ];
+    let configs: Vec<Config> = configs
+        .into_iter()
+        .filter(|config| args.selects(config))
+        .collect();
+    if configs.is_empty() {
+        return Err("no row of the table matches the --only-* filters: the rows with 64 appenders append one event at a time".into());
+    }
     if let Store::Postgres(url) = &args.store {
         return super::append_pg::run(url.as_deref(), args.runs, &configs, out);
     }

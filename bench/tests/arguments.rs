@@ -95,6 +95,18 @@ fn bench_numbers_outside_their_range_are_refused_before_measuring() {
             vec!["activations", "--tracing-sides", "neither"],
             "[possible values: both, off, on]",
         ),
+        (
+            vec!["append", "--only-mode", "volatile"],
+            "[possible values: sync, buffered]",
+        ),
+        (
+            vec!["append", "--only-appenders", "2"],
+            "1 or 64: the table's rows",
+        ),
+        (
+            vec!["append", "--only-batch", "0"],
+            "1 or 64: the table's rows",
+        ),
     ];
     for (part_args, message) in cases {
         let args = part_args;
@@ -137,6 +149,48 @@ fn a_shared_host_needs_a_postgres_store_and_is_refused_before_measuring() {
         &["activations", "--shared"],
         "--shared needs --store postgres",
     );
+}
+
+#[test]
+fn append_filters_that_match_no_row_are_refused_before_measuring() {
+    refused_before_measuring(
+        &["append", "--only-appenders", "64", "--only-batch", "64"],
+        "no row of the table matches the --only-* filters",
+    );
+}
+
+/// `--only-*` runs the rows it names and no other: one row here, with
+/// every figure measured.
+#[test]
+fn append_filters_run_only_the_rows_they_name() {
+    let output = Command::new(env!("CARGO_BIN_EXE_subagents-bench"))
+        .args([
+            "append",
+            "--only-mode",
+            "buffered",
+            "--only-batch",
+            "1",
+            "--only-appenders",
+            "1",
+            "--runs",
+            "1",
+            "--scale",
+            "0.01",
+            "--no-sqlite",
+        ])
+        .output()
+        .expect("run subagents-bench");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let rows = table_rows(&stdout);
+    assert_eq!(rows.len(), 1, "{stdout}");
+    // Mode, appenders, batch, events, then the engine's and raw's
+    // "median (min–max)" and their ratio.
+    assert_eq!(rows[0][..3], ["Buffered", "1", "1"], "{stdout}");
+    for rate in [rows[0][4], rows[0][6]] {
+        assert!(rate.parse::<f64>().is_ok_and(|rate| rate > 0.0), "{stdout}");
+    }
 }
 
 #[test]

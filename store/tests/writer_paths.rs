@@ -618,3 +618,70 @@ fn a_stream_subscription_reads_nothing_for_other_streams_commits() {
         assert!(log.reads.load(Ordering::SeqCst) > reads_caught_up);
     });
 }
+
+/// An event whose id sorts below every id a clock would mint now.
+fn turn_with_low_id(turn_number: u64, low: u8) -> NewEvent {
+    let mut bytes = [0u8; 16];
+    bytes[15] = low;
+    NewEvent {
+        event_id: subagent_core::EventId::from_uuid(uuid::Uuid::from_bytes(bytes)),
+        ..turn(turn_number)
+    }
+}
+
+#[test]
+fn fresh_ids_are_not_looked_up_and_every_other_id_is() {
+    let dir = tempfile::tempdir().unwrap();
+    let stream = StreamId::Session(SessionId::new());
+    let append = |log: &RocksLog, event: &NewEvent| {
+        log.append(stream, ExpectedVersion::Any, vec![event.clone()])
+            .wait()
+            .unwrap()
+    };
+    let (first, second) = (turn(1), turn(2));
+    {
+        let log = open(dir.path(), Durability::Buffered);
+        assert!(!append(&log, &first).deduplicated);
+        assert!(!append(&log, &second).deduplicated);
+        assert_eq!(log.commit_counts().id_lookups, 0, "fresh ids");
+        // A retry of either is looked up, and answered from the index.
+        assert!(append(&log, &first).deduplicated);
+        assert!(append(&log, &second).deduplicated);
+        assert_eq!(log.commit_counts().id_lookups, 2);
+    }
+    // Reopened, the ceiling is read back from the index: a retry of the
+    // greatest id is still a retry, and a fresh id still free.
+    let log = open(dir.path(), Durability::Sync);
+    let retried = append(&log, &second);
+    assert!(retried.deduplicated);
+    assert_eq!(retried.first_position, 2);
+    assert_eq!(log.commit_counts().id_lookups, 1);
+    assert!(!append(&log, &turn(3)).deduplicated);
+    assert_eq!(log.commit_counts().id_lookups, 1);
+    // An id below the ceiling that was never appended is looked up, found
+    // absent, written, and a retry of it found.
+    let low = turn_with_low_id(4, 1);
+    let written = append(&log, &low);
+    assert_eq!((written.deduplicated, written.first_position), (false, 4));
+    assert!(append(&log, &low).deduplicated);
+    assert_eq!(log.commit_counts().id_lookups, 3);
+    // Ids in one group see each other: the second append of one id in a
+    // group is a retry of the first, with no lookup.
+    let fresh = turn(5);
+    let tickets: Vec<_> = (0..2)
+        .map(|_| log.append(stream, ExpectedVersion::Any, vec![fresh.clone()]))
+        .collect();
+    let answers: Vec<_> = tickets
+        .into_iter()
+        .map(|ticket| ticket.wait().unwrap())
+        .collect();
+    assert_eq!(
+        answers
+            .iter()
+            .map(|answer| (answer.deduplicated, answer.first_position))
+            .collect::<Vec<_>>(),
+        vec![(false, 5), (true, 5)]
+    );
+    assert!(log.commit_counts().id_lookups <= 4);
+    assert_eq!(log.head(), 5);
+}

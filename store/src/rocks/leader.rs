@@ -101,6 +101,8 @@ pub(crate) struct WriterSlot {
     by_appenders: AtomicU64,
     /// Group commits made by the writer thread.
     by_thread: AtomicU64,
+    /// The writer's event-id index reads.
+    id_lookups: Arc<AtomicU64>,
     /// Group commits to come that still count as in company: reset to
     /// [`COMPANY_ROUNDS`] by a group of more than one request, and counted
     /// down by each group of one. While above zero, appenders come
@@ -113,6 +115,7 @@ pub(crate) struct WriterSlot {
 
 impl WriterSlot {
     pub(crate) fn new(writer: Writer, durability: Durability) -> Arc<Self> {
+        let id_lookups = writer.id_lookups();
         Arc::new_cyclic(|this| WriterSlot {
             writer: Mutex::new(Some(writer)),
             queue: Mutex::new(Queue {
@@ -125,6 +128,7 @@ impl WriterSlot {
             led: durability == Durability::Buffered,
             by_appenders: AtomicU64::new(0),
             by_thread: AtomicU64::new(0),
+            id_lookups,
             company: AtomicU32::new(0),
             this: this.clone(),
         })
@@ -251,6 +255,7 @@ impl WriterSlot {
         CommitCounts {
             by_appenders: self.by_appenders.load(Ordering::Relaxed),
             by_thread: self.by_thread.load(Ordering::Relaxed),
+            id_lookups: self.id_lookups.load(Ordering::Relaxed),
         }
     }
 
@@ -316,13 +321,17 @@ impl Lead for WriterSlot {
 
 /// How many group commits a read-write [`super::RocksLog`] made, by who
 /// made them: a diagnostic of the two paths of `Buffered` mode (in `Sync`
-/// mode the thread makes them all).
+/// mode the thread makes them all); and how many event-id index reads
+/// their checks made.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CommitCounts {
     /// Commits led by an appender awaiting (or waiting on) its ticket.
     pub by_appenders: u64,
     /// Commits made by the writer thread.
     pub by_thread: u64,
+    /// Event ids looked up in the index to check appends: only ids that
+    /// do not sort above every indexed one (retries, imported ids) are.
+    pub id_lookups: u64,
 }
 
 /// Should the writer thread panic, closes the queue and refuses what is

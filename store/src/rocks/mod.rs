@@ -5,6 +5,7 @@
 //! append (`leader`); reads run concurrently on the caller's thread. What
 //! a directory must hold to be opened, and the process lock: `open`.
 
+mod id_ceiling;
 mod indexes;
 mod keys;
 mod leader;
@@ -37,6 +38,7 @@ use crate::log::{
 };
 use crate::record;
 use crate::subscription::{self, Subscription};
+use id_ceiling::IdCeiling;
 use leader::WriterSlot;
 use open::DirectoryState;
 use writer::{Transaction, Writer};
@@ -215,6 +217,7 @@ impl RocksLog {
             options.durability,
             Arc::clone(&head_watch),
             Arc::clone(&written),
+            IdCeiling::read(&db, &path)?,
         );
         let slot = WriterSlot::new(writer, options.durability);
         let thread_slot = Arc::clone(&slot);

@@ -7,6 +7,7 @@
 //! only then returns their answers. Who calls it, and when, is `leader`'s.
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use foldhash::HashMap;
@@ -15,6 +16,7 @@ use subagent_core::{Attachment, EventId, StreamId};
 use tokio::sync::watch;
 use tracing::{debug, warn};
 
+use super::id_ceiling::IdCeiling;
 use super::keys::{self, CF_BLOBS, CF_EVENT_IDS, CF_LOG, CF_META, CF_STREAMS};
 use super::written::WrittenMarks;
 use super::{family, map_rocks_error, read_stream_version, stream_started};
@@ -52,6 +54,10 @@ pub(crate) struct Writer {
     head_watch: Arc<watch::Sender<u64>>,
     /// Marked with each stream a group wrote, before its head is published.
     written: Arc<WrittenMarks>,
+    /// The greatest indexed event id: an id above it is not looked up.
+    id_ceiling: IdCeiling,
+    /// Event-id index reads made to check appends (`CommitCounts`).
+    id_lookups: Arc<AtomicU64>,
 }
 
 /// A result held until the group's batch is written.
@@ -76,6 +82,7 @@ impl Writer {
         durability: Durability,
         head_watch: Arc<watch::Sender<u64>>,
         written: Arc<WrittenMarks>,
+        id_ceiling: IdCeiling,
     ) -> Self {
         let mut write_options = WriteOptions::default();
         write_options.set_sync(durability == Durability::Sync);
@@ -88,7 +95,14 @@ impl Writer {
             write_options,
             head_watch,
             written,
+            id_ceiling,
+            id_lookups: Arc::new(AtomicU64::new(0)),
         }
+    }
+
+    /// The count of event-id index reads, shared with whoever reports it.
+    pub(crate) fn id_lookups(&self) -> Arc<AtomicU64> {
+        Arc::clone(&self.id_lookups)
     }
 
     /// The version of `stream` before this request: from the group's
@@ -127,6 +141,10 @@ impl Writer {
         if let Some(location) = overlay.ids.get(id) {
             return Ok(Some(*location));
         }
+        if self.id_ceiling.is_above(id) {
+            return Ok(None);
+        }
+        self.id_lookups.fetch_add(1, Ordering::Relaxed);
         let family = family(&self.db, CF_EVENT_IDS)?;
         match self
             .db
@@ -189,6 +207,9 @@ impl Writer {
             Ok(()) => {
                 for stream in overlay.versions.keys() {
                     self.written.mark(stream, new_head);
+                }
+                for id in overlay.ids.keys() {
+                    self.id_ceiling.raise(id);
                 }
                 self.versions.extend(overlay.versions);
                 if new_head > self.head {
