@@ -190,6 +190,10 @@ impl RocksLog {
         open::classify(&path)?;
         let lock = open::lock(&path)?;
         let create = open::classify(&path)? != DirectoryState::Log;
+        // A new log has no ids; an existing one's greatest is read before
+        // the read-write open, like the head, so a damaged index block
+        // refuses the open before it changed anything.
+        let mut id_ceiling = IdCeiling::default();
         if !create {
             log_files::check(&path)?;
             // A read-write open recovers the WAL into new files and rewrites
@@ -203,6 +207,7 @@ impl RocksLog {
             )
             .map_err(|err| map_rocks_error(err, 0, &path))?;
             Self::check_format_and_head(&probe, &path, false)?;
+            id_ceiling = IdCeiling::read(&probe, &path)?;
         }
         let db = DB::open_cf_descriptors(&open::db_options(create), &path, open::families())
             .map_err(|err| map_rocks_error(err, 0, &path))?;
@@ -217,7 +222,7 @@ impl RocksLog {
             options.durability,
             Arc::clone(&head_watch),
             Arc::clone(&written),
-            IdCeiling::read(&db, &path)?,
+            id_ceiling,
         );
         let slot = WriterSlot::new(writer, options.durability);
         let thread_slot = Arc::clone(&slot);
