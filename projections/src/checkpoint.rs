@@ -17,7 +17,8 @@
 //! position past the head (a longer log's, lost) is told apart from one
 //! that is merely newer.
 //!
-//! Each part is MessagePack of named fields (`rmp-serde`): the first holds
+//! Each part is MessagePack of named fields, its names as `bin`
+//! (`checkpoint_writer`; `rmp-serde` reads it): the first holds
 //! the trees (sessions, roots, catalogs, owners, admission, registries), the
 //! second the activity (activations, runs, inboxes). They are about the same
 //! size, and [`decode`] decodes them on two threads at once, each with a
@@ -47,9 +48,11 @@ use crate::state::{Projections, ProviderRecord};
 use crate::IdMap;
 
 /// The checkpoint format this build writes and reads. Version 2 added the
-/// prompt receipts of each inbox; version 3 is the binary frame above. A
-/// checkpoint of any other version is discarded and the log refolded.
-pub const CHECKPOINT_VERSION: u32 = 3;
+/// prompt receipts of each inbox; version 3 is the binary frame above;
+/// version 4 writes the parts' field and variant names as MessagePack
+/// `bin`, not `str`. A checkpoint of any other version is discarded and the
+/// log refolded.
+pub const CHECKPOINT_VERSION: u32 = 4;
 
 /// The name projections checkpoints are stored under in the log.
 pub const CHECKPOINT_NAME: &str = "projections";
@@ -231,7 +234,7 @@ pub fn encode(state: &Projections) -> Vec<u8> {
         owners,
         admission_closed,
     } = state;
-    let trees = rmp_serde::to_vec_named(&TreesOut {
+    let trees = crate::checkpoint_writer::to_vec(&TreesOut {
         sessions,
         roots,
         catalogs,
@@ -240,7 +243,7 @@ pub fn encode(state: &Projections) -> Vec<u8> {
         owners,
         admission_closed,
     });
-    let activity = rmp_serde::to_vec_named(&ActivityOut {
+    let activity = crate::checkpoint_writer::to_vec(&ActivityOut {
         activations,
         runs,
         inboxes,

@@ -12,6 +12,7 @@ pub mod activation;
 pub mod admissible;
 pub mod catalog;
 pub mod checkpoint;
+mod checkpoint_writer;
 /// Fuzz target bodies (feature `testing`); see `fuzz/`.
 #[cfg(feature = "testing")]
 pub mod fuzzing;
