@@ -90,6 +90,19 @@ impl<'de> Visitor<'de> for KeyVisitor {
     fn visit_string<E: Error>(self, key: String) -> Result<Key<'de>, E> {
         Ok(Key(Cow::Owned(key)))
     }
+
+    /// A key as bytes (a binary format's name): UTF-8, or refused.
+    fn visit_borrowed_bytes<E: Error>(self, key: &'de [u8]) -> Result<Key<'de>, E> {
+        std::str::from_utf8(key)
+            .map(|key| Key(Cow::Borrowed(key)))
+            .map_err(|_| E::invalid_value(serde::de::Unexpected::Bytes(key), &self))
+    }
+
+    fn visit_bytes<E: Error>(self, key: &[u8]) -> Result<Key<'de>, E> {
+        std::str::from_utf8(key)
+            .map(|key| Key(Cow::Owned(key.to_owned())))
+            .map_err(|_| E::invalid_value(serde::de::Unexpected::Bytes(key), &self))
+    }
 }
 
 /// Reads the next value into `slot`, refusing a second occurrence of `key`.

@@ -1,6 +1,7 @@
 //! Versioned checkpoint encoding of [`Projections`].
 //!
-//! A checkpoint (version 3) is a binary frame, integers little-endian:
+//! A checkpoint (version 4; version 3 had the same frame) is a binary
+//! frame, integers little-endian:
 //!
 //! | bytes | holds |
 //! |---|---|
@@ -54,6 +55,10 @@ use crate::IdMap;
 /// log refolded.
 pub const CHECKPOINT_VERSION: u32 = 4;
 
+/// The first format version written as a binary frame: versions 1 and 2
+/// were JSON, so a frame naming one of them was never written.
+pub const FIRST_BINARY_VERSION: u32 = 3;
+
 /// The name projections checkpoints are stored under in the log.
 pub const CHECKPOINT_NAME: &str = "projections";
 
@@ -88,8 +93,9 @@ pub fn usable(stored: Option<&[u8]>, head: u64) -> Result<Option<Projections>, U
     let past_head = |position: u64| Unusable::PastHead { position, head };
     let state = match decode(bytes) {
         Ok(state) => state,
-        // A newer binary frame (whole header, checksum sound): its
-        // position is where every version keeps it.
+        // A binary frame of another version, older or newer (whole
+        // header, checksum sound): its position is where every version
+        // keeps it.
         Err(rejected @ CheckpointRejected::UnknownVersion(_)) => {
             let position = bytes
                 .starts_with(&MAGIC)
@@ -162,7 +168,10 @@ impl std::fmt::Display for CheckpointRejected {
         match self {
             CheckpointRejected::Malformed(reason) => write!(f, "malformed checkpoint: {reason}"),
             CheckpointRejected::UnknownVersion(version) => {
-                write!(f, "unknown checkpoint version {version}")
+                write!(
+                    f,
+                    "checkpoint of format version {version}, which this build does not read"
+                )
             }
             CheckpointRejected::Corrupt => f.write_str("checkpoint fails its checksum"),
         }
@@ -297,13 +306,13 @@ pub fn decode(bytes: &[u8]) -> Result<Projections, CheckpointRejected> {
         return Err(CheckpointRejected::Corrupt);
     }
     let version = u32::from_le_bytes(field(bytes, 8));
-    if version > CHECKPOINT_VERSION {
-        return Err(CheckpointRejected::UnknownVersion(version));
-    }
-    if version < CHECKPOINT_VERSION {
+    if version < FIRST_BINARY_VERSION {
         return Err(malformed(
             "a binary frame of a version that was never binary",
         ));
+    }
+    if version != CHECKPOINT_VERSION {
+        return Err(CheckpointRejected::UnknownVersion(version));
     }
     let position = u64::from_le_bytes(field(bytes, 16));
     let parts = &bytes[HEADER_LEN..];

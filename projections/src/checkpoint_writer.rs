@@ -1,22 +1,27 @@
 //! The checkpoint's MessagePack writer: the layout `rmp_serde::to_vec_named`
-//! writes, except that every struct field name and enum variant name is a
-//! MessagePack `bin`, not a `str` (BENCHMARKS.md, "Names as bytes").
+//! writes, except that struct field names, and the names of enum variants
+//! that carry data, are MessagePack `bin`, not `str` (BENCHMARKS.md, "Names
+//! as bytes").
 //!
 //! A checkpoint holds about 700k structs for a 1M-event log, each with its
 //! field names, and every name a `str` costs the reader a UTF-8 validation
-//! before the derived visitor matches it: a quarter of the decode. A `bin`
-//! name is handed to the same visitor as bytes (`visit_borrowed_bytes`),
-//! which serde's derives and its tagged-enum machinery match as they match
-//! a `str`, unchecked. Everything else, and the reader (`rmp_serde`'s
-//! `Deserializer`), is as before:
+//! before the derived visitor matches it: a quarter of the decode. Such a
+//! name is read as an identifier, which the reader (`rmp_serde`'s
+//! `Deserializer`) hands to the derived visitor as bytes
+//! (`visit_borrowed_bytes`) when it is a `bin`, matched as a `str` would
+//! be, unchecked; serde's buffered forms (tagged enums, flattened structs)
+//! read identifiers from bytes too. A unit variant stays a `str`: it is a
+//! value, and serde's buffered forms accept a unit variant only as a
+//! string. Everything else is as `rmp_serde` writes it:
 //! - integers in their shortest form, floats, `bool`, `nil` for `()`, `None`
 //!   and unit; `Some(v)` as `v`; an empty array for a unit struct; a newtype
 //!   struct as its value; 128-bit integers as 16 big-endian bytes;
 //! - a string as `str` (data is validated as before), bytes as `bin`;
 //! - sequences and tuples as arrays, maps as maps, structs as maps from
 //!   field name to value;
-//! - a unit variant as its name; any other variant as a one-entry map from
-//!   its name to its value, its array of fields, or its map of fields.
+//! - a unit variant as its name (`str`); any other variant as a one-entry
+//!   map from its name to its value, its array of fields, or its map of
+//!   fields.
 //!
 //! Not human-readable, as `rmp_serde`'s default, so types that serialize
 //! differently for people (ids) write the same bytes the reader expects.
@@ -90,10 +95,7 @@ impl<'a> Writer<'a> {
     fn container(self, len: Option<usize>, kind: Kind) -> Result<Container<'a>, WriteError> {
         let pending = match len {
             Some(len) => {
-                match kind {
-                    Kind::Array => array_len(self.out, len)?,
-                    Kind::Map => map_len(self.out, len)?,
-                }
+                kind.header(self.out, len)?;
                 None
             }
             None => Some(Pending {
@@ -113,6 +115,17 @@ impl<'a> Writer<'a> {
 enum Kind {
     Array,
     Map,
+}
+
+impl Kind {
+    /// The header of a container of this kind holding `len` items (a
+    /// map's are its entries).
+    fn header(self, out: &mut Vec<u8>, len: usize) -> Written {
+        match self {
+            Kind::Array => array_len(out, len),
+            Kind::Map => map_len(out, len),
+        }
+    }
 }
 
 /// The items of a container whose length was not known when it began:
@@ -163,10 +176,7 @@ impl Container<'_> {
 
     fn finish(self) -> Written {
         if let Some(pending) = self.pending {
-            match pending.kind {
-                Kind::Array => array_len(self.out, pending.count)?,
-                Kind::Map => map_len(self.out, pending.count)?,
-            }
+            pending.kind.header(self.out, pending.count)?;
             self.out.extend_from_slice(&pending.bytes);
         }
         Ok(())
@@ -270,7 +280,7 @@ impl<'a> ser::Serializer for Writer<'a> {
     }
 
     fn serialize_unit_variant(self, _name: &'static str, _: u32, variant: &'static str) -> Written {
-        bin(self.out, variant.as_bytes())
+        self.serialize_str(variant)
     }
 
     fn serialize_newtype_struct<T: Serialize + ?Sized>(
@@ -498,10 +508,19 @@ mod tests {
         Box { wide: u16, high: u16 },
     }
 
+    /// A unit enum: a value, read back through serde's buffered forms
+    /// below (a tagged variant's field, a flattened struct's field, a map
+    /// key) as well as directly.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+    enum Color {
+        Red,
+        Blue,
+    }
+
     #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
     #[serde(tag = "type", rename_all = "camelCase")]
     enum Tagged {
-        Named { label: String },
+        Named { label: String, color: Color },
         Empty,
     }
 
@@ -517,6 +536,8 @@ mod tests {
     #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
     struct Extra {
         note: String,
+        color: Option<Color>,
+        by_color: BTreeMap<Color, u8>,
     }
 
     #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -535,11 +556,19 @@ mod tests {
                 Shape::Line(-1, 70_000),
                 Shape::Box { wide: 3, high: 4 },
             ],
-            tagged: vec![Tagged::Named { label: "x".into() }, Tagged::Empty],
+            tagged: vec![
+                Tagged::Named {
+                    label: "x".into(),
+                    color: Color::Blue,
+                },
+                Tagged::Empty,
+            ],
             flat: WithFlatten {
                 id: 7,
                 extra: Extra {
                     note: "flattened".into(),
+                    color: Some(Color::Red),
+                    by_color: [(Color::Blue, 2)].into(),
                 },
             },
             pair: (-128, u64::MAX),
@@ -577,7 +606,7 @@ mod tests {
     fn names_are_bytes_and_data_strings_are_strings() {
         let bytes = to_vec(&record()).unwrap();
         // `bin 8` (0xc4) then the length, against `fixstr` (0xa0 | length).
-        for name in ["name", "shapes", "wide", "Dot", "Circle", "Box", "high"] {
+        for name in ["name", "shapes", "wide", "Circle", "Box", "high"] {
             let mut as_bin = vec![0xc4, name.len() as u8];
             as_bin.extend_from_slice(name.as_bytes());
             let mut as_str = vec![0xa0 | name.len() as u8];
@@ -586,9 +615,9 @@ mod tests {
             assert!(!holds(&bytes, &as_str), "{name} not as str");
         }
         // Data stays a string: a string value, an internal tag's value (the
-        // variant's name as data), and the keys of a map, which a
-        // flattened struct's fields are.
-        for text in ["named", "id", "note", "flattened"] {
+        // variant's name as data), the keys of a map, which a flattened
+        // struct's fields are, and a unit variant, a value.
+        for text in ["named", "id", "note", "flattened", "Dot", "Red", "Blue"] {
             let mut as_str = vec![0xa0 | text.len() as u8];
             as_str.extend_from_slice(text.as_bytes());
             assert!(holds(&bytes, &as_str), "{text} as str");
@@ -617,6 +646,23 @@ mod tests {
             to_vec(&plain).unwrap(),
             rmp_serde::to_vec_named(&plain).unwrap()
         );
+    }
+
+    /// A content block reads its keys itself (`core`'s `content_fields`):
+    /// as a `str` (how this writer writes them, a flattened struct's) or,
+    /// should one ever come as a `bin`, as bytes.
+    #[test]
+    fn a_content_block_reads_its_keys_as_strings_or_bytes() {
+        use subagent_core::ContentBlock;
+        let block = ContentBlock::text("hi");
+        assert_eq!(read::<ContentBlock>(&to_vec(&block).unwrap()), block);
+        let mut as_bins = Vec::new();
+        encode::write_map_len(&mut as_bins, 2).unwrap();
+        for (key, value) in [("type", "text"), ("text", "hi")] {
+            encode::write_bin(&mut as_bins, key.as_bytes()).unwrap();
+            encode::write_str(&mut as_bins, value).unwrap();
+        }
+        assert_eq!(read::<ContentBlock>(&as_bins), block);
     }
 
     #[test]

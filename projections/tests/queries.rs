@@ -335,15 +335,21 @@ fn checkpoints_round_trip_and_bad_ones_are_rejected() {
         other[8..12].copy_from_slice(&version.to_le_bytes());
         resealed(other)
     };
-    for version in [checkpoint::CHECKPOINT_VERSION + 1, u32::MAX] {
+    // An older binary one is what an upgrade leaves behind.
+    for version in [
+        checkpoint::FIRST_BINARY_VERSION,
+        checkpoint::CHECKPOINT_VERSION - 1,
+        checkpoint::CHECKPOINT_VERSION + 1,
+        u32::MAX,
+    ] {
         assert_eq!(
             checkpoint::decode(&with_version(version)),
             Err(UnknownVersion(version))
         );
     }
-    // No binary frame of an older version was ever written: such a
+    // No binary frame of a JSON version (1, 2) was ever written: such a
     // frame is malformed, not another version.
-    for version in 0..checkpoint::CHECKPOINT_VERSION {
+    for version in 0..checkpoint::FIRST_BINARY_VERSION {
         assert!(matches!(
             checkpoint::decode(&with_version(version)),
             Err(Malformed(_))

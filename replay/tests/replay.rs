@@ -105,12 +105,15 @@ fn bad_checkpoints_are_discarded_and_rebuilt_never_trusted() {
     let mut corrupt = checkpoint::encode(&rebuilt);
     let last = corrupt.len() - 1;
     corrupt[last] ^= 1;
-    // What a newer build would write: a frame of the next version.
-    let mut newer = checkpoint::encode(&rebuilt);
-    newer[8..12].copy_from_slice(&(checkpoint::CHECKPOINT_VERSION + 1).to_le_bytes());
-    let crc = checkpoint::checksum(&newer).unwrap();
-    newer[12..16].copy_from_slice(&crc.to_le_bytes());
+    // What another build would write: a frame of another version.
+    let of_version = |mut frame: Vec<u8>, version: u32| {
+        frame[8..12].copy_from_slice(&version.to_le_bytes());
+        let crc = checkpoint::checksum(&frame).unwrap();
+        frame[12..16].copy_from_slice(&crc.to_le_bytes());
+        frame
+    };
     let next = checkpoint::CHECKPOINT_VERSION + 1;
+    let older = checkpoint::FIRST_BINARY_VERSION;
     for (bytes, why, other_version) in [
         (b"garbage".to_vec(), "malformed", None),
         (corrupt, "checksum", None),
@@ -121,12 +124,17 @@ fn bad_checkpoints_are_discarded_and_rebuilt_never_trusted() {
         ),
         (
             br#"{"checkpointVersion":2,"position":1,"state":{}}"#.to_vec(),
-            "unknown checkpoint version 2",
+            "checkpoint of format version 2, which this build does not read",
             Some(2),
         ),
         (
-            newer,
-            &*format!("unknown checkpoint version {next}"),
+            of_version(checkpoint::encode(&rebuilt), older),
+            &*format!("checkpoint of format version {older}, which"),
+            Some(older),
+        ),
+        (
+            of_version(checkpoint::encode(&rebuilt), next),
+            &*format!("checkpoint of format version {next}, which"),
             Some(next),
         ),
     ] {
@@ -174,17 +182,17 @@ fn bad_checkpoints_are_discarded_and_rebuilt_never_trusted() {
     ));
     assert_eq!(verified.checkpoint_problem, past_head);
 
-    // So is one of a newer format: it may not be read, but its position
-    // is where every format keeps it, and a lost tail is a problem.
-    let mut newer = checkpoint::encode(&future);
-    newer[8..12].copy_from_slice(&(checkpoint::CHECKPOINT_VERSION + 1).to_le_bytes());
-    let crc = checkpoint::checksum(&newer).unwrap();
-    newer[12..16].copy_from_slice(&crc.to_le_bytes());
-    log.write_checkpoint(CHECKPOINT_NAME, &newer).unwrap();
-    let verified = verify(&log).unwrap();
-    assert!(!verified.is_ok());
-    assert_eq!(verified.checkpoint_other_version, None);
-    assert_eq!(verified.checkpoint_problem, past_head);
+    // So is one of an older or a newer format: it may not be read, but its
+    // position is where every format keeps it, and a lost tail is a
+    // problem.
+    for version in [older, next] {
+        let other = of_version(checkpoint::encode(&future), version);
+        log.write_checkpoint(CHECKPOINT_NAME, &other).unwrap();
+        let verified = verify(&log).unwrap();
+        assert!(!verified.is_ok(), "{version}");
+        assert_eq!(verified.checkpoint_other_version, None);
+        assert_eq!(verified.checkpoint_problem, past_head);
+    }
 }
 
 #[test]

@@ -665,8 +665,9 @@ fn fresh_ids_are_not_looked_up_and_every_other_id_is() {
     assert_eq!((written.deduplicated, written.first_position), (false, 4));
     assert!(append(&log, &low).deduplicated);
     assert_eq!(log.commit_counts().id_lookups, 3);
-    // Ids in one group see each other: the second append of one id in a
-    // group is a retry of the first, with no lookup.
+    // The same id appended twice at once: whether the two share a group
+    // (the group's own ids answer, with no lookup) or not (the index does,
+    // the id being at the ceiling by then), the second is a retry.
     let fresh = turn(5);
     let tickets: Vec<_> = (0..2)
         .map(|_| log.append(stream, ExpectedVersion::Any, vec![fresh.clone()]))
@@ -682,6 +683,6 @@ fn fresh_ids_are_not_looked_up_and_every_other_id_is() {
             .collect::<Vec<_>>(),
         vec![(false, 5), (true, 5)]
     );
-    assert!(log.commit_counts().id_lookups <= 4);
+    assert!((3..=4).contains(&log.commit_counts().id_lookups));
     assert_eq!(log.head(), 5);
 }

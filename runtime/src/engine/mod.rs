@@ -70,11 +70,20 @@ pub(crate) struct Pipeline {
 impl Pipeline {
     /// Folds in `record`, recorded since the engine opened, and keeps what
     /// a later claim will want of it ([`accepted`]). `counted`: the bytes
-    /// its record was already counted as, if it was.
+    /// its record was already counted as, if it was. Only a driver claims
+    /// messages, and only for a child: a root's (replies, settlement
+    /// notices) are read by its host from the log, so they are not kept.
     fn fold_live(&mut self, record: &RecordedEvent, counted: Option<usize>) {
         self.state.apply(record);
         if let Some(session) = record.stream.session() {
-            self.accepted.note(session, &record.event, counted);
+            let is_child = self
+                .state
+                .sessions
+                .get(&session)
+                .is_some_and(|kept| kept.parent.is_some());
+            if is_child {
+                self.accepted.note(session, &record.event, counted);
+            }
         }
     }
 }
@@ -853,4 +862,37 @@ async fn save_checkpoint(
     .map_err(SubagentError::internal_from)??;
     checkpointed.fetch_max(position, Ordering::AcqRel);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use subagent_core::SessionMode;
+    use subagent_projections::testing::HistoryBuilder;
+
+    #[test]
+    fn only_a_childs_accepted_messages_are_kept_for_its_claims() {
+        let mut history = HistoryBuilder::new();
+        let root = history.root("root");
+        let child = history.child(root, 1, "worker", SessionMode::OneShot, false);
+        let to_child = history.message(child, root);
+        let to_root = history.message(root, child);
+        let mut pipeline = Pipeline {
+            state: Projections::new(),
+            accepted: accepted::AcceptedContents::default(),
+            versions: Default::default(),
+            since_checkpoint: 0,
+            sealed: false,
+        };
+        for record in &history.records {
+            pipeline.fold_live(record, None);
+        }
+        assert_eq!(
+            pipeline.accepted.take(root, &[to_root]),
+            None,
+            "no driver claims a root's messages"
+        );
+        let kept = pipeline.accepted.take(child, &[to_child]);
+        assert_eq!(kept.map(|contents| contents.len()), Some(1));
+    }
 }

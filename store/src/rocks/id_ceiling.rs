@@ -7,7 +7,12 @@
 //! appended id sorts above every id already indexed. An id above the
 //! greatest key cannot be in the index, so the writer answers "absent"
 //! without looking. An id at or below it (a retry, an imported id, an id
-//! minted before a clock stepped back) is looked up as before.
+//! minted after the clock stepped back across a restart) is looked up as
+//! before. The ceiling never comes down: one indexed id above the clock
+//! (an id from a host whose clock ran fast, or any id that is not a UUID
+//! v7, which sorts above v7 ids nearly always) has every later id looked
+//! up, correct and as slow as before, until the clock passes it, or for
+//! good (`CommitCounts::id_lookups` shows it).
 //!
 //! The ceiling is read from the index when the log opens and raised by
 //! every committed group, before any later group is checked. It holds only
@@ -30,24 +35,20 @@ use crate::error::StoreError;
 pub(crate) struct IdCeiling(Option<[u8; 16]>);
 
 impl IdCeiling {
-    /// The ceiling of the index as stored: its last key.
+    /// The ceiling of the index as stored: its last key. A last key that is
+    /// not an event id (a damaged index, which `verify` reports) gives the
+    /// highest ceiling, under which every id is looked up, as before.
     ///
     /// # Errors
-    /// IO failure, or [`StoreError::Damaged`] for a last key that is not an
-    /// event id.
+    /// IO failure, such as a damaged block.
     pub(crate) fn read(db: &DB, path: &Path) -> Result<IdCeiling, StoreError> {
         let mut last = db.raw_iterator_cf(family(db, CF_EVENT_IDS)?);
         last.seek_to_last();
-        let key = last.key().map(<[u8; 16]>::try_from);
+        let key = last
+            .key()
+            .map(|key| <[u8; 16]>::try_from(key).unwrap_or([0xff; 16]));
         last.status().map_err(|err| map_rocks_error(err, 0, path))?;
-        match key {
-            None => Ok(IdCeiling(None)),
-            Some(Ok(key)) => Ok(IdCeiling(Some(key))),
-            Some(Err(_)) => Err(StoreError::Damaged {
-                path: path.display().to_string(),
-                reason: "the last event id index key is not an event id".into(),
-            }),
-        }
+        Ok(IdCeiling(key))
     }
 
     /// Whether `id` sorts above every indexed id, so it is not in the index.
@@ -108,7 +109,7 @@ mod tests {
     }
 
     #[test]
-    fn the_ceiling_read_back_is_the_last_key_and_garbage_is_damage() {
+    fn the_ceiling_read_back_is_the_last_key_and_garbage_is_the_highest() {
         let dir = tempfile::tempdir().unwrap();
         let mut options = rocksdb::Options::default();
         options.create_if_missing(true);
@@ -124,9 +125,7 @@ mod tests {
             Ok(IdCeiling(Some(keys::event_id_key(&id(9, 1)))))
         );
         db.put_cf(ids, [0xff; 3], b"").unwrap();
-        assert!(matches!(
-            IdCeiling::read(&db, dir.path()),
-            Err(StoreError::Damaged { .. })
-        ));
+        let ceiling = IdCeiling::read(&db, dir.path()).unwrap();
+        assert!(!ceiling.is_above(&id(0xff, 0xff)), "every id is looked up");
     }
 }

@@ -129,7 +129,8 @@ pub(super) fn indexed_position(
 impl RocksLog {
     /// Test and tooling hook: damages one index entry, as a stray write or a
     /// failing disk would. Bypasses the writer (whose cached stream versions
-    /// it does not update); use only on a quiescent log.
+    /// and id ceiling it does not update: an id planted above the ceiling is
+    /// not seen by later appends); use only on a quiescent log.
     ///
     /// # Errors
     /// IO failure.

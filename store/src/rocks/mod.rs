@@ -372,7 +372,8 @@ impl RocksLog {
     }
 
     /// How many group commits this log made since it was opened, by who
-    /// made them (all zero for a read-only handle).
+    /// made them, and how many event ids their checks looked up in the
+    /// index (all zero for a read-only handle).
     #[must_use]
     pub fn commit_counts(&self) -> CommitCounts {
         self.shared

@@ -216,11 +216,11 @@ pub(super) fn families() -> [ColumnFamilyDescriptor; 5] {
         table.set_bloom_filter(10.0, false);
         family_options.set_block_based_table_factory(&table);
         if name == keys::CF_EVENT_IDS || name == keys::CF_STREAMS {
-            // Every append looks up each of its event ids, and nearly every
-            // one is fresh, so absent; a new session's first append looks
-            // up its stream's version 1, absent too. A whole-key bloom
-            // filter on the memtable answers that without searching its
-            // skiplist.
+            // An append looks up the event ids that do not sort above every
+            // indexed one (`id_ceiling`), retries and the like, and those
+            // are mostly absent; a new session's first append looks up its
+            // stream's version 1, absent too. A whole-key bloom filter on
+            // the memtable answers that without searching its skiplist.
             family_options.set_memtable_prefix_bloom_ratio(0.02);
             family_options.set_memtable_whole_key_filtering(true);
         }
