@@ -350,57 +350,55 @@ impl<'a> ser::Serializer for Writer<'a> {
     }
 }
 
-impl ser::SerializeSeq for Container<'_> {
-    type Ok = ();
-    type Error = WriteError;
+/// The compound traits whose items are plain values: each item is
+/// written as it comes.
+macro_rules! items_as_values {
+    ($($compound:ident :: $item:ident),*) => {$(
+        impl ser::$compound for Container<'_> {
+            type Ok = ();
+            type Error = WriteError;
 
-    fn serialize_element<T: Serialize + ?Sized>(&mut self, value: &T) -> Written {
-        self.element(value)
-    }
+            fn $item<T: Serialize + ?Sized>(&mut self, value: &T) -> Written {
+                self.element(value)
+            }
 
-    fn end(self) -> Written {
-        self.finish()
-    }
+            fn end(self) -> Written {
+                self.finish()
+            }
+        }
+    )*};
 }
 
-impl ser::SerializeTuple for Container<'_> {
-    type Ok = ();
-    type Error = WriteError;
+items_as_values!(
+    SerializeSeq::serialize_element,
+    SerializeTuple::serialize_element,
+    SerializeTupleStruct::serialize_field,
+    SerializeTupleVariant::serialize_field
+);
 
-    fn serialize_element<T: Serialize + ?Sized>(&mut self, value: &T) -> Written {
-        self.element(value)
-    }
+/// The compound traits of named fields: each name is written as `bin`.
+macro_rules! named_fields {
+    ($($compound:ident),*) => {$(
+        impl ser::$compound for Container<'_> {
+            type Ok = ();
+            type Error = WriteError;
 
-    fn end(self) -> Written {
-        self.finish()
-    }
+            fn serialize_field<T: Serialize + ?Sized>(
+                &mut self,
+                key: &'static str,
+                value: &T,
+            ) -> Written {
+                self.field(key, value)
+            }
+
+            fn end(self) -> Written {
+                self.finish()
+            }
+        }
+    )*};
 }
 
-impl ser::SerializeTupleStruct for Container<'_> {
-    type Ok = ();
-    type Error = WriteError;
-
-    fn serialize_field<T: Serialize + ?Sized>(&mut self, value: &T) -> Written {
-        self.element(value)
-    }
-
-    fn end(self) -> Written {
-        self.finish()
-    }
-}
-
-impl ser::SerializeTupleVariant for Container<'_> {
-    type Ok = ();
-    type Error = WriteError;
-
-    fn serialize_field<T: Serialize + ?Sized>(&mut self, value: &T) -> Written {
-        self.element(value)
-    }
-
-    fn end(self) -> Written {
-        self.finish()
-    }
-}
+named_fields!(SerializeStruct, SerializeStructVariant);
 
 impl ser::SerializeMap for Container<'_> {
     type Ok = ();
@@ -412,32 +410,6 @@ impl ser::SerializeMap for Container<'_> {
 
     fn serialize_value<T: Serialize + ?Sized>(&mut self, value: &T) -> Written {
         value.serialize(Writer { out: self.more() })
-    }
-
-    fn end(self) -> Written {
-        self.finish()
-    }
-}
-
-impl ser::SerializeStruct for Container<'_> {
-    type Ok = ();
-    type Error = WriteError;
-
-    fn serialize_field<T: Serialize + ?Sized>(&mut self, key: &'static str, value: &T) -> Written {
-        self.field(key, value)
-    }
-
-    fn end(self) -> Written {
-        self.finish()
-    }
-}
-
-impl ser::SerializeStructVariant for Container<'_> {
-    type Ok = ();
-    type Error = WriteError;
-
-    fn serialize_field<T: Serialize + ?Sized>(&mut self, key: &'static str, value: &T) -> Written {
-        self.field(key, value)
     }
 
     fn end(self) -> Written {
