@@ -56,13 +56,22 @@ impl AcceptedContents {
     /// `counted`: the bytes its whole record was already counted as (the
     /// engine counts every record it decides), which bound its contents'
     /// and stand for them; without it the contents are counted here.
-    pub(crate) fn note(&mut self, session: SessionId, event: &Event, counted: Option<usize>) {
+    /// `claimed`: whether a driver claims `session`'s messages, asked only
+    /// of an accepted message (a root's are read by its host from the log,
+    /// so they are not kept).
+    pub(crate) fn note(
+        &mut self,
+        session: SessionId,
+        event: &Event,
+        counted: Option<usize>,
+        claimed: impl FnOnce() -> bool,
+    ) {
         match event {
             Event::MessageAccepted {
                 message_id,
                 content,
                 ..
-            } => self.keep((session, *message_id), content, counted),
+            } if claimed() => self.keep((session, *message_id), content, counted),
             Event::MessagesDropped { ids, .. } => {
                 for id in ids {
                     self.forget(&(session, *id));
@@ -173,7 +182,8 @@ mod tests {
             }
         }
         fn accept(&mut self, id: MessageId, content: Vec<ContentBlock>) {
-            self.kept.note(self.session, &accepted(id, content), None);
+            self.kept
+                .note(self.session, &accepted(id, content), None, || true);
         }
         fn take(&mut self, ids: &[MessageId]) -> Option<Vec<Vec<ContentBlock>>> {
             self.kept.take(self.session, ids)
@@ -214,7 +224,9 @@ mod tests {
         let mut inbox = Inbox::new();
         inbox.accept(id, text("mine"));
         let other = SessionId::new();
-        inbox.kept.note(other, &accepted(id, text("theirs")), None);
+        inbox
+            .kept
+            .note(other, &accepted(id, text("theirs")), None, || true);
         assert_eq!(inbox.take(&[id]), Some(vec![text("mine")]));
         assert_eq!(inbox.kept.take(other, &[id]), Some(vec![text("theirs")]));
     }
@@ -232,6 +244,7 @@ mod tests {
                 epoch: 1,
             },
             None,
+            || true,
         );
         assert_eq!(inbox.take(&[a]), None);
         assert_eq!(inbox.take(&[b]), Some(vec![text("kept")]));

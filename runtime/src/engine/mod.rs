@@ -71,19 +71,17 @@ impl Pipeline {
     /// Folds in `record`, recorded since the engine opened, and keeps what
     /// a later claim will want of it ([`accepted`]). `counted`: the bytes
     /// its record was already counted as, if it was. Only a driver claims
-    /// messages, and only for a child: a root's (replies, settlement
+    /// messages, and only a child's: a root's (replies, settlement
     /// notices) are read by its host from the log, so they are not kept.
     fn fold_live(&mut self, record: &RecordedEvent, counted: Option<usize>) {
         self.state.apply(record);
         if let Some(session) = record.stream.session() {
-            let is_child = self
-                .state
-                .sessions
-                .get(&session)
-                .is_some_and(|kept| kept.parent.is_some());
-            if is_child {
-                self.accepted.note(session, &record.event, counted);
-            }
+            let sessions = &self.state.sessions;
+            self.accepted.note(session, &record.event, counted, || {
+                sessions
+                    .get(&session)
+                    .is_some_and(|kept| kept.parent.is_some())
+            });
         }
     }
 }
