@@ -68,7 +68,7 @@ impl StreamId {
 }
 
 /// The longest stream name: `session-` and a hyphenated uuid.
-const STREAM_NAME_MAX: usize = StreamId::SESSION_PREFIX.len() + uuid::fmt::Hyphenated::LENGTH;
+pub const STREAM_NAME_MAX: usize = StreamId::SESSION_PREFIX.len() + uuid::fmt::Hyphenated::LENGTH;
 
 /// A stream's name built on the stack: what its `Display` writes, without
 /// the formatter or an allocation. Every record's envelope and every key

@@ -31,7 +31,7 @@ pub use contracts::*;
 pub use error::{Causes, ErrorCode, Fault, OutOfOrder, SubagentError};
 pub use event::{
     AbandonReason, AgentReport, Cost, Event, EventKind, NewEvent, PlanEntry, RecordedEvent,
-    StreamId, StreamKind, StreamName, Usage, CURRENT_SCHEMA_VERSION,
+    StreamId, StreamKind, StreamName, Usage, CURRENT_SCHEMA_VERSION, STREAM_NAME_MAX,
 };
 pub use ids::{EventId, HostId, IdText, MessageId, SessionId, SubagentRunId};
 pub use record::{MAX_CONTENT_BYTES, MAX_EVENT_BYTES};

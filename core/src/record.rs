@@ -65,14 +65,30 @@ pub const MAX_EVENT_BYTES: usize = 1024 * 1024;
 /// Only if the event cannot be serialized, which the schema's types rule out;
 /// reported as [`RecordError::Encode`] rather than a panic all the same.
 pub fn encode(record: &RecordedEvent) -> Result<Vec<u8>, RecordError> {
-    // The envelope's length is known; an event is usually a few hundred bytes.
-    let mut bytes = Vec::with_capacity(HEADER_LEN + canonical::envelope_len(record) + 256);
-    bytes.resize(HEADER_LEN, 0);
-    canonical::write(record, &mut bytes).map_err(|err| RecordError::Encode(err.to_string()))?;
-    let crc = crc32c::crc32c(&bytes[HEADER_LEN..]);
-    bytes[0] = RECORD_FORMAT;
-    bytes[1..HEADER_LEN].copy_from_slice(&crc.to_le_bytes());
+    let mut bytes = Vec::new();
+    encode_into(record, &mut bytes)?;
     Ok(bytes)
+}
+
+/// Appends the record [`encode`] would return to `out`, so a writer can
+/// encode into a buffer it reuses; returns where in `out` the record
+/// starts.
+///
+/// # Errors
+/// As [`encode`]; `out` is then as it was.
+pub fn encode_into(record: &RecordedEvent, out: &mut Vec<u8>) -> Result<usize, RecordError> {
+    let start = out.len();
+    // The envelope's length is known; an event is usually a few hundred bytes.
+    out.reserve(HEADER_LEN + canonical::envelope_len(record) + 256);
+    out.resize(start + HEADER_LEN, 0);
+    if let Err(err) = canonical::write(record, out) {
+        out.truncate(start);
+        return Err(RecordError::Encode(err.to_string()));
+    }
+    let crc = crc32c::crc32c(&out[start + HEADER_LEN..]);
+    out[start] = RECORD_FORMAT;
+    out[start + 1..start + HEADER_LEN].copy_from_slice(&crc.to_le_bytes());
+    Ok(start)
 }
 
 /// The length of the body of an [`encode`]d record: the size

@@ -180,7 +180,8 @@ where
         }
     }
     let mut currents = Vec::with_capacity(parts.len());
-    let mut retried = Vec::with_capacity(parts.len());
+    // Retries are rare: no allocation until one is found.
+    let mut retried = Vec::new();
     for part in parts {
         let current = version_of(&part.stream)?;
         match check_part(
@@ -266,18 +267,78 @@ pub fn encode_records(records: &[RecordedEvent]) -> Result<Vec<Vec<u8>>, StoreEr
     records
         .iter()
         .map(|record| {
-            let bytes = crate::record::encode(record)?;
-            let body = subagent_core::record::body_len(&bytes);
-            if body > MAX_EVENT_BYTES {
-                return Err(StoreError::EventTooLarge {
-                    event_type: record.event.type_name(),
-                    bytes: body,
-                    limit: MAX_EVENT_BYTES,
-                });
-            }
+            let mut bytes = Vec::new();
+            encode_checked(record, &mut bytes)?;
             Ok(bytes)
         })
         .collect()
+}
+
+/// Placed records encoded back to back into one buffer that outlives
+/// them: what [`encode_records`] returns, for a writer that encodes
+/// group after group and should not allocate for each record. The same
+/// encoding and the same size rule.
+#[derive(Default)]
+pub struct EncodedRecords {
+    /// The records' bytes, one after another.
+    bytes: Vec<u8>,
+    /// Where each record ends in `bytes`.
+    ends: Vec<usize>,
+}
+
+/// The most bytes [`EncodedRecords`] keeps allocated between encodings:
+/// a rare large transaction does not pin its size for the log's life.
+const RETAINED_ENCODED_BYTES: usize = 256 * 1024;
+
+impl EncodedRecords {
+    /// Encodes `records` in place of what was encoded before.
+    ///
+    /// # Errors
+    /// As [`encode_records`]; nothing is then held.
+    pub fn encode(&mut self, records: &[RecordedEvent]) -> Result<(), StoreError> {
+        self.clear();
+        for record in records {
+            if let Err(err) = encode_checked(record, &mut self.bytes) {
+                self.clear();
+                return Err(err);
+            }
+            self.ends.push(self.bytes.len());
+        }
+        Ok(())
+    }
+
+    /// Each record's bytes, in the order they were encoded.
+    pub fn iter(&self) -> impl Iterator<Item = &[u8]> {
+        let starts = std::iter::once(0).chain(self.ends.iter().copied());
+        starts
+            .zip(&self.ends)
+            .map(|(start, &end)| &self.bytes[start..end])
+    }
+
+    /// Forgets what was encoded, and lets go of an unusually large buffer.
+    fn clear(&mut self) {
+        self.bytes.clear();
+        self.ends.clear();
+        if self.bytes.capacity() > RETAINED_ENCODED_BYTES {
+            self.bytes = Vec::new();
+        }
+    }
+}
+
+/// Appends `record`'s encoding to `out`, or refuses it as too large (then
+/// `out` is as it was): the one place the size rule is applied.
+fn encode_checked(record: &RecordedEvent, out: &mut Vec<u8>) -> Result<(), StoreError> {
+    let start = subagent_core::record::encode_into(record, out)?;
+    let body = subagent_core::record::body_len(&out[start..]);
+    if body > MAX_EVENT_BYTES {
+        out.truncate(start);
+        return Err(StoreError::EventTooLarge {
+            event_type: record.event.type_name(),
+            bytes: body,
+            limit: MAX_EVENT_BYTES,
+        });
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -478,5 +539,61 @@ mod tests {
                 })
             );
         }
+    }
+
+    fn placed(names: &[usize]) -> Vec<RecordedEvent> {
+        let events = names
+            .iter()
+            .map(|&len| {
+                NewEvent::new(Event::ProviderRemoved {
+                    name: "n".repeat(len),
+                })
+            })
+            .collect();
+        let part = StreamAppend {
+            stream: StreamId::Runtime,
+            expected: ExpectedVersion::Any,
+            events,
+        };
+        place(vec![part], &[0], 1, 7).unwrap().0
+    }
+
+    #[test]
+    fn reused_encodings_equal_fresh_ones_and_hold_only_the_last_records() {
+        let mut encoded = EncodedRecords::default();
+        // A large record first, then smaller ones: nothing of an earlier
+        // encoding may show through a later one.
+        for lengths in [vec![300 * 1024], vec![600, 3], vec![40]] {
+            let records = placed(&lengths);
+            encoded.encode(&records).unwrap();
+            let reused: Vec<&[u8]> = encoded.iter().collect();
+            let fresh = encode_records(&records).unwrap();
+            assert_eq!(reused, fresh.iter().map(Vec::as_slice).collect::<Vec<_>>());
+            let large = lengths[0] > RETAINED_ENCODED_BYTES;
+            assert_eq!(
+                encoded.bytes.capacity() > RETAINED_ENCODED_BYTES,
+                large,
+                "a large buffer is let go before the next encoding"
+            );
+        }
+    }
+
+    #[test]
+    fn an_oversized_record_is_refused_alike_and_nothing_is_held() {
+        let records = placed(&[10, MAX_EVENT_BYTES, 10]);
+        let fresh = encode_records(&records).unwrap_err();
+        assert!(matches!(
+            fresh,
+            StoreError::EventTooLarge {
+                event_type: "ProviderRemoved",
+                limit: MAX_EVENT_BYTES,
+                ..
+            }
+        ));
+        let mut encoded = EncodedRecords::default();
+        encoded.encode(&placed(&[5])).unwrap();
+        assert_eq!(encoded.encode(&records), Err(fresh));
+        assert_eq!(encoded.iter().count(), 0);
+        assert!(encoded.bytes.is_empty());
     }
 }

@@ -11,7 +11,7 @@
 //! Big-endian integers make RocksDB's bytewise order the numeric order, so a
 //! forward iterator walks positions and versions in order.
 
-use subagent_core::{EventId, StreamId};
+use subagent_core::{EventId, StreamId, STREAM_NAME_MAX};
 
 use crate::append_check::IdLocation;
 
@@ -46,23 +46,58 @@ pub(crate) fn decode_u64(bytes: &[u8]) -> Option<u64> {
 
 /// The prefix shared by every key of `stream` in the `streams` family.
 pub(crate) fn stream_prefix(stream: &StreamId) -> Vec<u8> {
-    prefix_with_room(stream, 0)
-}
-
-pub(crate) fn stream_key(stream: &StreamId, version: u64) -> Vec<u8> {
-    let mut key = prefix_with_room(stream, 8);
-    key.extend_from_slice(&version.to_be_bytes());
-    key
-}
-
-/// [`stream_prefix`] with room for `room` more bytes, so a key built on
-/// it is allocated once.
-fn prefix_with_room(stream: &StreamId, room: usize) -> Vec<u8> {
     let name = stream.name();
-    let mut key = Vec::with_capacity(name.as_bytes().len() + 1 + room);
+    let mut key = Vec::with_capacity(name.as_bytes().len() + 1);
     key.extend_from_slice(name.as_bytes());
     key.push(0);
     key
+}
+
+/// The `streams` key of `stream` at `version`, built on the stack: one is
+/// written for every appended event.
+pub(crate) fn stream_key(stream: &StreamId, version: u64) -> StackBytes<{ STREAM_NAME_MAX + 9 }> {
+    let mut key = StackBytes::new();
+    key.extend(stream.name().as_bytes());
+    key.extend(&[0]);
+    key.extend(&version.to_be_bytes());
+    key
+}
+
+/// Up to `N` bytes on the stack: a key or value whose longest form is
+/// known, so the append path builds it without an allocation.
+pub(crate) struct StackBytes<const N: usize> {
+    bytes: [u8; N],
+    len: usize,
+}
+
+impl<const N: usize> StackBytes<N> {
+    fn new() -> Self {
+        StackBytes {
+            bytes: [0; N],
+            len: 0,
+        }
+    }
+
+    /// Appends `more`. Callers size `N` for their longest form; more than
+    /// `N` bytes is a bug of this module, caught by the tests below.
+    fn extend(&mut self, more: &[u8]) {
+        let end = self.len + more.len();
+        self.bytes[self.len..end].copy_from_slice(more);
+        self.len = end;
+    }
+}
+
+impl<const N: usize> AsRef<[u8]> for StackBytes<N> {
+    fn as_ref(&self) -> &[u8] {
+        &self.bytes[..self.len]
+    }
+}
+
+impl<const N: usize> std::ops::Deref for StackBytes<N> {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        self.as_ref()
+    }
 }
 
 /// The stream and version of a `streams` key; `None` when it does not decode.
@@ -86,12 +121,12 @@ pub(crate) fn decode_event_id_key(key: &[u8]) -> Option<EventId> {
     Some(EventId::from_uuid(uuid::Uuid::from_bytes(bytes)))
 }
 
-pub(crate) fn encode_location(location: &IdLocation) -> Vec<u8> {
-    let stream = location.stream.name();
-    let mut value = Vec::with_capacity(16 + stream.as_bytes().len());
-    value.extend_from_slice(&location.position.to_be_bytes());
-    value.extend_from_slice(&location.version.to_be_bytes());
-    value.extend_from_slice(stream.as_bytes());
+/// The `event_ids` value of `location`, built on the stack.
+pub(crate) fn encode_location(location: &IdLocation) -> StackBytes<{ 16 + STREAM_NAME_MAX }> {
+    let mut value = StackBytes::new();
+    value.extend(&location.position.to_be_bytes());
+    value.extend(&location.version.to_be_bytes());
+    value.extend(location.stream.name().as_bytes());
     value
 }
 
@@ -114,9 +149,38 @@ mod tests {
     #[test]
     fn stream_keys_sort_by_version_within_a_stream() {
         let stream = StreamId::Session(SessionId::new());
-        assert!(stream_key(&stream, 2) < stream_key(&stream, 256));
+        assert!(*stream_key(&stream, 2) < *stream_key(&stream, 256));
         assert!(stream_key(&stream, 256).starts_with(&stream_prefix(&stream)));
         assert!(!stream_key(&StreamId::Runtime, 1).starts_with(&stream_prefix(&stream)));
+    }
+
+    #[test]
+    fn the_longest_keys_fit_on_the_stack_and_lay_out_as_documented() {
+        let session = SessionId::new();
+        let stream = StreamId::Session(session);
+        let name = format!("session-{}", session.as_uuid());
+        assert_eq!(
+            name.len(),
+            STREAM_NAME_MAX,
+            "a session's name is the longest"
+        );
+        let key = stream_key(&stream, 0x0102_0304_0506_0708);
+        let mut expected = name.clone().into_bytes();
+        expected.push(0);
+        expected.extend_from_slice(&[1, 2, 3, 4, 5, 6, 7, 8]);
+        assert_eq!(&*key, expected.as_slice());
+        let location = IdLocation {
+            stream,
+            position: u64::MAX,
+            version: 3,
+        };
+        let value = encode_location(&location);
+        assert_eq!(value.len(), 16 + STREAM_NAME_MAX);
+        assert_eq!(&value[..8], &u64::MAX.to_be_bytes());
+        assert_eq!(&value[8..16], &3u64.to_be_bytes());
+        assert_eq!(&value[16..], name.as_bytes());
+        let runtime = stream_key(&StreamId::Runtime, 1);
+        assert_eq!(&*runtime, b"runtime\0\0\0\0\0\0\0\0\x01");
     }
 
     #[test]

@@ -21,7 +21,7 @@ use super::keys::{self, CF_BLOBS, CF_EVENT_IDS, CF_LOG, CF_META, CF_STREAMS};
 use super::written::WrittenMarks;
 use super::{family, map_rocks_error, read_stream_version, stream_started};
 use crate::append_check::{
-    check_transaction, encode_records, next_position as position_after, place, IdLocation,
+    check_transaction, next_position as position_after, place, EncodedRecords, IdLocation,
     TransactionVerdict,
 };
 use crate::error::StoreError;
@@ -58,6 +58,23 @@ pub(crate) struct Writer {
     id_ceiling: IdCeiling,
     /// Event-id index reads made to check appends (`CommitCounts`).
     id_lookups: Arc<AtomicU64>,
+    /// Buffers each group commit reuses.
+    scratch: Scratch,
+}
+
+/// What a group commit needs for its own working and reuses from group to
+/// group, so that committing one small event allocates next to nothing
+/// of the writer's own (BENCHMARKS.md, "The writer's buffers reused").
+/// Empty between commits.
+#[derive(Default)]
+struct Scratch {
+    overlay: GroupOverlay,
+    /// The answers held until the batch is written.
+    pending: Vec<PendingResult>,
+    /// Each part's stream version before the request being staged.
+    part_versions: Vec<(StreamId, u64)>,
+    /// The records of the request being staged, encoded.
+    encoded: EncodedRecords,
 }
 
 /// A result held until the group's batch is written.
@@ -97,6 +114,7 @@ impl Writer {
             written,
             id_ceiling,
             id_lookups: Arc::new(AtomicU64::new(0)),
+            scratch: Scratch::default(),
         }
     }
 
@@ -173,14 +191,14 @@ impl Writer {
             Ok(next) => next,
             Err(exhausted) => return group.iter().map(|_| Err(exhausted.clone())).collect(),
         };
+        // Taken for the commit and put back, emptied, at its end.
+        let mut scratch = std::mem::take(&mut self.scratch);
         let mut batch = WriteBatch::default();
-        let mut overlay = GroupOverlay::default();
-        let mut pending = Vec::with_capacity(group.len());
         let recorded_at = unix_millis();
         for Transaction { parts, attachments } in group {
             let result = self.stage(
                 &mut batch,
-                &mut overlay,
+                &mut scratch,
                 &mut next_position,
                 recorded_at,
                 parts,
@@ -192,7 +210,7 @@ impl Writer {
                     .any(|outcome| !outcome.deduplicated || outcome.last_position > self.head),
                 Err(_) => false,
             };
-            pending.push(PendingResult {
+            scratch.pending.push(PendingResult {
                 result,
                 needs_write,
             });
@@ -203,21 +221,22 @@ impl Writer {
         } else {
             Ok(())
         };
+        let overlay = &mut scratch.overlay;
         match written {
             Ok(()) => {
-                for stream in overlay.versions.keys() {
-                    self.written.mark(stream, new_head);
+                for (stream, version) in overlay.versions.drain() {
+                    self.written.mark(&stream, new_head);
+                    self.versions.insert(stream, version);
                 }
                 for id in overlay.ids.keys() {
                     self.id_ceiling.raise(id);
                 }
-                self.versions.extend(overlay.versions);
                 if new_head > self.head {
                     self.head = new_head;
                     self.head_watch.send_replace(new_head);
                 }
                 debug!(
-                    requests = pending.len(),
+                    requests = scratch.pending.len(),
                     head = self.head,
                     "group committed"
                 );
@@ -227,13 +246,18 @@ impl Writer {
                 self.failed = Some(err.clone());
             }
         }
-        pending
-            .into_iter()
+        overlay.versions.clear();
+        overlay.ids.clear();
+        let results = scratch
+            .pending
+            .drain(..)
             .map(|pending| match (&written, pending.needs_write) {
                 (Err(err), true) => Err(err.clone()),
                 _ => pending.result,
             })
-            .collect()
+            .collect();
+        self.scratch = scratch;
+        results
     }
 
     fn write(&self, mut batch: WriteBatch, new_head: u64) -> Result<(), StoreError> {
@@ -253,22 +277,26 @@ impl Writer {
     fn stage(
         &mut self,
         batch: &mut WriteBatch,
-        overlay: &mut GroupOverlay,
+        scratch: &mut Scratch,
         next_position: &mut u64,
         recorded_at: u64,
         parts: Vec<StreamAppend>,
         attachments: Vec<Attachment>,
     ) -> Result<Vec<AppendOutcome>, StoreError> {
-        let mut versions = HashMap::with_capacity_and_hasher(parts.len(), Default::default());
+        scratch.part_versions.clear();
         for part in &parts {
-            versions.insert(
-                part.stream,
-                self.version_of(overlay, &part.stream, part.expected)?,
-            );
+            let version = self.version_of(&scratch.overlay, &part.stream, part.expected)?;
+            scratch.part_versions.push((part.stream, version));
         }
+        let (overlay, part_versions) = (&mut scratch.overlay, &scratch.part_versions);
         let verdict = check_transaction(
             &parts,
-            |stream| Ok(versions.get(stream).copied().unwrap_or(0)),
+            |stream| {
+                Ok(part_versions
+                    .iter()
+                    .find(|(part, _)| part == stream)
+                    .map_or(0, |(_, version)| *version))
+            },
             |id| self.locate(overlay, id),
         )?;
         let currents = match verdict {
@@ -282,12 +310,12 @@ impl Writer {
             family(&self.db, CF_BLOBS)?,
         );
         let (records, outcomes) = place(parts, &currents, *next_position, recorded_at)?;
-        let encoded = encode_records(&records)?;
+        scratch.encoded.encode(&records)?;
         let after = match records.last() {
             Some(last) => position_after(last.position)?,
             None => *next_position,
         };
-        for (record, bytes) in records.iter().zip(encoded) {
+        for (record, bytes) in records.iter().zip(scratch.encoded.iter()) {
             let location = IdLocation {
                 stream: record.stream,
                 position: record.position,
@@ -312,5 +340,134 @@ impl Writer {
         }
         *next_position = after;
         Ok(outcomes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use subagent_core::{Event, NewEvent, SessionId};
+
+    fn open(dir: &std::path::Path) -> (Writer, Arc<DB>) {
+        let mut options = rocksdb::Options::default();
+        options.create_if_missing(true);
+        options.create_missing_column_families(true);
+        let db = Arc::new(DB::open_cf(&options, dir, keys::ALL_FAMILIES).unwrap());
+        let writer = Writer::new(
+            Arc::clone(&db),
+            dir.to_path_buf(),
+            0,
+            Durability::Buffered,
+            Arc::new(watch::channel(0).0),
+            Arc::new(WrittenMarks::new(0)),
+            IdCeiling::default(),
+        );
+        (writer, db)
+    }
+
+    fn one(stream: StreamId, expected: ExpectedVersion, event: Event) -> Transaction {
+        Transaction {
+            parts: vec![StreamAppend {
+                stream,
+                expected,
+                events: vec![NewEvent::new(event)],
+            }],
+            attachments: Vec::new(),
+        }
+    }
+
+    fn turn(turn: u64) -> Event {
+        Event::TurnStarted { turn, epoch: 1 }
+    }
+
+    fn assert_emptied(writer: &Writer) {
+        let scratch = &writer.scratch;
+        assert!(scratch.overlay.versions.is_empty() && scratch.overlay.ids.is_empty());
+        assert!(scratch.pending.is_empty());
+    }
+
+    /// The buffers one group leaves behind are emptied, so nothing of it
+    /// is taken for the next group's state: a refused request, a large
+    /// record and a failed group in between change nothing of what lands.
+    #[test]
+    fn each_group_starts_from_emptied_buffers() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut writer, db) = open(dir.path());
+        let (first, second) = (
+            StreamId::Session(SessionId::new()),
+            StreamId::Session(SessionId::new()),
+        );
+        let large = Event::ProviderRemoved {
+            name: "n".repeat(300 * 1024),
+        };
+        let results = writer.commit_group(vec![
+            one(StreamId::Runtime, ExpectedVersion::NoStream, large),
+            one(first, ExpectedVersion::NoStream, turn(1)),
+        ]);
+        assert!(results.iter().all(Result::is_ok), "{results:?}");
+        assert_emptied(&writer);
+
+        let results = writer.commit_group(vec![
+            one(first, ExpectedVersion::NoStream, turn(2)),
+            one(second, ExpectedVersion::NoStream, turn(1)),
+            one(first, ExpectedVersion::Exact(1), turn(2)),
+        ]);
+        assert!(matches!(
+            results[0],
+            Err(StoreError::Conflict { actual: 1, .. })
+        ));
+        assert_eq!(results[1].as_ref().unwrap()[0].first_position, 3);
+        assert_eq!(results[2].as_ref().unwrap()[0].stream_version, 2);
+        assert_emptied(&writer);
+
+        // A group of refusals only writes nothing and keeps nothing.
+        let results = writer.commit_group(vec![one(first, ExpectedVersion::NoStream, turn(3))]);
+        assert!(results[0].is_err());
+        assert_emptied(&writer);
+        assert_eq!(writer.head, 4);
+
+        // Every stored record decodes, at its position, and its indexes
+        // point back at it.
+        let log = family(&db, CF_LOG).unwrap();
+        let mut stored = Vec::new();
+        for position in 1..=4 {
+            let bytes = db
+                .get_cf(log, keys::position_key(position))
+                .unwrap()
+                .unwrap();
+            let record = crate::record::decode(position, &bytes).unwrap();
+            assert_eq!(crate::record::encode(&record).unwrap(), bytes);
+            let location = db
+                .get_cf(
+                    family(&db, CF_EVENT_IDS).unwrap(),
+                    keys::event_id_key(&record.event_id),
+                )
+                .unwrap()
+                .and_then(|value| keys::decode_location(&value))
+                .unwrap();
+            assert_eq!(
+                (location.stream, location.position, location.version),
+                (record.stream, position, record.version)
+            );
+            let indexed = db
+                .get_cf(
+                    family(&db, CF_STREAMS).unwrap(),
+                    keys::stream_key(&record.stream, record.version),
+                )
+                .unwrap();
+            assert_eq!(indexed.as_deref(), Some(&position.to_be_bytes()[..]));
+            stored.push((record.stream, record.version, record.event));
+        }
+        assert_eq!(
+            stored[1..],
+            [
+                (first, 1, turn(1)),
+                (second, 1, turn(1)),
+                (first, 2, turn(2)),
+            ]
+        );
+        assert!(
+            matches!(stored[0].2, Event::ProviderRemoved { ref name } if name.len() == 300 * 1024)
+        );
     }
 }
