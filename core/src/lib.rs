@@ -11,6 +11,7 @@ pub mod contracts;
 pub mod error;
 pub mod event;
 pub mod ids;
+mod json_writer;
 mod lower_hex;
 pub mod persona;
 pub mod record;

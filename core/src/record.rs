@@ -115,20 +115,7 @@ pub const ENVELOPE_RESERVE: usize = 4 * 1024;
 /// # Errors
 /// `value`'s serialization error.
 pub fn json_len(value: &impl serde::Serialize) -> Result<usize, serde_json::Error> {
-    /// A writer that keeps only how many bytes passed through it.
-    struct ByteCount(usize);
-    impl std::io::Write for ByteCount {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0 += buf.len();
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut count = ByteCount(0);
-    serde_json::to_writer(&mut count, value)?;
-    Ok(count.0)
+    crate::json_writer::len(value)
 }
 
 /// The length the body of `record` would have once [`encode`]d, counted

@@ -84,7 +84,7 @@ pub(super) fn write(record: &RecordedEvent, out: &mut Vec<u8>) -> Result<(), ser
         out.push(b'"');
     }
     out.extend_from_slice(key::EVENT);
-    serde_json::to_writer(&mut *out, &record.event)?;
+    crate::json_writer::write(&record.event, out)?;
     out.extend_from_slice(key::END);
     Ok(())
 }
