@@ -296,30 +296,198 @@ fn no_flipped_byte_in_any_file_loses_an_acknowledged_event_silently() {
     }
 }
 
+/// A write a crash tore at the end of the newest write-ahead log was never
+/// acknowledged (an append returns only once its write is complete): the
+/// log opens without it, every record before it intact (those of the same
+/// log included), and the next open finds the log whole. A last record
+/// whose length field grew is damage, not a tear: refused.
 #[test]
-fn a_torn_write_ahead_log_tail_is_refused_not_shortened() {
+fn a_write_torn_at_the_end_of_the_wal_is_dropped_and_nothing_acknowledged_is() {
     let root = tempfile::tempdir().expect("tempdir");
     let pristine = root.path().join("pristine");
-    let acknowledged = write_pristine(&pristine);
+    write_pristine(&pristine);
+    let kept_before_tear = {
+        // Reopening moves the pristine records into table files; these two
+        // groups are then the newest write-ahead log's two records, and the
+        // cuts below tear the second.
+        let log = RocksLog::open(&pristine, RocksOptions::default()).expect("reopen");
+        let stream = StreamId::Session(SessionId::new());
+        append_round(&log, &[stream], 0..2);
+        let mut all: Vec<RecordedEvent> = log
+            .read_all(1)
+            .collect::<Result<_, _>>()
+            .expect("read back");
+        all.truncate(all.len() - 3);
+        let mut streams: BTreeMap<StreamId, Vec<RecordedEvent>> = BTreeMap::new();
+        for record in &all {
+            streams
+                .entry(record.stream)
+                .or_default()
+                .push(record.clone());
+        }
+        Acknowledged { all, streams }
+    };
     let files = data_files(&pristine);
     let (wal, bytes) = files
         .iter()
-        .find(|(name, _)| kind_of(name) == "wal")
+        .filter(|(name, _)| kind_of(name) == "wal")
+        .max_by_key(|(name, _)| {
+            name.trim_end_matches(".log")
+                .parse::<u64>()
+                .expect("a WAL number")
+        })
         .expect("a write-ahead log");
-    // A write torn by a crash ends inside a record. (A cut exactly at a
-    // record boundary is a shorter, valid WAL; no WAL reader can tell it
-    // from one that was never longer: a file system that drops synced data
-    // is outside what the log can detect, see ARCHITECTURE.md.)
-    for cut in 1..=16 {
-        let copy = root.path().join(format!("cut-{cut}"));
+    let length_at =
+        |start: usize| usize::from(u16::from_le_bytes([bytes[start + 4], bytes[start + 5]]));
+    let second = 7 + length_at(0);
+    let length = length_at(second);
+    assert_eq!(
+        (bytes[6], bytes[second + 6], second + 7 + length),
+        (1, 1, bytes.len()),
+        "the newest WAL holds the two groups, whole"
+    );
+    let mut kept: Vec<usize> = (second..=second + 8)
+        .chain(bytes.len() - 16..bytes.len())
+        .collect();
+    kept.push(second + (bytes.len() - second) / 2);
+    for keep in kept {
+        let copy = root.path().join(format!("kept-{keep}"));
         copy_dir(&pristine, &copy);
-        std::fs::write(copy.join(wal), &bytes[..bytes.len() - cut]).expect("truncate");
+        std::fs::write(copy.join(wal), &bytes[..keep]).expect("truncate");
+        let what = format!("{wal} cut to {keep} of {} bytes", bytes.len());
+        let log = RocksLog::open_read_only(&copy)
+            .unwrap_or_else(|err| panic!("{what}, read-only: {err}"));
+        assert_eq!(read_back(&log, &kept_before_tear, &what), Outcome::Intact);
+        drop(log);
+        let log = RocksLog::open(&copy, RocksOptions::default())
+            .unwrap_or_else(|err| panic!("{what}: {err}"));
+        assert_eq!(read_back(&log, &kept_before_tear, &what), Outcome::Intact);
+        drop(log);
+        let log = RocksLog::open(&copy, RocksOptions::default())
+            .unwrap_or_else(|err| panic!("{what}, opened again: {err}"));
+        assert_eq!(read_back(&log, &kept_before_tear, &what), Outcome::Intact);
+        let next = log
+            .append(
+                StreamId::Runtime,
+                ExpectedVersion::Any,
+                vec![NewEvent::new(Event::ProviderRemoved {
+                    name: "after".into(),
+                })],
+            )
+            .wait()
+            .unwrap_or_else(|err| panic!("{what}: append after: {err}"));
+        assert_eq!(
+            next.first_position,
+            kept_before_tear.all.len() as u64 + 1,
+            "{what}"
+        );
+    }
+    // The length field of the whole last record grown: a prefix of what
+    // follows its header checks out, so it is no tear.
+    let acknowledged = {
+        let log = RocksLog::open_read_only(&pristine).expect("pristine");
+        let all: Vec<RecordedEvent> = log.read_all(1).collect::<Result<_, _>>().expect("read");
+        let mut streams: BTreeMap<StreamId, Vec<RecordedEvent>> = BTreeMap::new();
+        for record in &all {
+            streams
+                .entry(record.stream)
+                .or_default()
+                .push(record.clone());
+        }
+        Acknowledged { all, streams }
+    };
+    for bit in [0, 3, 8, 15] {
+        let copy = root.path().join(format!("longer-{bit}"));
+        copy_dir(&pristine, &copy);
+        let mut longer = bytes.clone();
+        let grown = (length | (1 << bit)).max(length + 1);
+        longer[second + 4..second + 6]
+            .copy_from_slice(&u16::try_from(grown).expect("u16").to_le_bytes());
+        std::fs::write(copy.join(wal), &longer).expect("write");
         let outcome = attack(
             &copy,
             &acknowledged,
-            &format!("{wal} less {cut} bytes"),
+            &format!("{wal} with its last length {grown} for {length}"),
             |dir| RocksLog::open(dir, RocksOptions::default()),
         );
-        assert_eq!(outcome, Outcome::RefusedAtOpen, "cut {cut}");
+        assert_eq!(outcome, Outcome::RefusedAtOpen, "length {grown}");
+    }
+}
+
+/// The physical records of a write-ahead log: offset, type, length.
+fn physical_records(bytes: &[u8]) -> Vec<(usize, u8, usize)> {
+    const BLOCK: usize = 32 * 1024;
+    let mut records = Vec::new();
+    let mut at = 0;
+    while at + 7 <= bytes.len() {
+        if BLOCK - at % BLOCK < 7 {
+            at += BLOCK - at % BLOCK;
+            continue;
+        }
+        let length = usize::from(u16::from_le_bytes([bytes[at + 4], bytes[at + 5]]));
+        records.push((at, bytes[at + 6], length));
+        at += 7 + length;
+    }
+    records
+}
+
+/// A group larger than a block is written in fragments; a crash that tears
+/// it after its first fragment, inside the next one's header or payload,
+/// or a byte short of its end, tore a write that was never acknowledged:
+/// dropped whole, everything before it kept.
+#[test]
+fn a_write_torn_between_its_fragments_is_dropped_whole() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let pristine = root.path().join("pristine");
+    write_pristine(&pristine);
+    let kept_before_tear = {
+        let log = RocksLog::open(&pristine, RocksOptions::default()).expect("reopen");
+        append_round(&log, &[StreamId::Session(SessionId::new())], 0..1);
+        let large = NewEvent::new(Event::ProviderRemoved {
+            name: "n".repeat(40_000),
+        });
+        log.append(StreamId::Runtime, ExpectedVersion::Any, vec![large])
+            .wait()
+            .expect("append the large group");
+        let mut all: Vec<RecordedEvent> = log
+            .read_all(1)
+            .collect::<Result<_, _>>()
+            .expect("read back");
+        all.pop();
+        let mut streams: BTreeMap<StreamId, Vec<RecordedEvent>> = BTreeMap::new();
+        for record in &all {
+            streams
+                .entry(record.stream)
+                .or_default()
+                .push(record.clone());
+        }
+        Acknowledged { all, streams }
+    };
+    let files = data_files(&pristine);
+    let (wal, bytes) = files
+        .iter()
+        .filter(|(name, _)| kind_of(name) == "wal")
+        .max_by_key(|(name, _)| {
+            name.trim_end_matches(".log")
+                .parse::<u64>()
+                .expect("a WAL number")
+        })
+        .expect("a write-ahead log");
+    let records = physical_records(bytes);
+    let kinds: Vec<u8> = records.iter().map(|(_, kind, _)| *kind).collect();
+    assert_eq!(
+        kinds,
+        [1, 2, 4],
+        "a whole group, then the large one in two fragments"
+    );
+    let (first, last) = (records[1].0, records[2].0);
+    for keep in [first + 100, last, last + 3, last + 100, bytes.len() - 1] {
+        let copy = root.path().join(format!("kept-{keep}"));
+        copy_dir(&pristine, &copy);
+        std::fs::write(copy.join(wal), &bytes[..keep]).expect("truncate");
+        let what = format!("{wal} cut to {keep} of {} bytes", bytes.len());
+        let log = RocksLog::open(&copy, RocksOptions::default())
+            .unwrap_or_else(|err| panic!("{what}: {err}"));
+        assert_eq!(read_back(&log, &kept_before_tear, &what), Outcome::Intact);
     }
 }

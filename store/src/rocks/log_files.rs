@@ -16,6 +16,21 @@
 //! its block, or whose checksum fails. RocksDB still checks everything
 //! itself after this; the walk only makes sure it gets input it can handle.
 //!
+//! **A write torn by a crash** is the one incomplete record it accepts,
+//! and only at the very end of the newest write-ahead log ([`WalTail`]): a
+//! killed process can leave one (Linux copies a `write` a page at a time
+//! and stops at a page boundary for a fatal signal), and that write was
+//! never acknowledged, for the append returns only once it is complete.
+//! The end is torn when the file stops inside a record's header, inside a
+//! record's payload that no prefix of the bytes left checks out against
+//! (a whole record whose length field was damaged would: that is refused),
+//! or after the first fragments of a record whose last never came. Every
+//! record before it must check out as ever. An incomplete end of an older
+//! write-ahead log is refused: its last write was acknowledged, and the
+//! tail tolerance RocksDB then opens with would drop it. (The MANIFEST's
+//! incomplete end is RocksDB's own to drop: it reads the MANIFEST that way
+//! whatever the WAL mode.)
+//!
 //! Cost: one sequential read of the MANIFEST and the WALs, which RocksDB
 //! reads at open anyway; the table files are not touched.
 
@@ -37,8 +52,32 @@ const MASK_DELTA: u32 = 0xa282_ead8;
 /// # Errors
 /// [`StoreError::Damaged`] naming the file and offset of the first record
 /// RocksDB must not be handed; [`StoreError::Io`] when a file cannot be read.
-pub(super) fn check(dir: &Path) -> Result<(), StoreError> {
+pub(super) fn check(dir: &Path) -> Result<WalTail, StoreError> {
     check_files(dir, Strictness::Everything)
+}
+
+/// How the newest write-ahead log ends.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum WalTail {
+    /// With whole records: RocksDB recovers it under absolute consistency.
+    Whole,
+    /// Inside a write torn by a crash, which began at byte `offset` of
+    /// `file`: RocksDB recovers it tolerating that one incomplete record,
+    /// which it drops.
+    Torn {
+        file: std::path::PathBuf,
+        offset: usize,
+    },
+}
+
+impl WalTail {
+    /// The WAL recovery mode RocksDB is to open the log with.
+    pub(super) fn recovery_mode(&self) -> rocksdb::DBRecoveryMode {
+        match self {
+            WalTail::Whole => rocksdb::DBRecoveryMode::AbsoluteConsistency,
+            WalTail::Torn { .. } => rocksdb::DBRecoveryMode::TolerateCorruptedTailRecords,
+        }
+    }
 }
 
 /// The check before a salvage, which opens past write-ahead damage on
@@ -49,7 +88,7 @@ pub(super) fn check(dir: &Path) -> Result<(), StoreError> {
 ///
 /// # Errors
 /// As [`check`].
-pub(super) fn check_for_salvage(dir: &Path) -> Result<(), StoreError> {
+pub(super) fn check_for_salvage(dir: &Path) -> Result<WalTail, StoreError> {
     check_files(dir, Strictness::WalShapeOnly)
 }
 
@@ -60,7 +99,7 @@ enum Strictness {
     WalShapeOnly,
 }
 
-fn check_files(dir: &Path, strictness: Strictness) -> Result<(), StoreError> {
+fn check_files(dir: &Path, strictness: Strictness) -> Result<WalTail, StoreError> {
     let mut files = Vec::new();
     match std::fs::read_to_string(dir.join("CURRENT")) {
         Ok(current) => {
@@ -80,6 +119,17 @@ fn check_files(dir: &Path, strictness: Strictness) -> Result<(), StoreError> {
             files.push(path);
         }
     }
+    // The newest write-ahead log that holds anything: RocksDB creates an
+    // empty one after each recovery, and a crash before it deletes the
+    // recovered ones leaves a torn write behind only empty logs, still the
+    // last write ever attempted.
+    let newest_wal = files
+        .iter()
+        .filter(|file| std::fs::metadata(file).is_ok_and(|meta| meta.len() > 0))
+        .filter_map(|file| Some((wal_number(file)?, file)))
+        .max()
+        .map(|(_, file)| file.clone());
+    let mut tail = WalTail::Whole;
     for file in files {
         let reader = match std::fs::File::open(&file) {
             Ok(reader) => reader,
@@ -92,7 +142,24 @@ fn check_files(dir: &Path, strictness: Strictness) -> Result<(), StoreError> {
             Err((_, Problem::Checksum)) if is_wal && strictness == Strictness::WalShapeOnly => {
                 Ok(())
             }
-            other => other,
+            // A salvage stops at (or skips) an incomplete end like any damage.
+            Ok(Ending::Torn { .. }) if strictness == Strictness::WalShapeOnly => Ok(()),
+            Ok(Ending::Torn { at, .. }) if newest_wal.as_ref() == Some(&file) => {
+                tail = WalTail::Torn {
+                    file: file.clone(),
+                    offset: at,
+                };
+                Ok(())
+            }
+            // RocksDB reads the MANIFEST tolerating an incomplete end (an
+            // edit a crash tore was never applied), whatever the WAL mode.
+            Ok(Ending::Torn { .. }) if !is_wal => Ok(()),
+            // An older write-ahead log's last write was acknowledged, and
+            // the tail tolerance a torn newest log opens with would drop an
+            // incomplete end of any log without a word: refused.
+            Ok(Ending::Torn { at, was }) => Err(was.unwrap_or((at, Problem::Incomplete))),
+            Ok(Ending::Whole) => Ok(()),
+            Err(problem) => Err(problem),
         };
         if let Err((offset, problem)) = result {
             let what = problem.to_string();
@@ -102,7 +169,32 @@ fn check_files(dir: &Path, strictness: Strictness) -> Result<(), StoreError> {
             });
         }
     }
-    Ok(())
+    Ok(tail)
+}
+
+/// The number of a write-ahead log file (`000020.log`): the newest has the
+/// greatest.
+fn wal_number(file: &Path) -> Option<u64> {
+    if file.extension()? != "log" {
+        return None;
+    }
+    file.file_stem()?.to_str()?.parse().ok()
+}
+
+/// How a log-format file whose records check out ends.
+#[derive(Debug, PartialEq, Eq)]
+enum Ending {
+    /// With whole records (and perhaps a block's zero padding).
+    Whole,
+    /// Inside a write torn by a crash, which began at byte `at` (the
+    /// start of the incomplete record, or of its first fragment). `was`:
+    /// the problem a walk that knows no torn writes reports for it, if any
+    /// (a record running past the end of the file): what an older
+    /// write-ahead log is refused for.
+    Torn {
+        at: usize,
+        was: Option<(usize, Problem)>,
+    },
 }
 
 /// What is wrong with a record.
@@ -114,6 +206,8 @@ enum Problem {
     PastBlock(usize),
     /// The payload does not match the checksum.
     Checksum,
+    /// The file ends inside a header, or before a record's last fragment.
+    Incomplete,
 }
 
 impl std::fmt::Display for Problem {
@@ -126,19 +220,20 @@ impl std::fmt::Display for Problem {
                 write!(f, "a {length}-byte record running past its block")
             }
             Problem::Checksum => f.write_str("a record failing its checksum"),
+            Problem::Incomplete => f.write_str("an incomplete record at the end of the file"),
         }
     }
 }
 
 /// Walks one log-format file a block at a time (a record never crosses a
-/// block, so memory stays one block however large the WAL): the offset of
-/// its first bad record and what is wrong with it.
+/// block, so memory stays one block however large the WAL): how it ends,
+/// or the offset of its first bad record and what is wrong with it.
 ///
 /// # Errors
 /// The read's IO error.
-fn walk_file(mut file: impl std::io::Read) -> std::io::Result<Result<(), (usize, Problem)>> {
+fn walk_file(mut file: impl std::io::Read) -> std::io::Result<Result<Ending, (usize, Problem)>> {
     let mut buffer = vec![0u8; BLOCK];
-    let mut block_start = 0;
+    let mut walk = Walk::default();
     loop {
         let mut filled = 0;
         while filled < BLOCK {
@@ -149,52 +244,116 @@ fn walk_file(mut file: impl std::io::Read) -> std::io::Result<Result<(), (usize,
                 Err(err) => return Err(err),
             }
         }
-        if filled == 0 {
-            return Ok(Ok(()));
+        let last = filled < BLOCK;
+        if let Some(end) = walk.block(&buffer[..filled], last) {
+            return Ok(end);
         }
-        if let Err((at, problem)) = walk_block(&buffer[..filled]) {
-            return Ok(Err((block_start + at, problem)));
-        }
-        if filled < BLOCK {
-            return Ok(Ok(()));
-        }
-        block_start += BLOCK;
+        walk.block_start += BLOCK;
     }
 }
 
 /// Walks a log-format file held in memory (tests).
 #[cfg(test)]
-fn walk(bytes: &[u8]) -> Result<(), (usize, Problem)> {
+fn walk(bytes: &[u8]) -> Result<Ending, (usize, Problem)> {
     walk_file(bytes).expect("reading a slice cannot fail")
 }
 
-/// Walks the records of one block; the offset within it of the first bad
-/// one.
-fn walk_block(block: &[u8]) -> Result<(), (usize, Problem)> {
-    let mut at = 0;
-    while block.len() - at >= HEADER {
-        let header = &block[at..at + HEADER];
-        let stored = u32::from_le_bytes([header[0], header[1], header[2], header[3]]);
-        let length = usize::from(u16::from_le_bytes([header[4], header[5]]));
-        let kind = header[6];
-        if kind == 0 && length == 0 {
-            // Zeroes: a block's padding, or space preallocated past the
-            // last record. Nothing more in this block.
-            break;
+/// Where a walk is: the offset of its block, and where the record whose
+/// last fragment has not come yet began.
+#[derive(Default)]
+struct Walk {
+    block_start: usize,
+    open_record: Option<usize>,
+}
+
+impl Walk {
+    /// Walks the records of one block, `last` when the file ends in it;
+    /// `Some` once the walk is over: a problem (its offset in the file),
+    /// or how the file ends.
+    fn block(&mut self, block: &[u8], last: bool) -> Option<Result<Ending, (usize, Problem)>> {
+        let mut at = 0;
+        while block.len() - at >= HEADER {
+            let header = &block[at..at + HEADER];
+            let stored = u32::from_le_bytes([header[0], header[1], header[2], header[3]]);
+            let length = usize::from(u16::from_le_bytes([header[4], header[5]]));
+            let kind = header[6];
+            if kind == 0 && length == 0 {
+                // Zeroes: a block's padding, or space preallocated past the
+                // last record. Nothing more in this block.
+                return last.then(|| Ok(self.ending(None)));
+            }
+            let offset = self.block_start + at;
+            if !WRITTEN_TYPES.contains(&kind) {
+                return Some(Err((offset, Problem::Type(kind))));
+            }
+            let rest = &block[at + HEADER..];
+            let Some(payload) = rest.get(..length) else {
+                let past = (offset, Problem::PastBlock(length));
+                // The file ends inside this record: torn, unless some
+                // prefix of what is left is the whole record under a
+                // damaged length.
+                return Some(if last && !some_prefix_checks_out(kind, stored, rest) {
+                    Ok(Ending::Torn {
+                        at: self.open_record.unwrap_or(offset),
+                        was: Some(past),
+                    })
+                } else {
+                    Err(past)
+                });
+            };
+            if !checks_out(kind, stored, payload) {
+                return Some(Err((offset, Problem::Checksum)));
+            }
+            self.open_record = match kind {
+                FIRST => Some(offset),
+                MIDDLE => self.open_record,
+                _ => None,
+            };
+            at += HEADER + length;
         }
-        if !WRITTEN_TYPES.contains(&kind) {
-            return Err((at, Problem::Type(kind)));
+        if !last {
+            return None;
         }
-        let Some(payload) = block.get(at + HEADER..at + HEADER + length) else {
-            return Err((at, Problem::PastBlock(length)));
-        };
-        let actual = crc32c::crc32c_append(crc32c::crc32c(&[kind]), payload);
-        if unmask(stored) != actual {
-            return Err((at, Problem::Checksum));
-        }
-        at += HEADER + length;
+        // Fewer bytes than a header are left at the end of the file: a
+        // header torn, whatever its bytes (RocksDB pads a block only when
+        // it writes the next record in the next block).
+        let torn_header = at < block.len();
+        Some(Ok(self.ending(torn_header.then_some(self.block_start + at))))
     }
-    Ok(())
+
+    /// How the file ends after its last whole record: torn if a header
+    /// was cut at `torn_header`, or a record's last fragment never came.
+    fn ending(&self, torn_header: Option<usize>) -> Ending {
+        match self.open_record.or(torn_header) {
+            Some(at) => Ending::Torn { at, was: None },
+            None => Ending::Whole,
+        }
+    }
+}
+
+/// The record types of a record's first and middle fragments.
+const FIRST: u8 = 2;
+const MIDDLE: u8 = 3;
+
+/// Whether `payload` under type `kind` matches the `stored` checksum.
+fn checks_out(kind: u8, stored: u32, payload: &[u8]) -> bool {
+    unmask(stored) == crc32c::crc32c_append(crc32c::crc32c(&[kind]), payload)
+}
+
+/// Whether some prefix of `rest` (the empty one included) matches the
+/// `stored` checksum under type `kind`: a whole record whose length field
+/// was damaged. One pass, the checksum extended a byte at a time; a torn
+/// tail is at most a block.
+fn some_prefix_checks_out(kind: u8, stored: u32, rest: &[u8]) -> bool {
+    let expected = unmask(stored);
+    let mut crc = crc32c::crc32c(&[kind]);
+    if crc == expected {
+        return true;
+    }
+    rest.iter().any(|byte| {
+        crc = crc32c::crc32c_append(crc, std::slice::from_ref(byte));
+        crc == expected
+    })
 }
 
 /// RocksDB stores `mask(crc)`; this undoes it.
@@ -231,29 +390,186 @@ mod tests {
         file.extend(record(2, b"first"));
         file.extend(record(4, b"last"));
         file.extend([0u8; 16]);
-        assert_eq!(walk(&file), Ok(()));
+        assert_eq!(walk(&file), Ok(Ending::Whole));
         // A record exactly filling the block, then a second block.
         let mut blocks = record(1, &vec![7u8; BLOCK - HEADER]);
         blocks.extend(record(1, b"next block"));
-        assert_eq!(walk(&blocks), Ok(()));
-        assert_eq!(walk(&[]), Ok(()));
+        assert_eq!(walk(&blocks), Ok(Ending::Whole));
+        assert_eq!(walk(&[]), Ok(Ending::Whole));
     }
 
     #[test]
-    fn a_recyclable_type_a_flipped_byte_and_a_torn_record_are_refused() {
+    fn a_recyclable_type_and_a_flipped_byte_are_refused() {
         let good = record(1, b"payload");
         let mut recyclable = good.clone();
         recyclable[6] = 5;
         assert_eq!(walk(&recyclable), Err((0, Problem::Type(5))));
+        // Every flip of every bit, the length's included: a longer length
+        // leaves the whole record as a prefix that checks out.
         for at in 0..good.len() {
-            if at == 6 {
-                continue;
+            for bit in 0..8 {
+                let mut flipped = good.clone();
+                flipped[at] ^= 1 << bit;
+                assert!(walk(&flipped).is_err(), "flip of bit {bit} at {at} passed");
             }
-            let mut flipped = good.clone();
-            flipped[at] ^= 0x10;
-            assert!(walk(&flipped).is_err(), "flip at {at} passed");
         }
-        let torn = &good[..good.len() - 2];
-        assert_eq!(walk(torn), Err((0, Problem::PastBlock(7))));
+        for kind in [2, 3, 4] {
+            let mut retyped = good.clone();
+            retyped[6] = kind;
+            assert_eq!(walk(&retyped), Err((0, Problem::Checksum)));
+        }
+    }
+
+    #[test]
+    fn a_write_torn_at_the_end_is_told_from_damage() {
+        let file = record(1, b"whole");
+        let torn_at = file.len();
+        let last = record(1, b"the write a crash cut short");
+        // Cut inside the payload, inside the header, or with none of it.
+        for keep in 1..last.len() {
+            let mut cut = file.clone();
+            cut.extend(&last[..keep]);
+            let expected = if keep < HEADER {
+                Ending::Torn {
+                    at: torn_at,
+                    was: None,
+                }
+            } else {
+                Ending::Torn {
+                    at: torn_at,
+                    was: Some((torn_at, Problem::PastBlock(last.len() - HEADER))),
+                }
+            };
+            assert_eq!(walk(&cut), Ok(expected), "kept {keep}");
+        }
+        // A whole last record whose length grew is damage, not a tear; so
+        // is a record before it whose length grew past the file's end.
+        let mut longer = file.clone();
+        longer.extend(&last);
+        longer[torn_at + 5] ^= 0x01;
+        assert_eq!(
+            walk(&longer).unwrap_err().1,
+            Problem::PastBlock(last.len() - HEADER + 256)
+        );
+        let mut earlier = file.clone();
+        earlier.extend(&last);
+        earlier[5] ^= 0x40;
+        assert!(matches!(walk(&earlier), Err((0, Problem::PastBlock(_)))));
+        // A record's first fragments without its last: torn where it began.
+        let mut fragments = file.clone();
+        fragments.extend(record(2, b"first"));
+        fragments.extend(record(3, b"middle"));
+        assert_eq!(
+            walk(&fragments),
+            Ok(Ending::Torn {
+                at: torn_at,
+                was: None
+            })
+        );
+        fragments.extend(record(4, b"last"));
+        assert_eq!(walk(&fragments), Ok(Ending::Whole));
+        // Cut where a full block ends, after a first fragment filling it.
+        let block = record(2, &vec![7u8; BLOCK - HEADER]);
+        assert_eq!(walk(&block), Ok(Ending::Torn { at: 0, was: None }));
+        // A record running past a full block is damage, even at the end of
+        // the file: RocksDB never writes one across a block.
+        let mut full = record(1, &vec![7u8; BLOCK - 2 * HEADER - 20]);
+        full.extend(&record(1, &[9u8; 40])[..HEADER + 20]);
+        assert_eq!(full.len(), BLOCK);
+        assert_eq!(
+            walk(&full),
+            Err((BLOCK - HEADER - 20, Problem::PastBlock(40)))
+        );
+    }
+
+    #[test]
+    fn only_the_newest_write_ahead_log_that_holds_anything_may_end_torn() {
+        let dir = tempfile::tempdir().unwrap();
+        let at = |name: &str| dir.path().join(name);
+        let whole = record(1, b"whole");
+        let torn_payload = [whole.clone(), record(1, b"cut short")[..10].to_vec()].concat();
+        let torn_header = [whole.clone(), vec![0, 0, 0]].concat();
+        let open_fragment = [whole.clone(), record(2, b"first")].concat();
+        std::fs::write(at("999999.log"), &whole).unwrap();
+        for (torn, tail_at) in [
+            (&torn_payload, whole.len()),
+            (&torn_header, whole.len()),
+            (&open_fragment, whole.len()),
+        ] {
+            std::fs::write(at("1000000.log"), torn).unwrap();
+            let tail = check(dir.path()).unwrap();
+            assert_eq!(
+                tail,
+                WalTail::Torn {
+                    file: at("1000000.log"),
+                    offset: tail_at,
+                }
+            );
+            assert_eq!(
+                tail.recovery_mode(),
+                rocksdb::DBRecoveryMode::TolerateCorruptedTailRecords
+            );
+            // Behind only an empty log (a crash before the recovered logs
+            // were deleted), it is still the last write attempted.
+            std::fs::write(at("1000001.log"), b"").unwrap();
+            assert!(matches!(check(dir.path()), Ok(WalTail::Torn { .. })));
+            std::fs::remove_file(at("1000001.log")).unwrap();
+        }
+        std::fs::write(at("1000000.log"), &whole).unwrap();
+        assert_eq!(check(dir.path()), Ok(WalTail::Whole));
+        assert_eq!(
+            check(dir.path()).unwrap().recovery_mode(),
+            rocksdb::DBRecoveryMode::AbsoluteConsistency
+        );
+        // An older log's incomplete end, whatever its kind, is refused.
+        for (torn, what) in [
+            (
+                &torn_payload,
+                "a 9-byte record running past its block at byte 12",
+            ),
+            (
+                &torn_header,
+                "an incomplete record at the end of the file at byte 12",
+            ),
+            (
+                &open_fragment,
+                "an incomplete record at the end of the file at byte 12",
+            ),
+        ] {
+            std::fs::write(at("999999.log"), torn).unwrap();
+            let refused = check(dir.path()).unwrap_err().to_string();
+            assert!(
+                refused.contains(&format!("999999.log: {what}")),
+                "{refused}"
+            );
+            // A salvage leaves it to RocksDB, which stops there.
+            assert_eq!(check_for_salvage(dir.path()), Ok(WalTail::Whole));
+        }
+        std::fs::write(at("999999.log"), &whole).unwrap();
+        // A MANIFEST's incomplete end is RocksDB's to drop.
+        std::fs::write(at("CURRENT"), "MANIFEST-000005\n").unwrap();
+        std::fs::write(at("MANIFEST-000005"), &torn_payload).unwrap();
+        assert_eq!(check(dir.path()), Ok(WalTail::Whole));
+        std::fs::write(at("MANIFEST-000005"), [whole.clone(), vec![7; 10]].concat()).unwrap();
+        assert!(
+            check(dir.path()).is_err(),
+            "a damaged MANIFEST is still refused"
+        );
+    }
+
+    #[test]
+    fn a_header_torn_into_zeroes_is_torn_too() {
+        let whole = record(1, b"whole");
+        for zeroes in 1..HEADER {
+            let file = [whole.clone(), vec![0; zeroes]].concat();
+            assert_eq!(
+                walk(&file),
+                Ok(Ending::Torn {
+                    at: whole.len(),
+                    was: None,
+                }),
+                "{zeroes} zero bytes"
+            );
+        }
     }
 }

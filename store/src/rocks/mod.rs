@@ -25,9 +25,10 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
-use rocksdb::{ColumnFamily, DB};
+use rocksdb::{ColumnFamily, DBRecoveryMode, DB};
 use subagent_core::{Attachment, AttachmentId, EventId, RecordedEvent, StreamId};
 use tokio::sync::watch;
+use tracing::warn;
 
 use crate::append_check::IdLocation;
 use crate::error::StoreError;
@@ -194,13 +195,14 @@ impl RocksLog {
         // the read-write open, like the head, so a damaged index block
         // refuses the open before it changed anything.
         let mut id_ceiling = IdCeiling::default();
+        let mut recovery = DBRecoveryMode::AbsoluteConsistency;
         if !create {
-            log_files::check(&path)?;
+            recovery = Self::check_log_files(&path)?;
             // A read-write open recovers the WAL into new files and rewrites
             // the MANIFEST before any check of ours can run. Check read-only
             // first, so a refused open leaves every file as it was.
             let probe = DB::open_cf_descriptors_read_only(
-                &open::db_options(false),
+                &open::db_options_recovering(false, recovery),
                 &path,
                 open::families(),
                 false,
@@ -209,8 +211,12 @@ impl RocksLog {
             Self::check_format_and_head(&probe, &path, false)?;
             id_ceiling = IdCeiling::read(&probe, &path)?;
         }
-        let db = DB::open_cf_descriptors(&open::db_options(create), &path, open::families())
-            .map_err(|err| map_rocks_error(err, 0, &path))?;
+        let db = DB::open_cf_descriptors(
+            &open::db_options_recovering(create, recovery),
+            &path,
+            open::families(),
+        )
+        .map_err(|err| map_rocks_error(err, 0, &path))?;
         let head = Self::check_format_and_head(&db, &path, true)?;
         let db = Arc::new(db);
         let head_watch = Arc::new(watch::channel(head).0);
@@ -250,7 +256,9 @@ impl RocksLog {
     /// a read-only mount and beside a live writer (it sees the log as of the
     /// open). Appends and checkpoint writes fail with
     /// [`StoreError::ReadOnly`]. The write-ahead log is recovered in memory
-    /// under the same absolute-consistency rule as [`RocksLog::open`].
+    /// under the same rule as [`RocksLog::open`]: absolute consistency, but
+    /// for an incomplete write at the end of the newest log, which is not
+    /// read (beside a live writer, one it is still writing).
     ///
     /// # Errors
     /// As [`RocksLog::open`], except `Locked`; an absent or empty directory
@@ -263,9 +271,9 @@ impl RocksLog {
                 reason: "there is no log there".into(),
             });
         }
-        log_files::check(&path)?;
+        let recovery = Self::check_log_files(&path)?;
         let db = DB::open_cf_descriptors_read_only(
-            &open::db_options(false),
+            &open::db_options_recovering(false, recovery),
             &path,
             open::families(),
             false,
@@ -273,6 +281,24 @@ impl RocksLog {
         .map_err(|err| map_rocks_error(err, 0, &path))?;
         let head = Self::check_format_and_head(&db, &path, false)?;
         Ok(RocksLog::read_only_over(db, path, head))
+    }
+
+    /// Checks RocksDB's log files before RocksDB reads them
+    /// (`log_files`), and returns the WAL recovery mode to open with:
+    /// absolute consistency, or, when the newest write-ahead log that holds
+    /// anything ends in an incomplete write (torn by a crash, never
+    /// acknowledged), tolerance of that one incomplete record, which
+    /// RocksDB then drops. Says so in the log.
+    fn check_log_files(path: &Path) -> Result<DBRecoveryMode, StoreError> {
+        let tail = log_files::check(path)?;
+        if let log_files::WalTail::Torn { file, offset } = &tail {
+            warn!(
+                file = %file.display(),
+                offset,
+                "the write-ahead log ends in an incomplete write, never acknowledged (torn by a crash, or still being written beside a read-only open); it is dropped"
+            );
+        }
+        Ok(tail.recovery_mode())
     }
 
     /// A read-only handle over an opened `db` whose head is `head`: no

@@ -177,12 +177,9 @@ pub(super) fn lock(path: &Path) -> Result<File, StoreError> {
 }
 
 /// The database options of every open; `create` only for a new log.
-pub(super) fn db_options(create: bool) -> Options {
-    db_options_recovering(create, DBRecoveryMode::AbsoluteConsistency)
-}
-
-/// [`db_options`] with another WAL recovery mode: only salvage, read-only,
-/// uses any but absolute consistency.
+/// `recovery` is absolute consistency, except when the newest write-ahead
+/// log ends in a write torn by a crash (`log_files::WalTail`), and in a
+/// salvage, which opens read-only past damage on purpose.
 pub(super) fn db_options_recovering(create: bool, recovery: DBRecoveryMode) -> Options {
     let mut options = Options::default();
     options.create_if_missing(create);
