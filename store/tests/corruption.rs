@@ -313,30 +313,10 @@ fn a_write_torn_at_the_end_of_the_wal_is_dropped_and_nothing_acknowledged_is() {
         let log = RocksLog::open(&pristine, RocksOptions::default()).expect("reopen");
         let stream = StreamId::Session(SessionId::new());
         append_round(&log, &[stream], 0..2);
-        let mut all: Vec<RecordedEvent> = log
-            .read_all(1)
-            .collect::<Result<_, _>>()
-            .expect("read back");
-        all.truncate(all.len() - 3);
-        let mut streams: BTreeMap<StreamId, Vec<RecordedEvent>> = BTreeMap::new();
-        for record in &all {
-            streams
-                .entry(record.stream)
-                .or_default()
-                .push(record.clone());
-        }
-        Acknowledged { all, streams }
+        held_less(&log, 3)
     };
     let files = data_files(&pristine);
-    let (wal, bytes) = files
-        .iter()
-        .filter(|(name, _)| kind_of(name) == "wal")
-        .max_by_key(|(name, _)| {
-            name.trim_end_matches(".log")
-                .parse::<u64>()
-                .expect("a WAL number")
-        })
-        .expect("a write-ahead log");
+    let (wal, bytes) = newest_wal(&files);
     let length_at =
         |start: usize| usize::from(u16::from_le_bytes([bytes[start + 4], bytes[start + 5]]));
     let second = 7 + length_at(0);
@@ -384,18 +364,7 @@ fn a_write_torn_at_the_end_of_the_wal_is_dropped_and_nothing_acknowledged_is() {
     }
     // The length field of the whole last record grown: a prefix of what
     // follows its header checks out, so it is no tear.
-    let acknowledged = {
-        let log = RocksLog::open_read_only(&pristine).expect("pristine");
-        let all: Vec<RecordedEvent> = log.read_all(1).collect::<Result<_, _>>().expect("read");
-        let mut streams: BTreeMap<StreamId, Vec<RecordedEvent>> = BTreeMap::new();
-        for record in &all {
-            streams
-                .entry(record.stream)
-                .or_default()
-                .push(record.clone());
-        }
-        Acknowledged { all, streams }
-    };
+    let acknowledged = held_less(&RocksLog::open_read_only(&pristine).expect("pristine"), 0);
     for bit in [0, 3, 8, 15] {
         let copy = root.path().join(format!("longer-{bit}"));
         copy_dir(&pristine, &copy);
@@ -449,30 +418,10 @@ fn a_write_torn_between_its_fragments_is_dropped_whole() {
         log.append(StreamId::Runtime, ExpectedVersion::Any, vec![large])
             .wait()
             .expect("append the large group");
-        let mut all: Vec<RecordedEvent> = log
-            .read_all(1)
-            .collect::<Result<_, _>>()
-            .expect("read back");
-        all.pop();
-        let mut streams: BTreeMap<StreamId, Vec<RecordedEvent>> = BTreeMap::new();
-        for record in &all {
-            streams
-                .entry(record.stream)
-                .or_default()
-                .push(record.clone());
-        }
-        Acknowledged { all, streams }
+        held_less(&log, 1)
     };
     let files = data_files(&pristine);
-    let (wal, bytes) = files
-        .iter()
-        .filter(|(name, _)| kind_of(name) == "wal")
-        .max_by_key(|(name, _)| {
-            name.trim_end_matches(".log")
-                .parse::<u64>()
-                .expect("a WAL number")
-        })
-        .expect("a write-ahead log");
+    let (wal, bytes) = newest_wal(&files);
     let records = physical_records(bytes);
     let kinds: Vec<u8> = records.iter().map(|(_, kind, _)| *kind).collect();
     assert_eq!(
@@ -490,4 +439,36 @@ fn a_write_torn_between_its_fragments_is_dropped_whole() {
             .unwrap_or_else(|err| panic!("{what}: {err}"));
         assert_eq!(read_back(&log, &kept_before_tear, &what), Outcome::Intact);
     }
+}
+
+/// What `log` holds, read whole, less its last `dropped` records: what was
+/// acknowledged before the write a test tears.
+fn held_less(log: &RocksLog, dropped: usize) -> Acknowledged {
+    let mut all: Vec<RecordedEvent> = log
+        .read_all(1)
+        .collect::<Result<_, _>>()
+        .expect("read back");
+    all.truncate(all.len() - dropped);
+    let mut streams: BTreeMap<StreamId, Vec<RecordedEvent>> = BTreeMap::new();
+    for record in &all {
+        streams
+            .entry(record.stream)
+            .or_default()
+            .push(record.clone());
+    }
+    Acknowledged { all, streams }
+}
+
+/// The newest write-ahead log among a directory's `files` (by number, as
+/// RocksDB names them): its name and bytes.
+fn newest_wal(files: &BTreeMap<String, Vec<u8>>) -> (&String, &Vec<u8>) {
+    files
+        .iter()
+        .filter(|(name, _)| kind_of(name) == "wal")
+        .max_by_key(|(name, _)| {
+            name.trim_end_matches(".log")
+                .parse::<u64>()
+                .expect("a WAL number")
+        })
+        .expect("a write-ahead log")
 }
