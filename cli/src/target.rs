@@ -155,7 +155,7 @@ impl LogTarget {
     pub(crate) fn open_existing(&self) -> Result<Box<dyn EventLog>, Box<dyn std::error::Error>> {
         match self {
             LogTarget::Dir(dir) => RocksLog::open_read_only(dir)
-                .map(|log| Box::new(log) as Box<dyn EventLog>)
+                .map(|log| Box::new(say_torn_write(log)) as Box<dyn EventLog>)
                 .map_err(|err| match err {
                     damaged @ StoreError::Damaged { .. } => CliError::Damaged {
                         dir: dir.clone(),
@@ -181,15 +181,25 @@ impl LogTarget {
         durability: Durability,
     ) -> Result<std::sync::Arc<dyn EventLog>, StoreError> {
         match self {
-            LogTarget::Dir(dir) => Ok(std::sync::Arc::new(RocksLog::open(
+            LogTarget::Dir(dir) => Ok(std::sync::Arc::new(say_torn_write(RocksLog::open(
                 dir,
                 RocksOptions { durability },
-            )?)),
+            )?))),
             LogTarget::Postgres(options, _) => Ok(std::sync::Arc::new(PgLog::connect(
                 (**options).clone().with_durability(durability),
             )?)),
         }
     }
+}
+
+/// Tells the user, on stderr, of an incomplete write the open of `log`
+/// dropped (`RocksLog::torn_write`): RocksDB's own warnings go to
+/// `tracing`, which a command does not print.
+fn say_torn_write(log: RocksLog) -> RocksLog {
+    if let Some(torn) = log.torn_write() {
+        eprintln!("note: {torn}");
+    }
+    log
 }
 
 #[cfg(test)]

@@ -193,6 +193,59 @@ fn a_flipped_table_file_byte_is_not_reported_as_a_lock() {
 }
 
 /// Flips one byte in the middle of the log's write-ahead file.
+/// A write torn at the end of the newest write-ahead log (what a killed
+/// host can leave) is dropped, and the commands say so on stderr; the
+/// inspection commands still change nothing.
+#[test]
+fn a_torn_last_write_is_noted_and_everything_before_it_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    demo(&data);
+    let wal = std::fs::read_dir(&data)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|ext| ext == "log"))
+        .max()
+        .expect("a write-ahead log");
+    let bytes = std::fs::read(&wal).unwrap();
+    std::fs::write(&wal, &bytes[..bytes.len() - 3]).unwrap();
+    let before = snapshot(&data);
+    let data_text = data.to_str().unwrap();
+    for args in [vec!["verify", data_text], vec!["log", data_text]] {
+        let output = subagents(&args);
+        let message = stderr(&output);
+        assert!(output.status.success(), "{args:?}: {message}");
+        assert!(
+            message.contains(&format!(
+                "note: the write-ahead log {} ends in an incomplete write",
+                wal.display()
+            )),
+            "{args:?}: {message}"
+        );
+    }
+    let verified = String::from_utf8_lossy(&subagents(&["verify", data_text]).stdout).into_owned();
+    assert!(verified.contains("OK"), "{verified}");
+    let after = snapshot(&data);
+    assert!(
+        before.keys().eq(after.keys())
+            && before
+                .iter()
+                .all(|(name, (bytes, _))| &after[name].0 == bytes),
+        "an inspection changed the log"
+    );
+    // A writable open recovers it: the next command finds it whole.
+    let output = subagents(&["demo", "--data", data_text]);
+    assert!(output.status.success(), "demo: {}", stderr(&output));
+    assert!(stderr(&output).contains("note: the write-ahead log"));
+    let output = subagents(&["verify", data_text]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(
+        !stderr(&output).contains("incomplete write"),
+        "{}",
+        stderr(&output)
+    );
+}
+
 fn damage_the_wal(data: &Path) {
     let wal = std::fs::read_dir(data)
         .unwrap()

@@ -49,5 +49,5 @@ pub use log::{
     ExpectedVersion, RecordIter, StreamAppend, TransactionTicket,
 };
 pub use memory::MemoryLog;
-pub use rocks::{CommitCounts, RocksLog, RocksOptions};
+pub use rocks::{CommitCounts, RocksLog, RocksOptions, TornWrite};
 pub use subscription::{Subscription, SubscriptionItem};

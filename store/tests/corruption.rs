@@ -24,6 +24,7 @@ use std::path::{Path, PathBuf};
 use subagent_core::{Event, NewEvent, RecordedEvent, SessionId, StreamId};
 use subagent_store::{
     Durability, EventLog, EventLogExt, ExpectedVersion, RocksLog, RocksOptions, StoreError,
+    TornWrite,
 };
 
 const FLIPS_ENV: &str = "SUBAGENTS_CORRUPTION_FLIPS";
@@ -335,17 +336,26 @@ fn a_write_torn_at_the_end_of_the_wal_is_dropped_and_nothing_acknowledged_is() {
         copy_dir(&pristine, &copy);
         std::fs::write(copy.join(wal), &bytes[..keep]).expect("truncate");
         let what = format!("{wal} cut to {keep} of {} bytes", bytes.len());
+        // Cut where the second record begins, the log is whole and shorter:
+        // nothing is torn.
+        let torn = (keep > second).then(|| TornWrite {
+            file: copy.join(wal),
+            offset: second as u64,
+        });
         let log = RocksLog::open_read_only(&copy)
             .unwrap_or_else(|err| panic!("{what}, read-only: {err}"));
         assert_eq!(read_back(&log, &kept_before_tear, &what), Outcome::Intact);
+        assert_eq!(log.torn_write(), torn.as_ref(), "{what}, read-only");
         drop(log);
         let log = RocksLog::open(&copy, RocksOptions::default())
             .unwrap_or_else(|err| panic!("{what}: {err}"));
         assert_eq!(read_back(&log, &kept_before_tear, &what), Outcome::Intact);
+        assert_eq!(log.torn_write(), torn.as_ref(), "{what}");
         drop(log);
         let log = RocksLog::open(&copy, RocksOptions::default())
             .unwrap_or_else(|err| panic!("{what}, opened again: {err}"));
         assert_eq!(read_back(&log, &kept_before_tear, &what), Outcome::Intact);
+        assert_eq!(log.torn_write(), None, "{what}, opened again: whole");
         let next = log
             .append(
                 StreamId::Runtime,

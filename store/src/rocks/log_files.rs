@@ -61,13 +61,34 @@ pub(super) fn check(dir: &Path) -> Result<WalTail, StoreError> {
 pub(super) enum WalTail {
     /// With whole records: RocksDB recovers it under absolute consistency.
     Whole,
-    /// Inside a write torn by a crash, which began at byte `offset` of
-    /// `file`: RocksDB recovers it tolerating that one incomplete record,
-    /// which it drops.
-    Torn {
-        file: std::path::PathBuf,
-        offset: usize,
-    },
+    /// Inside an incomplete write: RocksDB recovers it tolerating that one
+    /// incomplete record, which it drops.
+    Torn(TornWrite),
+}
+
+/// An incomplete write at the end of a log's newest write-ahead log, which
+/// its open dropped ([`RocksLog::torn_write`](super::RocksLog::torn_write)):
+/// a write a crash tore, never acknowledged, or, for a read-only open
+/// beside a live writer, one still being written.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TornWrite {
+    /// The write-ahead log.
+    pub file: std::path::PathBuf,
+    /// Where in it the incomplete write begins.
+    pub offset: u64,
+}
+
+impl std::fmt::Display for TornWrite {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the write-ahead log {} ends in an incomplete write at byte {}, never \
+             acknowledged (torn by a crash, or still being written by a running host); \
+             it is not read",
+            self.file.display(),
+            self.offset
+        )
+    }
 }
 
 impl WalTail {
@@ -75,7 +96,7 @@ impl WalTail {
     pub(super) fn recovery_mode(&self) -> rocksdb::DBRecoveryMode {
         match self {
             WalTail::Whole => rocksdb::DBRecoveryMode::AbsoluteConsistency,
-            WalTail::Torn { .. } => rocksdb::DBRecoveryMode::TolerateCorruptedTailRecords,
+            WalTail::Torn(_) => rocksdb::DBRecoveryMode::TolerateCorruptedTailRecords,
         }
     }
 }
@@ -145,10 +166,10 @@ fn check_files(dir: &Path, strictness: Strictness) -> Result<WalTail, StoreError
             // A salvage stops at (or skips) an incomplete end like any damage.
             Ok(Ending::Torn { .. }) if strictness == Strictness::WalShapeOnly => Ok(()),
             Ok(Ending::Torn { at, .. }) if newest_wal.as_ref() == Some(&file) => {
-                tail = WalTail::Torn {
+                tail = WalTail::Torn(TornWrite {
                     file: file.clone(),
-                    offset: at,
-                };
+                    offset: at as u64,
+                });
                 Ok(())
             }
             // RocksDB reads the MANIFEST tolerating an incomplete end (an
@@ -500,10 +521,10 @@ mod tests {
             let tail = check(dir.path()).unwrap();
             assert_eq!(
                 tail,
-                WalTail::Torn {
+                WalTail::Torn(TornWrite {
                     file: at("1000000.log"),
-                    offset: tail_at,
-                }
+                    offset: tail_at as u64,
+                })
             );
             assert_eq!(
                 tail.recovery_mode(),
@@ -512,7 +533,7 @@ mod tests {
             // Behind only an empty log (a crash before the recovered logs
             // were deleted), it is still the last write attempted.
             std::fs::write(at("1000001.log"), b"").unwrap();
-            assert!(matches!(check(dir.path()), Ok(WalTail::Torn { .. })));
+            assert!(matches!(check(dir.path()), Ok(WalTail::Torn(_))));
             std::fs::remove_file(at("1000001.log")).unwrap();
         }
         std::fs::write(at("1000000.log"), &whole).unwrap();

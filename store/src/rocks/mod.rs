@@ -17,6 +17,7 @@ mod written;
 
 pub use keys::FORMAT_VERSION;
 pub use leader::CommitCounts;
+pub use log_files::TornWrite;
 pub use open::LOCK_FILE;
 pub use salvage::{DamagedLog, SalvageRecovery};
 
@@ -69,6 +70,8 @@ struct Shared {
     /// subscriptions ([`written`]).
     written: Arc<WrittenMarks>,
     writer: Mutex<Option<JoinHandle<()>>>,
+    /// The incomplete write the open dropped, if any.
+    torn_write: Option<TornWrite>,
 }
 
 impl Drop for Shared {
@@ -196,8 +199,9 @@ impl RocksLog {
         // refuses the open before it changed anything.
         let mut id_ceiling = IdCeiling::default();
         let mut recovery = DBRecoveryMode::AbsoluteConsistency;
+        let mut torn_write = None;
         if !create {
-            recovery = Self::check_log_files(&path)?;
+            (recovery, torn_write) = Self::check_log_files(&path)?;
             // A read-write open recovers the WAL into new files and rewrites
             // the MANIFEST before any check of ours can run. Check read-only
             // first, so a refused open leaves every file as it was.
@@ -247,6 +251,7 @@ impl RocksLog {
                 written,
                 slot: Some(slot),
                 writer: Mutex::new(Some(handle)),
+                torn_write,
             }),
         })
     }
@@ -271,7 +276,7 @@ impl RocksLog {
                 reason: "there is no log there".into(),
             });
         }
-        let recovery = Self::check_log_files(&path)?;
+        let (recovery, torn_write) = Self::check_log_files(&path)?;
         let db = DB::open_cf_descriptors_read_only(
             &open::db_options_recovering(false, recovery),
             &path,
@@ -280,7 +285,7 @@ impl RocksLog {
         )
         .map_err(|err| map_rocks_error(err, 0, &path))?;
         let head = Self::check_format_and_head(&db, &path, false)?;
-        Ok(RocksLog::read_only_over(db, path, head))
+        Ok(RocksLog::read_only_over(db, path, head, torn_write))
     }
 
     /// Checks RocksDB's log files before RocksDB reads them
@@ -289,21 +294,36 @@ impl RocksLog {
     /// anything ends in an incomplete write (torn by a crash, never
     /// acknowledged), tolerance of that one incomplete record, which
     /// RocksDB then drops. Says so in the log.
-    fn check_log_files(path: &Path) -> Result<DBRecoveryMode, StoreError> {
+    fn check_log_files(path: &Path) -> Result<(DBRecoveryMode, Option<TornWrite>), StoreError> {
         let tail = log_files::check(path)?;
-        if let log_files::WalTail::Torn { file, offset } = &tail {
-            warn!(
-                file = %file.display(),
-                offset,
-                "the write-ahead log ends in an incomplete write, never acknowledged (torn by a crash, or still being written beside a read-only open); it is dropped"
-            );
-        }
-        Ok(tail.recovery_mode())
+        let recovery = tail.recovery_mode();
+        let torn_write = match tail {
+            log_files::WalTail::Torn(torn) => {
+                warn!("{torn}");
+                Some(torn)
+            }
+            log_files::WalTail::Whole => None,
+        };
+        Ok((recovery, torn_write))
+    }
+
+    /// The incomplete write at the end of the newest write-ahead log that
+    /// this open dropped, if any, for a host or a command to report: a
+    /// write a crash tore, never acknowledged (or, for a read-only open
+    /// beside a live writer, one still being written).
+    #[must_use]
+    pub fn torn_write(&self) -> Option<&TornWrite> {
+        self.shared.torn_write.as_ref()
     }
 
     /// A read-only handle over an opened `db` whose head is `head`: no
-    /// lock, no writer.
-    pub(super) fn read_only_over(db: DB, path: PathBuf, head: u64) -> RocksLog {
+    /// lock, no writer; `torn_write` is what its open dropped.
+    pub(super) fn read_only_over(
+        db: DB,
+        path: PathBuf,
+        head: u64,
+        torn_write: Option<TornWrite>,
+    ) -> RocksLog {
         RocksLog {
             shared: Arc::new(Shared {
                 db: Arc::new(db),
@@ -315,6 +335,7 @@ impl RocksLog {
                 written: Arc::new(WrittenMarks::new(head)),
                 slot: None,
                 writer: Mutex::new(None),
+                torn_write,
             }),
         }
     }

@@ -92,7 +92,7 @@ impl RocksLog {
         drop(iter);
         let head = stored_positions.last().copied().unwrap_or(0);
         Ok(DamagedLog {
-            log: RocksLog::read_only_over(db, path, head),
+            log: RocksLog::read_only_over(db, path, head, None),
             head_marker,
             stored_positions,
         })
