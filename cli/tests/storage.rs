@@ -31,6 +31,17 @@ fn snapshot(dir: &Path) -> BTreeMap<String, (Vec<u8>, std::time::SystemTime)> {
         .collect()
 }
 
+/// The newest write-ahead log of a log directory (RocksDB numbers them;
+/// the demo's are all of one width).
+fn newest_wal(data: &Path) -> std::path::PathBuf {
+    std::fs::read_dir(data)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|ext| ext == "log"))
+        .max()
+        .expect("a write-ahead log")
+}
+
 fn demo(data: &Path) {
     let output = subagents(&["demo", "--data", data.to_str().unwrap()]);
     assert!(output.status.success(), "demo failed: {}", stderr(&output));
@@ -88,11 +99,7 @@ fn a_flipped_write_ahead_log_byte_is_reported_and_nothing_is_lost() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     demo(&data);
-    let wal = std::fs::read_dir(&data)
-        .unwrap()
-        .map(|entry| entry.unwrap().path())
-        .find(|path| path.extension().is_some_and(|ext| ext == "log"))
-        .expect("a write-ahead log");
+    let wal = newest_wal(&data);
     let mut bytes = std::fs::read(&wal).unwrap();
     assert!(bytes.len() > 64, "the demo's WAL holds records");
     let middle = bytes.len() / 2;
@@ -201,12 +208,7 @@ fn a_torn_last_write_is_noted_and_everything_before_it_read() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     demo(&data);
-    let wal = std::fs::read_dir(&data)
-        .unwrap()
-        .map(|entry| entry.unwrap().path())
-        .filter(|path| path.extension().is_some_and(|ext| ext == "log"))
-        .max()
-        .expect("a write-ahead log");
+    let wal = newest_wal(&data);
     let bytes = std::fs::read(&wal).unwrap();
     std::fs::write(&wal, &bytes[..bytes.len() - 3]).unwrap();
     let before = snapshot(&data);
@@ -247,11 +249,7 @@ fn a_torn_last_write_is_noted_and_everything_before_it_read() {
 }
 
 fn damage_the_wal(data: &Path) {
-    let wal = std::fs::read_dir(data)
-        .unwrap()
-        .map(|entry| entry.unwrap().path())
-        .find(|path| path.extension().is_some_and(|ext| ext == "log"))
-        .expect("a write-ahead file");
+    let wal = newest_wal(data);
     let mut bytes = std::fs::read(&wal).unwrap();
     let middle = bytes.len() / 2;
     bytes[middle] ^= 0x5a;

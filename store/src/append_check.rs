@@ -307,6 +307,12 @@ impl EncodedRecords {
         Ok(())
     }
 
+    /// The bytes held for encodings to come.
+    #[must_use]
+    pub fn capacity(&self) -> usize {
+        self.bytes.capacity()
+    }
+
     /// Each record's bytes, in the order they were encoded.
     pub fn iter(&self) -> impl Iterator<Item = &[u8]> {
         let starts = std::iter::once(0).chain(self.ends.iter().copied());
@@ -316,7 +322,7 @@ impl EncodedRecords {
     }
 
     /// Forgets what was encoded, and lets go of an unusually large buffer.
-    fn clear(&mut self) {
+    pub fn clear(&mut self) {
         self.bytes.clear();
         self.ends.clear();
         if self.bytes.capacity() > RETAINED_ENCODED_BYTES {

@@ -65,7 +65,7 @@ pub(crate) struct Writer {
 /// What a group commit needs for its own working and reuses from group to
 /// group, so that committing one small event allocates next to nothing
 /// of the writer's own (BENCHMARKS.md, "The writer's buffers reused").
-/// Empty between commits.
+/// Empty between commits, and no larger than a small group needs.
 #[derive(Default)]
 struct Scratch {
     overlay: GroupOverlay,
@@ -248,6 +248,7 @@ impl Writer {
         }
         overlay.versions.clear();
         overlay.ids.clear();
+        scratch.encoded.clear();
         let results = scratch
             .pending
             .drain(..)
@@ -384,6 +385,11 @@ mod tests {
         let scratch = &writer.scratch;
         assert!(scratch.overlay.versions.is_empty() && scratch.overlay.ids.is_empty());
         assert!(scratch.pending.is_empty());
+        assert_eq!(scratch.encoded.iter().count(), 0);
+        assert!(
+            scratch.encoded.capacity() <= 256 * 1024,
+            "a large buffer is let go"
+        );
     }
 
     /// The buffers one group leaves behind are emptied, so nothing of it
