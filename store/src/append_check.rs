@@ -288,7 +288,7 @@ pub struct EncodedRecords {
 
 /// The most bytes [`EncodedRecords`] keeps allocated between encodings:
 /// a rare large transaction does not pin its size for the log's life.
-const RETAINED_ENCODED_BYTES: usize = 256 * 1024;
+pub(crate) const RETAINED_ENCODED_BYTES: usize = 256 * 1024;
 
 impl EncodedRecords {
     /// Encodes `records` in place of what was encoded before.

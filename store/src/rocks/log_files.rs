@@ -146,8 +146,8 @@ fn check_files(dir: &Path, strictness: Strictness) -> Result<WalTail, StoreError
     // last write ever attempted.
     let newest_wal = files
         .iter()
-        .filter(|file| std::fs::metadata(file).is_ok_and(|meta| meta.len() > 0))
         .filter_map(|file| Some((wal_number(file)?, file)))
+        .filter(|(_, file)| std::fs::metadata(file).is_ok_and(|meta| meta.len() > 0))
         .max()
         .map(|(_, file)| file.clone());
     let mut tail = WalTail::Whole;
@@ -358,7 +358,13 @@ const MIDDLE: u8 = 3;
 
 /// Whether `payload` under type `kind` matches the `stored` checksum.
 fn checks_out(kind: u8, stored: u32, payload: &[u8]) -> bool {
-    unmask(stored) == crc32c::crc32c_append(crc32c::crc32c(&[kind]), payload)
+    unmask(stored) == record_crc(kind, payload)
+}
+
+/// A record's checksum as RocksDB computes it (before masking): over its
+/// type, then its payload.
+fn record_crc(kind: u8, payload: &[u8]) -> u32 {
+    crc32c::crc32c_append(crc32c::crc32c(&[kind]), payload)
 }
 
 /// Whether some prefix of `rest` (the empty one included) matches the
@@ -367,7 +373,7 @@ fn checks_out(kind: u8, stored: u32, payload: &[u8]) -> bool {
 /// tail is at most a block.
 fn some_prefix_checks_out(kind: u8, stored: u32, rest: &[u8]) -> bool {
     let expected = unmask(stored);
-    let mut crc = crc32c::crc32c(&[kind]);
+    let mut crc = record_crc(kind, &[]);
     if crc == expected {
         return true;
     }
@@ -397,7 +403,7 @@ mod tests {
     }
 
     fn record(kind: u8, payload: &[u8]) -> Vec<u8> {
-        let crc = mask(crc32c::crc32c_append(crc32c::crc32c(&[kind]), payload));
+        let crc = mask(record_crc(kind, payload));
         let mut bytes = crc.to_le_bytes().to_vec();
         bytes.extend(u16::try_from(payload.len()).unwrap().to_le_bytes());
         bytes.push(kind);

@@ -387,7 +387,7 @@ mod tests {
         assert!(scratch.pending.is_empty());
         assert_eq!(scratch.encoded.iter().count(), 0);
         assert!(
-            scratch.encoded.capacity() <= 256 * 1024,
+            scratch.encoded.capacity() <= crate::append_check::RETAINED_ENCODED_BYTES,
             "a large buffer is let go"
         );
     }
