@@ -8,6 +8,12 @@ use std::process::ExitCode;
 use clap::Parser;
 use subagent_bench::{run, BenchPart};
 
+/// mimalloc, as in `subagents`, so the engine and the baselines it is
+/// measured against allocate as the shipped binary does (ARCHITECTURE.md,
+/// "Allocator").
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Measure the engine against baselines doing the same work.
 #[derive(Parser)]
 #[command(name = "subagents-bench", version)]

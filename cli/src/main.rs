@@ -29,6 +29,14 @@ use clap::{Parser, Subcommand};
 
 use crate::output::Fate;
 
+/// mimalloc rather than the system allocator: the runtime makes many small,
+/// short-lived allocations (events, records, projections), and the startup
+/// from a checkpoint builds hundreds of thousands of heap objects at once
+/// (ARCHITECTURE.md, "Allocator"; BENCHMARKS.md, "The checkpoint's maps sized
+/// once, and mimalloc").
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// The default data directory of `demo`.
 pub const DEFAULT_DATA_DIR: &str = "./subagents-data";
 

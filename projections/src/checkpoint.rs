@@ -34,10 +34,12 @@
 //! itself. A JSON checkpoint (versions 1 and 2, which began with
 //! `{"checkpointVersion":`) is refused as the version it names.
 
+use std::cell::Cell;
 use std::collections::{BTreeMap, BTreeSet};
+use std::marker::PhantomData;
 
-use serde::de::{DeserializeOwned, IgnoredAny};
-use serde::{Deserialize, Serialize};
+use serde::de::{DeserializeOwned, IgnoredAny, MapAccess, Visitor};
+use serde::{Deserialize, Deserializer, Serialize};
 use subagent_core::{HostId, SessionId};
 
 use crate::activation::{ActivationState, RunState};
@@ -195,11 +197,14 @@ struct TreesOut<'a> {
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct TreesIn {
+    #[serde(deserialize_with = "presized")]
     sessions: IdMap<SessionId, SessionRecord>,
     roots: Vec<SessionId>,
+    #[serde(deserialize_with = "presized")]
     catalogs: IdMap<SessionId, Vec<CatalogFact>>,
     providers: Vec<ProviderRecord>,
     host_providers: BTreeMap<HostId, Vec<ProviderRecord>>,
+    #[serde(deserialize_with = "presized")]
     owners: IdMap<SessionId, TreeOwner>,
     admission_closed: BTreeSet<SessionId>,
 }
@@ -217,9 +222,66 @@ struct ActivityOut<'a> {
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct ActivityIn {
+    #[serde(deserialize_with = "presized")]
     activations: IdMap<SessionId, ActivationState>,
+    #[serde(deserialize_with = "presized")]
     runs: IdMap<SessionId, RunState>,
+    #[serde(deserialize_with = "presized")]
     inboxes: IdMap<SessionId, Inbox>,
+}
+
+/// The fewest bytes an entry of a map keyed by [`SessionId`] takes in a
+/// part: the id, 16 bytes as MessagePack `bin` (two bytes of header), and
+/// a value of at least one byte.
+const MIN_ENCODED_ENTRY: usize = 19;
+
+thread_local! {
+    /// The length of the part being decoded on this thread ([`part`] sets
+    /// it): what bounds how many entries a map is sized for up front.
+    static PART_LEN: Cell<usize> = const { Cell::new(0) };
+}
+
+/// How many entries a map of a part of `part_len` bytes whose header
+/// declares `declared` is sized for before its first entry: all of them,
+/// unless the part is too short to hold that many, as a hostile header can
+/// claim (then the entries that fit: the decode fails at the part's end).
+/// So a map is allocated once, not grown by rehashing (BENCHMARKS.md, "The
+/// checkpoint's maps sized once, and mimalloc"), and never for more entries than its
+/// part's bytes could hold.
+#[must_use]
+fn presized_entries(declared: Option<usize>, part_len: usize) -> usize {
+    declared.unwrap_or(0).min(part_len / MIN_ENCODED_ENTRY)
+}
+
+/// Deserializes a map of a part as serde's `HashMap` does (a repeated key
+/// keeps its last value), but sized once by [`presized_entries`], where
+/// serde sizes it for at most 1 MiB and grows it from there.
+fn presized<'de, D, V>(deserializer: D) -> Result<IdMap<SessionId, V>, D::Error>
+where
+    D: Deserializer<'de>,
+    V: Deserialize<'de>,
+{
+    /// The visitor of one map.
+    struct Entries<V>(PhantomData<V>);
+
+    impl<'de, V: Deserialize<'de>> Visitor<'de> for Entries<V> {
+        type Value = IdMap<SessionId, V>;
+
+        fn expecting(&self, formatter: &mut std::fmt::Formatter) -> std::fmt::Result {
+            formatter.write_str("a map keyed by session id")
+        }
+
+        fn visit_map<A: MapAccess<'de>>(self, mut entries: A) -> Result<Self::Value, A::Error> {
+            let capacity = presized_entries(entries.size_hint(), PART_LEN.get());
+            let mut map = IdMap::with_capacity_and_hasher(capacity, Default::default());
+            while let Some((key, value)) = entries.next_entry()? {
+                map.insert(key, value);
+            }
+            Ok(map)
+        }
+    }
+
+    deserializer.deserialize_map(Entries(PhantomData))
 }
 
 /// Encodes a checkpoint of `state`.
@@ -381,6 +443,7 @@ fn field<const N: usize>(bytes: &[u8], at: usize) -> [u8; N] {
 fn part<T: DeserializeOwned>(bytes: &[u8], name: &str) -> Result<T, CheckpointRejected> {
     let malformed =
         |reason: String| CheckpointRejected::Malformed(format!("its {name} part: {reason}"));
+    PART_LEN.set(bytes.len());
     let mut input = rmp_serde::Deserializer::from_read_ref(bytes);
     input.set_max_depth(MAX_DEPTH);
     let value = T::deserialize(&mut input).map_err(|err| malformed(err.to_string()))?;
@@ -432,4 +495,20 @@ fn json_prefix(bytes: &[u8]) -> Option<&[u8]> {
     let rest = &rest[rest.iter().take_while(|b| b.is_ascii_whitespace()).count()..];
     let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
     (digits > 0).then_some(&rest[..digits])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{presized_entries, MIN_ENCODED_ENTRY};
+
+    #[test]
+    fn a_map_is_sized_for_what_it_declares_up_to_what_its_part_can_hold() {
+        assert_eq!(presized_entries(Some(1_000), 1 << 20), 1_000);
+        assert_eq!(presized_entries(None, 1 << 20), 0);
+        assert_eq!(presized_entries(Some(0), 1 << 20), 0);
+        // A part of 19 × 10 bytes holds at most 10 entries.
+        assert_eq!(presized_entries(Some(11), MIN_ENCODED_ENTRY * 10), 10);
+        assert_eq!(presized_entries(Some(10), MIN_ENCODED_ENTRY * 10), 10);
+        assert_eq!(presized_entries(Some(usize::MAX), MIN_ENCODED_ENTRY - 1), 0);
+    }
 }

@@ -465,6 +465,49 @@ fn checkpoints_round_trip_and_bad_ones_are_rejected() {
     }
 }
 
+#[test]
+fn a_map_claiming_more_entries_than_its_part_holds_is_refused_not_allocated() {
+    // Every map keyed by session id is sized up front from the count its
+    // header declares, but never for more entries than its part's bytes
+    // could hold: a header claiming u32::MAX entries (about 1.5 TB of
+    // session records) is refused as malformed, not allocated.
+    let bytes = checkpoint::encode(&Projections::new());
+    let first_end = |frame: &[u8]| {
+        checkpoint::HEADER_LEN
+            + usize::try_from(u64::from_le_bytes(frame[24..32].try_into().unwrap())).unwrap()
+    };
+    for name in [
+        "sessions",
+        "catalogs",
+        "owners",
+        "activations",
+        "runs",
+        "inboxes",
+    ] {
+        // The field's name as MessagePack `bin`, then its empty map.
+        let mut field = vec![0xc4, u8::try_from(name.len()).unwrap()];
+        field.extend_from_slice(name.as_bytes());
+        field.push(0x80);
+        let at = bytes
+            .windows(field.len())
+            .position(|window| window == field)
+            .unwrap_or_else(|| panic!("{name} is an empty map in the checkpoint"))
+            + field.len()
+            - 1;
+        let mut claiming = bytes.clone();
+        claiming.splice(at..=at, [0xdf, 0xff, 0xff, 0xff, 0xff]);
+        if at < first_end(&bytes) {
+            let first_len = (first_end(&bytes) - checkpoint::HEADER_LEN + 4) as u64;
+            claiming[24..32].copy_from_slice(&first_len.to_le_bytes());
+        }
+        let decoded = checkpoint::decode(&resealed(claiming));
+        assert!(
+            matches!(decoded, Err(checkpoint::CheckpointRejected::Malformed(_))),
+            "{name}: {decoded:?}"
+        );
+    }
+}
+
 /// The fold of the newest schema fixture: every event kind of its schema.
 fn fixture_state() -> Projections {
     let fixture =
