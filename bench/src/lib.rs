@@ -67,6 +67,10 @@ pub enum BenchPart {
     /// Turns over the Agent Client Protocol (the test agent over real
     /// stdio) vs the same turns in process.
     Acp(acp::AcpArgs),
+    /// Opens a log from its checkpoint plus tail and prints the
+    /// milliseconds: the fresh process `startup` times (hidden).
+    #[command(hide = true)]
+    OpenOnce(replay::OpenOnceArgs),
 }
 
 /// Runs one part, writing its table to `out`.
@@ -85,5 +89,6 @@ pub fn run(part: BenchPart, out: &mut dyn Write) -> BenchResult {
         BenchPart::Gateway(args) => gateway::run(&args, out),
         BenchPart::Console(args) => console::run(&args, out),
         BenchPart::Acp(args) => acp::run(&args, out),
+        BenchPart::OpenOnce(args) => replay::open_once(&args, out),
     }
 }

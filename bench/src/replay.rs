@@ -3,9 +3,12 @@
 //! - replay: events per second folded into every projection, against the
 //!   raw iterate-and-decode of the same log (the fold's floor);
 //! - startup: opening the projections of a log from its checkpoint plus tail,
-//!   against a full refold from position 1.
+//!   against a full refold from position 1; in this process, and in fresh
+//!   ones (`open-once`, a hidden part the startup runs as a child).
 
 use std::ops::ControlFlow;
+use std::path::PathBuf;
+use std::process::Command;
 use std::time::Instant;
 
 use std::io::Write;
@@ -13,7 +16,7 @@ use std::io::Write;
 use clap::Args;
 use subagent_projections::Projections;
 use subagent_replay::Checkpointed;
-use subagent_store::{EventLog, EventLogExt};
+use subagent_store::{EventLog, EventLogExt, RocksLog, RocksOptions};
 
 use super::args;
 use super::progress;
@@ -30,6 +33,15 @@ pub struct ReplayArgs {
     /// Runs per figure (the median is reported), 1 to 1000.
     #[arg(long, default_value_t = 5, value_parser = args::count(args::RUNS))]
     runs: usize,
+}
+
+/// Arguments of `open-once`, the hidden part `bench startup` runs in a
+/// fresh process.
+#[derive(Args)]
+pub struct OpenOnceArgs {
+    /// The RocksDB log to open, which must hold a projections checkpoint.
+    #[arg(long)]
+    data: PathBuf,
 }
 
 fn timed<T>(
@@ -170,12 +182,26 @@ pub(super) fn startup(args: &ReplayArgs, out: &mut dyn Write) -> BenchResult {
         bar.inc(1);
     }
     bar.finish_and_clear();
+    // The same open in fresh processes, as `subagents serve` starts: no
+    // heap warmed by the runs above, no page of the log's files cached
+    // by this process's RocksDB. The log is closed here so a child can
+    // open it.
+    let (data, head) = (dir.path().to_path_buf(), log.head());
+    drop(log);
+    let (mut fresh_rocks, mut fresh_open) = (Vec::new(), Vec::new());
+    let bar = progress::bar("startup, fresh processes", args.runs as u64, "runs");
+    for _ in 0..args.runs {
+        let (rocks, open) = open_in_a_fresh_process(&data)?;
+        fresh_rocks.push(rocks);
+        fresh_open.push(open);
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
     let (with_checkpoint, refold) = (Summary::of(&with_checkpoint), Summary::of(&refold));
     let (read, decode) = (Summary::of(&read), Summary::of(&decode));
     writeln!(
         out,
-        "startup on a {}-event log (checkpoint at {tail_from}), ms: median (min–max) of {} runs",
-        log.head(),
+        "startup on a {head}-event log (checkpoint at {tail_from}), ms: median (min–max) of {} runs",
         args.runs
     )?;
     out.flush()?;
@@ -189,6 +215,16 @@ pub(super) fn startup(args: &ReplayArgs, out: &mut dyn Write) -> BenchResult {
         "    of which: decoding it                           {decode}"
     )?;
     out.flush()?;
+    writeln!(
+        out,
+        "  in a fresh process: checkpoint + tail  {}",
+        Summary::of(&fresh_open)
+    )?;
+    writeln!(
+        out,
+        "    before it, opening the RocksDB log    {}",
+        Summary::of(&fresh_rocks)
+    )?;
     writeln!(out, "  full refold        {refold}")?;
     out.flush()?;
     writeln!(
@@ -197,5 +233,57 @@ pub(super) fn startup(args: &ReplayArgs, out: &mut dyn Write) -> BenchResult {
         refold.median / with_checkpoint.median
     )?;
     out.flush()?;
+    Ok(())
+}
+
+/// Runs `open-once` in a child process on the log in `data`: the
+/// milliseconds it took to open the RocksDB log, then its projections from
+/// the checkpoint plus tail.
+fn open_in_a_fresh_process(
+    data: &std::path::Path,
+) -> Result<(f64, f64), Box<dyn std::error::Error>> {
+    let child = Command::new(std::env::current_exe()?)
+        .arg("open-once")
+        .arg("--data")
+        .arg(data)
+        .output()?;
+    let stdout = String::from_utf8_lossy(&child.stdout);
+    if !child.status.success() {
+        return Err(format!(
+            "open-once failed ({}): {}",
+            child.status,
+            String::from_utf8_lossy(&child.stderr).trim()
+        )
+        .into());
+    }
+    let mut figures = stdout.split_whitespace().map(str::parse::<f64>);
+    match (figures.next(), figures.next(), figures.next()) {
+        (Some(Ok(rocks)), Some(Ok(open)), None) => Ok((rocks, open)),
+        _ => Err(format!("open-once printed {stdout:?}, not two figures").into()),
+    }
+}
+
+/// Runs `open-once`: opens the RocksDB log in `--data`, then its
+/// projections from the checkpoint plus tail as a runtime's start does,
+/// and prints the milliseconds of each on one line. The first thing this
+/// process does, so nothing before it warmed its heap.
+///
+/// # Errors
+/// Storage failures, and a log whose checkpoint was not used (none, or
+/// one discarded): then this would time a refold, not an open.
+pub(super) fn open_once(args: &OpenOnceArgs, out: &mut dyn Write) -> BenchResult {
+    let (rocks, log) = timed(|| Ok(RocksLog::open(&args.data, RocksOptions::default())?))?;
+    let (open, (state, report)) = timed(|| Ok(Checkpointed::open(log, 0)?))?;
+    if report.checkpoint_position.is_none() {
+        return Err(match report.discarded {
+            Some(reason) => format!("the checkpoint was discarded: {reason}"),
+            None => "the log holds no checkpoint".to_owned(),
+        }
+        .into());
+    }
+    writeln!(out, "{:.3} {:.3}", rocks * 1000.0, open * 1000.0)?;
+    // The state is not dropped: its drop is the process's exit, which no
+    // open waits for.
+    std::mem::forget(state);
     Ok(())
 }

@@ -303,3 +303,45 @@ fn table_rows(stdout: &str) -> Vec<Vec<&str>> {
         .map(|line| line.split_whitespace().collect())
         .collect()
 }
+
+/// `startup` times the open in fresh processes too (`open-once`, hidden),
+/// each of which used the checkpoint, or the part fails.
+#[test]
+fn startup_times_the_open_in_fresh_processes() {
+    let output = Command::new(env!("CARGO_BIN_EXE_subagents-bench"))
+        .args(["startup", "--events", "1000", "--runs", "2"])
+        .output()
+        .expect("run subagents-bench");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    for row in [
+        "in a fresh process: checkpoint + tail",
+        "before it, opening the RocksDB log",
+    ] {
+        let line = stdout
+            .lines()
+            .find(|line| line.contains(row))
+            .unwrap_or_else(|| panic!("no {row:?} in {stdout}"));
+        let median = line[line.find(row).unwrap() + row.len()..]
+            .split_whitespace()
+            .next()
+            .and_then(|median| median.parse::<f64>().ok());
+        assert!(median.is_some_and(|ms| ms > 0.0), "{line}");
+    }
+}
+
+/// `open-once` times only an open from a checkpoint: a log without one, or
+/// no log, is refused (exit 1), with nothing printed on stdout.
+#[test]
+fn open_once_refuses_a_log_without_a_checkpoint() {
+    let empty = tempfile::tempdir().unwrap();
+    let data = empty.path().to_str().unwrap();
+    refused_before_measuring(
+        &["open-once", "--data", data],
+        "the log holds no checkpoint",
+    );
+    let file = empty.path().join("a-file");
+    std::fs::write(&file, b"not a log").unwrap();
+    refused_before_measuring(&["open-once", "--data", file.to_str().unwrap()], "error: ");
+}

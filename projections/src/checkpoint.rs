@@ -28,10 +28,11 @@
 //!
 //! Decoding checks the magic, then the checksum (so a damaged checkpoint is
 //! never taken for another version), then the version, and only then
-//! decodes the parts, each of which must be exactly one value. It refuses
-//! anything else: callers then discard the checkpoint and rebuild from the
-//! log. A checkpoint is never trusted beyond what it can prove about
-//! itself. A JSON checkpoint (versions 1 and 2, which began with
+//! decodes the parts, each of which must be exactly one value. A map's
+//! declared count is trusted only as far as its part's bytes could hold
+//! it, and only to size the map. It refuses anything else: callers then
+//! discard the checkpoint and rebuild from the log. A checkpoint is never
+//! trusted beyond what it can prove about itself. A JSON checkpoint (versions 1 and 2, which began with
 //! `{"checkpointVersion":`) is refused as the version it names.
 
 use std::cell::Cell;
@@ -231,23 +232,41 @@ struct ActivityIn {
 }
 
 /// The fewest bytes an entry of a map keyed by [`SessionId`] takes in a
-/// part: the id, 16 bytes as MessagePack `bin` (two bytes of header), and
-/// a value of at least one byte.
+/// part: the id as the writer writes it, 16 bytes as MessagePack `bin`
+/// behind a two-byte header (the reader also takes an array of 16 bytes,
+/// at least 19), and a value of at least one byte.
 const MIN_ENCODED_ENTRY: usize = 19;
 
 thread_local! {
-    /// The length of the part being decoded on this thread ([`part`] sets
-    /// it): what bounds how many entries a map is sized for up front.
+    /// The length of the part being decoded on this thread, while
+    /// [`part`] decodes it ([`DecodingPart`]), else 0: what bounds how
+    /// many entries a map is sized for up front.
     static PART_LEN: Cell<usize> = const { Cell::new(0) };
+}
+
+/// [`PART_LEN`] set for the decoding of one part, and back to 0 when it
+/// is dropped, whether the decoding succeeded or not.
+struct DecodingPart;
+
+impl DecodingPart {
+    fn of_len(len: usize) -> DecodingPart {
+        PART_LEN.set(len);
+        DecodingPart
+    }
+}
+
+impl Drop for DecodingPart {
+    fn drop(&mut self) {
+        PART_LEN.set(0);
+    }
 }
 
 /// How many entries a map of a part of `part_len` bytes whose header
 /// declares `declared` is sized for before its first entry: all of them,
-/// unless the part is too short to hold that many, as a hostile header can
-/// claim (then the entries that fit: the decode fails at the part's end).
-/// So a map is allocated once, not grown by rehashing (BENCHMARKS.md, "The
-/// checkpoint's maps sized once, and mimalloc"), and never for more entries than its
-/// part's bytes could hold.
+/// unless the part is too short to hold that many, as a hostile header
+/// can claim. So a map is allocated once, not grown by rehashing
+/// (BENCHMARKS.md, "The checkpoint's maps sized once, and mimalloc"), and
+/// never for more entries than its part's bytes could hold.
 #[must_use]
 fn presized_entries(declared: Option<usize>, part_len: usize) -> usize {
     declared.unwrap_or(0).min(part_len / MIN_ENCODED_ENTRY)
@@ -255,7 +274,10 @@ fn presized_entries(declared: Option<usize>, part_len: usize) -> usize {
 
 /// Deserializes a map of a part as serde's `HashMap` does (a repeated key
 /// keeps its last value), but sized once by [`presized_entries`], where
-/// serde sizes it for at most 1 MiB and grows it from there.
+/// serde sizes it for at most 1 MiB and grows it from there. The size is
+/// only asked for: an allocation that fails leaves the map to grow as
+/// serde's would, never refuses the checkpoint. Outside [`part`] (no
+/// [`PART_LEN`]) a map is not sized up front.
 fn presized<'de, D, V>(deserializer: D) -> Result<IdMap<SessionId, V>, D::Error>
 where
     D: Deserializer<'de>,
@@ -273,7 +295,9 @@ where
 
         fn visit_map<A: MapAccess<'de>>(self, mut entries: A) -> Result<Self::Value, A::Error> {
             let capacity = presized_entries(entries.size_hint(), PART_LEN.get());
-            let mut map = IdMap::with_capacity_and_hasher(capacity, Default::default());
+            let mut map = IdMap::default();
+            // Failing to reserve is not an error: the map grows instead.
+            let _ = map.try_reserve(capacity);
             while let Some((key, value)) = entries.next_entry()? {
                 map.insert(key, value);
             }
@@ -439,11 +463,12 @@ fn field<const N: usize>(bytes: &[u8], at: usize) -> [u8; N] {
     out
 }
 
-/// Decodes one part: exactly one value, nested at most [`MAX_DEPTH`] deep.
+/// Decodes one part: exactly one value, nested at most [`MAX_DEPTH`] deep,
+/// its maps sized up front as far as its length allows ([`presized`]).
 fn part<T: DeserializeOwned>(bytes: &[u8], name: &str) -> Result<T, CheckpointRejected> {
     let malformed =
         |reason: String| CheckpointRejected::Malformed(format!("its {name} part: {reason}"));
-    PART_LEN.set(bytes.len());
+    let _sizing = DecodingPart::of_len(bytes.len());
     let mut input = rmp_serde::Deserializer::from_read_ref(bytes);
     input.set_max_depth(MAX_DEPTH);
     let value = T::deserialize(&mut input).map_err(|err| malformed(err.to_string()))?;

@@ -470,7 +470,11 @@ fn a_map_claiming_more_entries_than_its_part_holds_is_refused_not_allocated() {
     // Every map keyed by session id is sized up front from the count its
     // header declares, but never for more entries than its part's bytes
     // could hold: a header claiming u32::MAX entries (about 1.5 TB of
-    // session records) is refused as malformed, not allocated.
+    // session records) is refused as malformed (the entry after the last
+    // real one is the next field's name, not an id, or the part's end),
+    // not allocated, which would abort the process. That the bound is no
+    // looser than 19 bytes an entry is the unit test's
+    // (`checkpoint::tests::a_map_is_sized_for_what_it_declares_up_to_what_its_part_can_hold`).
     let bytes = checkpoint::encode(&Projections::new());
     let first_end = |frame: &[u8]| {
         checkpoint::HEADER_LEN
@@ -497,7 +501,7 @@ fn a_map_claiming_more_entries_than_its_part_holds_is_refused_not_allocated() {
         let mut claiming = bytes.clone();
         claiming.splice(at..=at, [0xdf, 0xff, 0xff, 0xff, 0xff]);
         if at < first_end(&bytes) {
-            let first_len = (first_end(&bytes) - checkpoint::HEADER_LEN + 4) as u64;
+            let first_len = u64::try_from(first_end(&bytes) - checkpoint::HEADER_LEN + 4).unwrap();
             claiming[24..32].copy_from_slice(&first_len.to_le_bytes());
         }
         let decoded = checkpoint::decode(&resealed(claiming));
