@@ -188,9 +188,9 @@ pub(super) fn startup(args: &ReplayArgs, out: &mut dyn Write) -> BenchResult {
     // open it.
     let (data, head) = (dir.path().to_path_buf(), log.head());
     drop(log);
-    // One open first, untimed: the first after this process's replays
-    // the write-ahead log that closing left unflushed (seconds, once),
-    // which is recovery, not the start every later open makes.
+    // One open first, untimed: the first open after this process's close
+    // replays the write-ahead log the close left unflushed (seconds,
+    // once), which is recovery, not the start every later open makes.
     open_in_a_fresh_process(&data)?;
     let (mut fresh_rocks, mut fresh_open) = (Vec::new(), Vec::new());
     let bar = progress::bar("startup, fresh processes", args.runs as u64, "runs");

@@ -32,8 +32,9 @@
 //! declared count is trusted only as far as its part's bytes could hold
 //! it, and only to size the map. It refuses anything else: callers then
 //! discard the checkpoint and rebuild from the log. A checkpoint is never
-//! trusted beyond what it can prove about itself. A JSON checkpoint (versions 1 and 2, which began with
-//! `{"checkpointVersion":`) is refused as the version it names.
+//! trusted beyond what it can prove about itself. A JSON checkpoint
+//! (versions 1 and 2, which began with `{"checkpointVersion":`) is refused
+//! as the version it names.
 
 use std::cell::Cell;
 use std::collections::{BTreeMap, BTreeSet};
