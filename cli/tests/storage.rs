@@ -199,7 +199,6 @@ fn a_flipped_table_file_byte_is_not_reported_as_a_lock() {
     );
 }
 
-/// Flips one byte in the middle of the log's write-ahead file.
 /// A write torn at the end of the newest write-ahead log (what a killed
 /// host can leave) is dropped, and the commands say so on stderr; the
 /// inspection commands still change nothing.
@@ -248,6 +247,7 @@ fn a_torn_last_write_is_noted_and_everything_before_it_read() {
     );
 }
 
+/// Flips one byte in the middle of the log's write-ahead file.
 fn damage_the_wal(data: &Path) {
     let wal = newest_wal(data);
     let mut bytes = std::fs::read(&wal).unwrap();
