@@ -52,7 +52,7 @@ pub(crate) fn len<T: Serialize + ?Sized>(value: &T) -> Result<usize, serde_json:
         return Ok(count.0);
     }
     let mut count = Count(0);
-    serde_json::to_writer(&mut count, value)?;
+    serde_json::to_writer(SinkWriter(&mut count), value)?;
     Ok(count.0)
 }
 
@@ -71,7 +71,8 @@ impl Sink for Vec<u8> {
     }
 }
 
-/// A sink as an `io::Write`, for serde_json's number formatter.
+/// A sink as an `io::Write`, for serde_json's number formatter and for
+/// serde_json writing what this writer declined.
 struct SinkWriter<'a, S: Sink>(&'a mut S);
 
 impl<S: Sink> std::io::Write for SinkWriter<'_, S> {
@@ -93,16 +94,6 @@ impl Sink for Count {
     }
     fn put_byte(&mut self, _: u8) {
         self.0 += 1;
-    }
-}
-
-impl std::io::Write for Count {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0 += buf.len();
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
     }
 }
 

@@ -307,9 +307,11 @@ impl EncodedRecords {
         Ok(())
     }
 
-    /// The bytes held for encodings to come.
+    /// The bytes held for encodings to come (the writer's test of what a
+    /// group leaves behind).
+    #[cfg(test)]
     #[must_use]
-    pub fn capacity(&self) -> usize {
+    pub(crate) fn capacity(&self) -> usize {
         self.bytes.capacity()
     }
 
@@ -322,7 +324,7 @@ impl EncodedRecords {
     }
 
     /// Forgets what was encoded, and lets go of an unusually large buffer.
-    pub fn clear(&mut self) {
+    pub(crate) fn clear(&mut self) {
         self.bytes.clear();
         self.ends.clear();
         if self.bytes.capacity() > RETAINED_ENCODED_BYTES {
