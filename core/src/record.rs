@@ -649,6 +649,36 @@ mod tests {
     }
 
     #[test]
+    fn the_fast_path_reads_an_integer_only_as_json_reads_a_u64() {
+        let original = record(crate::Event::TurnStarted { turn: 1, epoch: 1 }, 12);
+        let body = String::from_utf8(encode(&original).unwrap()[HEADER_LEN..].to_vec()).unwrap();
+        let at =
+            |value: &str| body.replacen(r#""position":12"#, &format!(r#""position":{value}"#), 1);
+        let largest = at("18446744073709551615");
+        let fast = canonical::decode(largest.as_bytes()).unwrap();
+        assert_eq!(fast.position, u64::MAX);
+        assert_eq!(decode_body_general(largest.as_bytes()).unwrap(), fast);
+        assert_eq!(canonical::decode(at("0").as_bytes()).unwrap().position, 0);
+        // A leading zero, a sign, a fraction, an exponent, one past
+        // `u64::MAX`, none at all: declined here, judged by the general
+        // decoder (which reads the fraction and exponent forms no more
+        // than serde_json reads them into a `u64`).
+        for declined in [
+            "012",
+            "-12",
+            "+12",
+            "12.0",
+            "1e1",
+            "18446744073709551616",
+            "",
+        ] {
+            let edited = at(declined);
+            assert_eq!(canonical::decode(edited.as_bytes()), None, "{edited}");
+            assert!(decode_body_general(edited.as_bytes()).is_err(), "{edited}");
+        }
+    }
+
+    #[test]
     fn both_paths_share_one_nesting_limit_counted_from_the_event() {
         let nested = |levels: usize| {
             let mut input = serde_json::Value::Null;

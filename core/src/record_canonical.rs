@@ -8,7 +8,8 @@
 //! and records written before this module existed read here unchanged.
 //! Writing it by hand skips serde's per-string work on the envelope (each
 //! key and id through an escape scan) and the buffer's regrowth; the event
-//! itself still goes through serde in both directions.
+//! goes through serde in both directions, though on the way in only its
+//! data does ([`event`]: its tag is matched here too).
 //!
 //! Most of a record's decoding time went to its strings (each key and value
 //! through UTF-8 validation and an escape scan: about 300 instructions a
@@ -29,9 +30,13 @@ use serde::de::value::{BorrowedStrDeserializer, Error as ValueError};
 use serde::Deserialize;
 use uuid::Uuid;
 
-use crate::event::{Event, RecordedEvent, StreamId, CURRENT_SCHEMA_VERSION};
+use crate::event::{RecordedEvent, StreamId, CURRENT_SCHEMA_VERSION};
 use crate::ids::{EventId, IdText};
 use crate::telemetry::{TraceContext, TRACEPARENT_LEN};
+
+/// The event's tag and data ([`event::decode`]).
+#[path = "record_canonical_event.rs"]
+mod event;
 
 /// The envelope's keys, each with what precedes its value: a string
 /// value's opening quote is part of its key.
@@ -161,10 +166,7 @@ pub(super) fn decode(body: &[u8]) -> Option<RecordedEvent> {
     // an ignored field's string without checking it (the `record_decode`
     // fuzz target found one). Checked once here, the event's strings need
     // no check of their own.
-    let event_text = std::str::from_utf8(cursor.rest).ok()?;
-    let mut events = serde_json::Deserializer::from_str(event_text).into_iter::<Event>();
-    let event = events.next()?.ok()?;
-    (event_text.as_bytes().get(events.byte_offset()..)? == key::END).then_some(())?;
+    let event = event::decode(std::str::from_utf8(cursor.rest).ok()?)?;
     Some(RecordedEvent {
         position,
         stream,
@@ -195,19 +197,21 @@ impl<'a> Cursor<'a> {
     /// (which JSON forbids), no fraction or exponent (the next literal
     /// would not match).
     fn integer(&mut self) -> Option<u64> {
-        let digits = self
-            .rest
-            .iter()
-            .take_while(|byte| byte.is_ascii_digit())
-            .count();
-        let (text, rest) = self.rest.split_at(digits);
-        if text.is_empty() || (text.len() > 1 && text[0] == b'0') {
+        // One pass: each digit is read and added as it is found.
+        let mut value = 0u64;
+        let mut digits = 0;
+        for &byte in self.rest {
+            let digit = byte.wrapping_sub(b'0');
+            if digit > 9 {
+                break;
+            }
+            value = value.checked_mul(10)?.checked_add(u64::from(digit))?;
+            digits += 1;
+        }
+        if digits == 0 || (digits > 1 && self.rest[0] == b'0') {
             return None;
         }
-        let value = text.iter().try_fold(0u64, |value, digit| {
-            value.checked_mul(10)?.checked_add(u64::from(digit - b'0'))
-        })?;
-        self.rest = rest;
+        self.rest = &self.rest[digits..];
         Some(value)
     }
 
