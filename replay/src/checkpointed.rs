@@ -81,7 +81,7 @@ impl<L: EventLog> Checkpointed<L> {
             since_save,
         } = self;
         subagent_store::read_ahead::scan(&*log, next, |record| {
-            fold_one(&*log, state, *every, since_save, &record)?;
+            fold_one(&*log, state, *every, since_save, record)?;
             count += 1;
             Ok::<_, ReplayError>(ControlFlow::Continue(()))
         })?;

@@ -109,7 +109,7 @@ pub fn state_at_with_progress<L: EventLog + ?Sized, P: Progress + ?Sized>(
         if record.position > at {
             return Ok::<_, ReplayError>(ControlFlow::Break(()));
         }
-        state.apply(&record);
+        state.apply(record);
         done += 1;
         progress.reached(done);
         Ok(ControlFlow::Continue(()))

@@ -129,16 +129,16 @@ pub fn verify_with_progress<L: EventLog + ?Sized, P: Progress + ?Sized>(
         // After the first impossible record, the state is one the state
         // machine never held, so later records are not judged against it.
         if report.impossible_history.is_none() {
-            match admit(&rebuilt, expected, &record) {
+            match admit(&rebuilt, expected, record) {
                 Ok(next) => expected = next,
                 Err(violation) => report.impossible_history = Some(violation),
             }
         }
-        indexes.record(log, &record)?;
-        audit_attachments(log, &record, &mut checked, &mut report.attachment_problems);
-        rebuilt.apply(&record);
+        indexes.record(log, record)?;
+        audit_attachments(log, record, &mut checked, &mut report.attachment_problems);
+        rebuilt.apply(record);
         if let Some(resumed) = resumed.as_mut() {
-            resumed.apply(&record);
+            resumed.apply(record);
         }
         report.events += 1;
         progress.reached(report.events);

@@ -12,10 +12,17 @@
 //! `read_all` does, so a record that fails to decode mid-page, a log that
 //! grew meanwhile or a damaged one with a gap is met exactly as a plain
 //! read meets it.
+//!
+//! The caller only borrows each record: a visited page goes back to the
+//! reader that decoded it, which frees it. A record's allocations are
+//! then freed by the thread that made them, into its allocator's local
+//! free lists, and that thread's next page reuses them; freed on the
+//! caller's thread, each would go back through a cross-thread free list,
+//! on memory the reader was still allocating from.
 
 use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::sync_channel;
+use std::sync::mpsc::{channel, sync_channel};
 
 use subagent_core::RecordedEvent;
 
@@ -40,7 +47,7 @@ pub fn scan<L, E, F>(log: &L, from_position: u64, mut visit: F) -> Result<(), E>
 where
     L: EventLog + ?Sized,
     E: From<StoreError>,
-    F: FnMut(RecordedEvent) -> Result<ControlFlow<()>, E>,
+    F: FnMut(&RecordedEvent) -> Result<ControlFlow<()>, E>,
 {
     let from = from_position.max(1);
     let mut next = from;
@@ -51,7 +58,7 @@ where
         }
     }
     for record in log.read_all(next) {
-        if visit(record?)?.is_break() {
+        if visit(&record?)?.is_break() {
             break;
         }
     }
@@ -66,20 +73,28 @@ fn read_ahead<L, E, F>(log: &L, from: u64, visit: &mut F) -> Result<ControlFlow<
 where
     L: EventLog + ?Sized,
     E: From<StoreError>,
-    F: FnMut(RecordedEvent) -> Result<ControlFlow<()>, E>,
+    F: FnMut(&RecordedEvent) -> Result<ControlFlow<()>, E>,
 {
     let page_len = READ_PAGE as u64;
     let stop = AtomicBool::new(false);
     std::thread::scope(|scope| {
         let mut pages = Vec::new();
+        let mut visited = Vec::new();
         for reader in 0..READERS {
             let (sender, receiver) =
                 sync_channel::<Result<Vec<RecordedEvent>, StoreError>>(PAGES_AHEAD);
             pages.push(receiver);
+            // Unbounded, but never holds more than the pages in flight.
+            let (give_back, given_back) = channel::<Vec<RecordedEvent>>();
+            visited.push(give_back);
             let stop = &stop;
             scope.spawn(move || {
                 let mut index = reader;
                 while !stop.load(Ordering::Relaxed) {
+                    // Freed here, where they were allocated (module docs).
+                    while let Ok(page) = given_back.try_recv() {
+                        drop(page);
+                    }
                     let Some(start) = index
                         .checked_mul(page_len)
                         .and_then(|offset| from.checked_add(offset))
@@ -110,13 +125,16 @@ where
             };
             let full = page.len() == READ_PAGE;
             let after = page.last().map(|last| last.position.checked_add(1));
-            for record in page {
+            for record in &page {
                 match visit(record) {
                     Ok(ControlFlow::Continue(())) => {}
                     Ok(ControlFlow::Break(())) => break 'pages Ok(ControlFlow::Break(())),
                     Err(err) => break 'pages Err(err),
                 }
             }
+            // A reader that has stopped frees nothing more: the page is
+            // then freed here.
+            let _ = visited[(index % READERS) as usize].send(page);
             match after {
                 // Nothing follows position u64::MAX.
                 Some(None) => break Ok(ControlFlow::Break(())),

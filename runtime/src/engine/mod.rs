@@ -202,7 +202,7 @@ impl Engine {
         let mut versions = HashMap::default();
         subagent_store::read_ahead::scan(log.as_ref(), state.position + 1, |record| {
             versions.insert(record.stream, record.version);
-            state.apply(&record);
+            state.apply(record);
             stats.tail_events += 1;
             Ok::<_, StoreError>(std::ops::ControlFlow::Continue(()))
         })

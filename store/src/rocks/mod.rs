@@ -26,7 +26,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
-use rocksdb::{ColumnFamily, DBRecoveryMode, DB};
+use rocksdb::{ColumnFamily, DBRecoveryMode, ReadOptions, DB};
 use subagent_core::{Attachment, AttachmentId, EventId, RecordedEvent, StreamId};
 use tokio::sync::watch;
 use tracing::warn;
@@ -469,7 +469,11 @@ impl EventLog for RocksLog {
     ) -> Result<Vec<RecordedEvent>, StoreError> {
         let db = &self.shared.db;
         let from = from_position.max(1);
-        let mut iter = db.raw_iterator_cf(family(db, keys::CF_LOG)?);
+        // A page is read once, in order: its blocks are not kept in the
+        // block cache, which would evict the index lookups' blocks for them.
+        let mut options = ReadOptions::default();
+        options.fill_cache(false);
+        let mut iter = db.raw_iterator_cf_opt(family(db, keys::CF_LOG)?, options);
         iter.seek(keys::position_key(from));
         let mut page = Vec::with_capacity(limit.min(4096));
         let mut expected = from;
