@@ -12,17 +12,10 @@
 //! `read_all` does, so a record that fails to decode mid-page, a log that
 //! grew meanwhile or a damaged one with a gap is met exactly as a plain
 //! read meets it.
-//!
-//! The caller only borrows each record: a visited page goes back to the
-//! reader that decoded it, which frees it. A record's allocations are
-//! then freed by the thread that made them, into its allocator's local
-//! free lists, and that thread's next page reuses them; freed on the
-//! caller's thread, each would go back through a cross-thread free list,
-//! on memory the reader was still allocating from.
 
 use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{channel, sync_channel};
+use std::sync::mpsc::sync_channel;
 
 use subagent_core::RecordedEvent;
 
@@ -79,22 +72,14 @@ where
     let stop = AtomicBool::new(false);
     std::thread::scope(|scope| {
         let mut pages = Vec::new();
-        let mut visited = Vec::new();
         for reader in 0..READERS {
             let (sender, receiver) =
                 sync_channel::<Result<Vec<RecordedEvent>, StoreError>>(PAGES_AHEAD);
             pages.push(receiver);
-            // Unbounded, but never holds more than the pages in flight.
-            let (give_back, given_back) = channel::<Vec<RecordedEvent>>();
-            visited.push(give_back);
             let stop = &stop;
             scope.spawn(move || {
                 let mut index = reader;
                 while !stop.load(Ordering::Relaxed) {
-                    // Freed here, where they were allocated (module docs).
-                    while let Ok(page) = given_back.try_recv() {
-                        drop(page);
-                    }
                     let Some(start) = index
                         .checked_mul(page_len)
                         .and_then(|offset| from.checked_add(offset))
@@ -125,16 +110,13 @@ where
             };
             let full = page.len() == READ_PAGE;
             let after = page.last().map(|last| last.position.checked_add(1));
-            for record in &page {
-                match visit(record) {
+            for record in page {
+                match visit(&record) {
                     Ok(ControlFlow::Continue(())) => {}
                     Ok(ControlFlow::Break(())) => break 'pages Ok(ControlFlow::Break(())),
                     Err(err) => break 'pages Err(err),
                 }
             }
-            // A reader that has stopped frees nothing more: the page is
-            // then freed here.
-            let _ = visited[(index % READERS) as usize].send(page);
             match after {
                 // Nothing follows position u64::MAX.
                 Some(None) => break Ok(ControlFlow::Break(())),
