@@ -70,7 +70,11 @@ pub enum BenchPart {
     /// Opens a log from its checkpoint plus tail and prints the
     /// milliseconds: the fresh process `startup` times (hidden).
     #[command(hide = true)]
-    OpenOnce(replay::OpenOnceArgs),
+    OpenOnce(replay::OnceArgs),
+    /// Folds a whole log into every projection and prints the events per
+    /// second: the fresh process `replay` times (hidden).
+    #[command(hide = true)]
+    FoldOnce(replay::OnceArgs),
 }
 
 /// Runs one part, writing its table to `out`.
@@ -90,5 +94,6 @@ pub fn run(part: BenchPart, out: &mut dyn Write) -> BenchResult {
         BenchPart::Console(args) => console::run(&args, out),
         BenchPart::Acp(args) => acp::run(&args, out),
         BenchPart::OpenOnce(args) => replay::open_once(&args, out),
+        BenchPart::FoldOnce(args) => replay::fold_once(&args, out),
     }
 }

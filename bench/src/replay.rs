@@ -1,7 +1,8 @@
 //! `bench replay` and `bench startup`.
 //!
 //! - replay: events per second folded into every projection, against the
-//!   raw iterate-and-decode of the same log (the fold's floor);
+//!   raw iterate-and-decode of the same log (the fold's floor); in this
+//!   process, and in fresh ones (`fold-once`, a hidden part);
 //! - startup: opening the projections of a log from its checkpoint plus tail,
 //!   against a full refold from position 1; in this process, and in fresh
 //!   ones (`open-once`, a hidden part the startup runs as a child).
@@ -35,11 +36,12 @@ pub struct ReplayArgs {
     runs: usize,
 }
 
-/// Arguments of `open-once`, the hidden part `bench startup` runs in a
-/// fresh process.
+/// Arguments of the hidden parts `bench startup` and `bench replay` run
+/// in fresh processes: `open-once` and `fold-once`.
 #[derive(Args)]
-pub struct OpenOnceArgs {
-    /// The RocksDB log to open, which must hold a projections checkpoint.
+pub struct OnceArgs {
+    /// The RocksDB log to open: holding a projections checkpoint for
+    /// `open-once`, and at least one event for `fold-once`.
     #[arg(long)]
     data: PathBuf,
 }
@@ -100,6 +102,18 @@ pub(super) fn replay(args: &ReplayArgs, out: &mut dyn Write) -> BenchResult {
         bar.inc(1);
     }
     bar.finish_and_clear();
+    // The same fold in fresh processes, as `subagents replay` and `verify`
+    // run it: no heap warmed by the folds above. The log is closed here so
+    // a child can open it.
+    let data = dir.path().to_path_buf();
+    drop(workload);
+    let mut fresh = Vec::new();
+    let bar = progress::bar("replay, fresh processes", args.runs as u64, "runs");
+    for _ in 0..args.runs {
+        fresh.push(in_a_fresh_process("fold-once", &data, 1)?[0]);
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
     let (raw, ahead, fold_one_thread, fold) = (
         Summary::of(&raw),
         Summary::of(&ahead),
@@ -108,8 +122,7 @@ pub(super) fn replay(args: &ReplayArgs, out: &mut dyn Write) -> BenchResult {
     );
     writeln!(
         out,
-        "replay of {} events, events/s: median (min–max) of {} runs",
-        log.head(),
+        "replay of {head} events, events/s: median (min–max) of {} runs",
         args.runs
     )?;
     out.flush()?;
@@ -124,6 +137,11 @@ pub(super) fn replay(args: &ReplayArgs, out: &mut dyn Write) -> BenchResult {
         "  fold into all projections, one thread   {fold_one_thread}"
     )?;
     writeln!(out, "  fold into all projections (state_at)    {fold}")?;
+    writeln!(
+        out,
+        "    the same, in a fresh process          {}",
+        Summary::of(&fresh)
+    )?;
     writeln!(
         out,
         "  fold / raw one-thread decode            {:.2}",
@@ -191,13 +209,13 @@ pub(super) fn startup(args: &ReplayArgs, out: &mut dyn Write) -> BenchResult {
     // One open first, untimed: the first open after this process's close
     // replays the write-ahead log the close left unflushed (seconds,
     // once), which is recovery, not the start every later open makes.
-    open_in_a_fresh_process(&data)?;
+    in_a_fresh_process("open-once", &data, 2)?;
     let (mut fresh_rocks, mut fresh_open) = (Vec::new(), Vec::new());
     let bar = progress::bar("startup, fresh processes", args.runs as u64, "runs");
     for _ in 0..args.runs {
-        let (rocks, open) = open_in_a_fresh_process(&data)?;
-        fresh_rocks.push(rocks);
-        fresh_open.push(open);
+        let figures = in_a_fresh_process("open-once", &data, 2)?;
+        fresh_rocks.push(figures[0]);
+        fresh_open.push(figures[1]);
         bar.inc(1);
     }
     bar.finish_and_clear();
@@ -240,30 +258,31 @@ pub(super) fn startup(args: &ReplayArgs, out: &mut dyn Write) -> BenchResult {
     Ok(())
 }
 
-/// Runs `open-once` in a child process on the log in `data`: the
-/// milliseconds it took to open the RocksDB log, then its projections from
-/// the checkpoint plus tail.
-fn open_in_a_fresh_process(
+/// Runs the hidden part `part` in a child process on the log in `data`
+/// and returns the `count` figures it printed on its one line.
+fn in_a_fresh_process(
+    part: &str,
     data: &std::path::Path,
-) -> Result<(f64, f64), Box<dyn std::error::Error>> {
+    count: usize,
+) -> Result<Vec<f64>, Box<dyn std::error::Error>> {
     let child = Command::new(std::env::current_exe()?)
-        .arg("open-once")
+        .arg(part)
         .arg("--data")
         .arg(data)
         .output()?;
     let stdout = String::from_utf8_lossy(&child.stdout);
     if !child.status.success() {
         return Err(format!(
-            "open-once failed ({}): {}",
+            "{part} failed ({}): {}",
             child.status,
             String::from_utf8_lossy(&child.stderr).trim()
         )
         .into());
     }
-    let mut figures = stdout.split_whitespace().map(str::parse::<f64>);
-    match (figures.next(), figures.next(), figures.next()) {
-        (Some(Ok(rocks)), Some(Ok(open)), None) => Ok((rocks, open)),
-        _ => Err(format!("open-once printed {stdout:?}, not two figures").into()),
+    let figures: Result<Vec<f64>, _> = stdout.split_whitespace().map(str::parse).collect();
+    match figures {
+        Ok(figures) if figures.len() == count => Ok(figures),
+        _ => Err(format!("{part} printed {stdout:?}, not {count} figures").into()),
     }
 }
 
@@ -275,7 +294,7 @@ fn open_in_a_fresh_process(
 /// # Errors
 /// Storage failures, and a log whose checkpoint was not used (none, or
 /// one discarded): then this would time a refold, not an open.
-pub(super) fn open_once(args: &OpenOnceArgs, out: &mut dyn Write) -> BenchResult {
+pub(super) fn open_once(args: &OnceArgs, out: &mut dyn Write) -> BenchResult {
     let (rocks, log) = timed(|| Ok(RocksLog::open(&args.data, RocksOptions::default())?))?;
     let (open, (state, report)) = timed(|| Ok(Checkpointed::open(log, 0)?))?;
     if report.checkpoint_position.is_none() {
@@ -288,6 +307,27 @@ pub(super) fn open_once(args: &OpenOnceArgs, out: &mut dyn Write) -> BenchResult
     writeln!(out, "{:.3} {:.3}", rocks * 1000.0, open * 1000.0)?;
     // The state is not dropped: its drop is the process's exit, which no
     // open waits for.
+    std::mem::forget(state);
+    Ok(())
+}
+
+/// Runs `fold-once`: opens the RocksDB log in `--data`, then folds the
+/// whole log into every projection as `subagents replay` does
+/// ([`subagent_replay::state_at`]), and prints the events per second of
+/// the fold. The first fold of this process, so nothing before it warmed
+/// its heap.
+///
+/// # Errors
+/// Storage failures, and a log without events (there is no rate to give).
+pub(super) fn fold_once(args: &OnceArgs, out: &mut dyn Write) -> BenchResult {
+    let log = RocksLog::open(&args.data, RocksOptions::default())?;
+    let head = log.head();
+    if head == 0 {
+        return Err("the log holds no events".into());
+    }
+    let (seconds, state) = timed(|| Ok(subagent_replay::state_at(&log, None)?))?;
+    writeln!(out, "{:.0}", head as f64 / seconds)?;
+    // As in `open-once`: the state's drop is the process's exit.
     std::mem::forget(state);
     Ok(())
 }

@@ -331,6 +331,43 @@ fn startup_times_the_open_in_fresh_processes() {
     }
 }
 
+/// `replay` times the fold in fresh processes too (`fold-once`, hidden),
+/// each of which must print its rate, or the part fails.
+#[test]
+fn replay_times_the_fold_in_fresh_processes() {
+    let output = Command::new(env!("CARGO_BIN_EXE_subagents-bench"))
+        .args(["replay", "--events", "1000", "--runs", "2"])
+        .output()
+        .expect("run subagents-bench");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let row = "the same, in a fresh process";
+    let line = stdout
+        .lines()
+        .find(|line| line.contains(row))
+        .unwrap_or_else(|| panic!("no {row:?} in {stdout}"));
+    let median = line[line.find(row).unwrap() + row.len()..]
+        .split_whitespace()
+        .next()
+        .and_then(|median| median.parse::<f64>().ok());
+    assert!(median.is_some_and(|rate| rate > 0.0), "{line}");
+}
+
+/// `fold-once` gives a rate only for a log with events: an empty log, or
+/// no log, is refused (exit 1), with nothing printed on stdout.
+#[test]
+fn fold_once_refuses_a_log_without_events() {
+    let empty = tempfile::tempdir().unwrap();
+    refused_before_measuring(
+        &["fold-once", "--data", empty.path().to_str().unwrap()],
+        "the log holds no events",
+    );
+    let file = empty.path().join("a-file");
+    std::fs::write(&file, b"not a log").unwrap();
+    refused_before_measuring(&["fold-once", "--data", file.to_str().unwrap()], "error: ");
+}
+
 /// `open-once` times only an open from a checkpoint: a log without one, or
 /// no log, is refused (exit 1), with nothing printed on stdout.
 #[test]
