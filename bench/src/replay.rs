@@ -102,9 +102,13 @@ pub(super) fn replay(args: &ReplayArgs, out: &mut dyn Write) -> BenchResult {
         bar.inc(1);
     }
     bar.finish_and_clear();
-    // The same fold in fresh processes, as `subagents replay` and `verify`
+    // The same fold in fresh processes, as `subagents replay` and `tree`
     // run it: no heap warmed by the folds above. The log is closed here so
-    // a child can open it.
+    // a child can open it. Every run is timed, the first too: unlike
+    // `startup`'s, its open (which replays the write-ahead log this
+    // process left) is not timed, but the compaction that open's flush
+    // starts may run beside its fold, as it would beside a `replay` right
+    // after a host stopped.
     let data = dir.path().to_path_buf();
     drop(workload);
     let mut fresh = Vec::new();

@@ -365,7 +365,10 @@ fn fold_once_refuses_a_log_without_events() {
     );
     let file = empty.path().join("a-file");
     std::fs::write(&file, b"not a log").unwrap();
-    refused_before_measuring(&["fold-once", "--data", file.to_str().unwrap()], "error: ");
+    refused_before_measuring(
+        &["fold-once", "--data", file.to_str().unwrap()],
+        "is not a subagents log: it is not a directory",
+    );
 }
 
 /// `open-once` times only an open from a checkpoint: a log without one, or
@@ -380,5 +383,8 @@ fn open_once_refuses_a_log_without_a_checkpoint() {
     );
     let file = empty.path().join("a-file");
     std::fs::write(&file, b"not a log").unwrap();
-    refused_before_measuring(&["open-once", "--data", file.to_str().unwrap()], "error: ");
+    refused_before_measuring(
+        &["open-once", "--data", file.to_str().unwrap()],
+        "is not a subagents log: it is not a directory",
+    );
 }

@@ -9,7 +9,7 @@
 //! Writing it by hand skips serde's per-string work on the envelope (each
 //! key and id through an escape scan) and the buffer's regrowth; the event
 //! goes through serde in both directions, though on the way in only its
-//! data does ([`event`]: its tag is matched here too).
+//! data does ([`tag`]: its tag is matched here too).
 //!
 //! Most of a record's decoding time went to its strings (each key and value
 //! through UTF-8 validation and an escape scan: about 300 instructions a
@@ -34,9 +34,9 @@ use crate::event::{RecordedEvent, StreamId, CURRENT_SCHEMA_VERSION};
 use crate::ids::{EventId, IdText};
 use crate::telemetry::{TraceContext, TRACEPARENT_LEN};
 
-/// The event's tag and data ([`event::decode`]).
-#[path = "record_canonical_event.rs"]
-mod event;
+/// The event's tag and data ([`tag::decode`]).
+#[path = "record_canonical_tag.rs"]
+mod tag;
 
 /// The envelope's keys, each with what precedes its value: a string
 /// value's opening quote is part of its key.
@@ -166,7 +166,7 @@ pub(super) fn decode(body: &[u8]) -> Option<RecordedEvent> {
     // an ignored field's string without checking it (the `record_decode`
     // fuzz target found one). Checked once here, the event's strings need
     // no check of their own.
-    let event = event::decode(std::str::from_utf8(cursor.rest).ok()?)?;
+    let event = tag::decode(std::str::from_utf8(cursor.rest).ok()?)?;
     Some(RecordedEvent {
         position,
         stream,

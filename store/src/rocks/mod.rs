@@ -36,7 +36,7 @@ use crate::error::StoreError;
 use crate::indexes::{IndexEntries, LogIndex};
 use crate::log::{
     check_attachment, good_prefix, CheckpointBytes, Durability, EventLog, StreamAppend,
-    TransactionTicket,
+    TransactionTicket, READ_PAGE,
 };
 use crate::record;
 use crate::subscription::{self, Subscription};
@@ -469,10 +469,13 @@ impl EventLog for RocksLog {
     ) -> Result<Vec<RecordedEvent>, StoreError> {
         let db = &self.shared.db;
         let from = from_position.max(1);
-        // A page is read once, in order: its blocks are not kept in the
-        // block cache, which would evict the index lookups' blocks for them.
+        // A whole page (a scan's, a subscription's catching up) passes its
+        // blocks once, in order: they are not kept in the block cache,
+        // where they would only evict the blocks of index lookups. A read
+        // of a few records (a point read by position) may come back to
+        // its block, which is cached as before.
         let mut options = ReadOptions::default();
-        options.fill_cache(false);
+        options.fill_cache(limit < READ_PAGE);
         let mut iter = db.raw_iterator_cf_opt(family(db, keys::CF_LOG)?, options);
         iter.seek(keys::position_key(from));
         let mut page = Vec::with_capacity(limit.min(4096));
