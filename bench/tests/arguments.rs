@@ -304,21 +304,18 @@ fn table_rows(stdout: &str) -> Vec<Vec<&str>> {
         .collect()
 }
 
-/// `startup` times the open in fresh processes too (`open-once`, hidden),
-/// each of which used the checkpoint, or the part fails.
-#[test]
-fn startup_times_the_open_in_fresh_processes() {
+/// Runs a part on a small log and asserts that each of `rows` has a
+/// positive median: the figures of fresh processes, which fail the part
+/// if a child fails.
+fn assert_rows_measured(args: &[&str], rows: &[&str]) {
     let output = Command::new(env!("CARGO_BIN_EXE_subagents-bench"))
-        .args(["startup", "--events", "1000", "--runs", "2"])
+        .args(args)
         .output()
         .expect("run subagents-bench");
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "{stderr}");
+    assert!(output.status.success(), "{args:?}: {stderr}");
     let stdout = String::from_utf8_lossy(&output.stdout);
-    for row in [
-        "in a fresh process: checkpoint + tail",
-        "before it, opening the RocksDB log",
-    ] {
+    for row in rows {
         let line = stdout
             .lines()
             .find(|line| line.contains(row))
@@ -327,31 +324,31 @@ fn startup_times_the_open_in_fresh_processes() {
             .split_whitespace()
             .next()
             .and_then(|median| median.parse::<f64>().ok());
-        assert!(median.is_some_and(|ms| ms > 0.0), "{line}");
+        assert!(median.is_some_and(|figure| figure > 0.0), "{line}");
     }
+}
+
+/// `startup` times the open in fresh processes too (`open-once`, hidden),
+/// each of which used the checkpoint, or the part fails.
+#[test]
+fn startup_times_the_open_in_fresh_processes() {
+    assert_rows_measured(
+        &["startup", "--events", "1000", "--runs", "2"],
+        &[
+            "in a fresh process: checkpoint + tail",
+            "before it, opening the RocksDB log",
+        ],
+    );
 }
 
 /// `replay` times the fold in fresh processes too (`fold-once`, hidden),
 /// each of which must print its rate, or the part fails.
 #[test]
 fn replay_times_the_fold_in_fresh_processes() {
-    let output = Command::new(env!("CARGO_BIN_EXE_subagents-bench"))
-        .args(["replay", "--events", "1000", "--runs", "2"])
-        .output()
-        .expect("run subagents-bench");
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "{stderr}");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let row = "the same, in a fresh process";
-    let line = stdout
-        .lines()
-        .find(|line| line.contains(row))
-        .unwrap_or_else(|| panic!("no {row:?} in {stdout}"));
-    let median = line[line.find(row).unwrap() + row.len()..]
-        .split_whitespace()
-        .next()
-        .and_then(|median| median.parse::<f64>().ok());
-    assert!(median.is_some_and(|rate| rate > 0.0), "{line}");
+    assert_rows_measured(
+        &["replay", "--events", "1000", "--runs", "2"],
+        &["the same, in a fresh process"],
+    );
 }
 
 /// `fold-once` gives a rate only for a log with events: an empty log, or
