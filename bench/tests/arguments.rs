@@ -352,7 +352,8 @@ fn replay_times_the_fold_in_fresh_processes() {
 }
 
 /// `fold-once` gives a rate only for a log with events: an empty log, or
-/// no log, is refused (exit 1), with nothing printed on stdout.
+/// a file that is not a log, is refused (exit 1), with nothing printed on
+/// stdout.
 #[test]
 fn fold_once_refuses_a_log_without_events() {
     let empty = tempfile::tempdir().unwrap();
@@ -369,7 +370,8 @@ fn fold_once_refuses_a_log_without_events() {
 }
 
 /// `open-once` times only an open from a checkpoint: a log without one, or
-/// no log, is refused (exit 1), with nothing printed on stdout.
+/// a file that is not a log, is refused (exit 1), with nothing printed on
+/// stdout.
 #[test]
 fn open_once_refuses_a_log_without_a_checkpoint() {
     let empty = tempfile::tempdir().unwrap();

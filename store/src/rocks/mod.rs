@@ -469,8 +469,8 @@ impl EventLog for RocksLog {
     ) -> Result<Vec<RecordedEvent>, StoreError> {
         let db = &self.shared.db;
         let from = from_position.max(1);
-        // A whole page (a scan's, a subscription's catching up) passes its
-        // blocks once, in order: they are not kept in the block cache,
+        // A whole page (`read_all`'s, a scan's, a subscription's) passes
+        // its blocks once, in order: they are not kept in the block cache,
         // where they would only evict the blocks of index lookups. A read
         // of a few records (a point read by position) may come back to
         // its block, which is cached as before.
