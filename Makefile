@@ -60,8 +60,9 @@ lint: deps
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
-# Each linked test binary carries librocksdb's debug info (about 40 GB for
-# the whole set), and a clone in another folder links a second set. When
+# Each linked test binary links all of librocksdb (about 18 GB for the
+# whole set, librocksdb built without debug info: Cargo.toml), and a clone
+# in another folder links a second set. When
 # less than 50 GB is free, the linked executables of earlier builds (tests
 # and examples) and the incremental caches are removed first: cargo links
 # them again; the compiled crates and librocksdb stay. `make test` does this
