@@ -5,6 +5,7 @@
 //! append (`leader`); reads run concurrently on the caller's thread. What
 //! a directory must hold to be opened, and the process lock: `open`.
 
+mod batch;
 mod id_ceiling;
 mod indexes;
 mod keys;
@@ -233,7 +234,7 @@ impl RocksLog {
             Arc::clone(&head_watch),
             Arc::clone(&written),
             id_ceiling,
-        );
+        )?;
         let slot = WriterSlot::new(writer, options.durability);
         let thread_slot = Arc::clone(&slot);
         let handle = std::thread::Builder::new()

@@ -5,17 +5,20 @@
 //! writes all accepted events, their stream and id index entries and the
 //! new head in ONE `WriteBatch` with ONE WAL sync (in `Sync` mode), and
 //! only then returns their answers. Who calls it, and when, is `leader`'s.
+//! The batch is written as bytes (`batch`), into a buffer kept from group
+//! to group.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use foldhash::HashMap;
-use rocksdb::{WriteBatch, WriteOptions, DB};
-use subagent_core::{Attachment, EventId, StreamId};
+use rocksdb::{WriteOptions, DB};
+use subagent_core::{Attachment, EventId, RecordedEvent, StreamId};
 use tokio::sync::watch;
 use tracing::{debug, warn};
 
+use super::batch::{BatchBytes, FamilyTag};
 use super::id_ceiling::IdCeiling;
 use super::keys::{self, CF_BLOBS, CF_EVENT_IDS, CF_LOG, CF_META, CF_STREAMS};
 use super::written::WrittenMarks;
@@ -60,6 +63,30 @@ pub(crate) struct Writer {
     id_lookups: Arc<AtomicU64>,
     /// Buffers each group commit reuses.
     scratch: Scratch,
+    /// What starts a put into each family, learned once.
+    tags: FamilyTags,
+}
+
+/// The [`FamilyTag`] of each column family the writer puts into.
+struct FamilyTags {
+    log: FamilyTag,
+    streams: FamilyTag,
+    ids: FamilyTag,
+    meta: FamilyTag,
+    blobs: FamilyTag,
+}
+
+impl FamilyTags {
+    fn of(db: &DB) -> Result<FamilyTags, StoreError> {
+        let tag = |name| FamilyTag::of(family(db, name)?, name);
+        Ok(FamilyTags {
+            log: tag(CF_LOG)?,
+            streams: tag(CF_STREAMS)?,
+            ids: tag(CF_EVENT_IDS)?,
+            meta: tag(CF_META)?,
+            blobs: tag(CF_BLOBS)?,
+        })
+    }
 }
 
 /// What a group commit needs for its own working and reuses from group to
@@ -75,6 +102,8 @@ struct Scratch {
     part_versions: Vec<(StreamId, u64)>,
     /// The records of the request being staged, encoded.
     encoded: EncodedRecords,
+    /// The group's batch.
+    batch: BatchBytes,
 }
 
 /// A result held until the group's batch is written.
@@ -92,6 +121,9 @@ struct GroupOverlay {
 }
 
 impl Writer {
+    /// # Errors
+    /// A column family missing, or RocksDB writing batches in a form the
+    /// `batch` module does not ([`FamilyTag::of`]).
     pub(crate) fn new(
         db: Arc<DB>,
         path: PathBuf,
@@ -100,10 +132,11 @@ impl Writer {
         head_watch: Arc<watch::Sender<u64>>,
         written: Arc<WrittenMarks>,
         id_ceiling: IdCeiling,
-    ) -> Self {
+    ) -> Result<Self, StoreError> {
         let mut write_options = WriteOptions::default();
         write_options.set_sync(durability == Durability::Sync);
-        Writer {
+        let tags = FamilyTags::of(&db)?;
+        Ok(Writer {
             failed: None,
             db,
             path,
@@ -115,7 +148,8 @@ impl Writer {
             id_ceiling,
             id_lookups: Arc::new(AtomicU64::new(0)),
             scratch: Scratch::default(),
-        }
+            tags,
+        })
     }
 
     /// The count of event-id index reads, shared with whoever reports it.
@@ -193,11 +227,9 @@ impl Writer {
         };
         // Taken for the commit and put back, emptied, at its end.
         let mut scratch = std::mem::take(&mut self.scratch);
-        let mut batch = WriteBatch::default();
         let recorded_at = unix_millis();
         for Transaction { parts, attachments } in group {
             let result = self.stage(
-                &mut batch,
                 &mut scratch,
                 &mut next_position,
                 recorded_at,
@@ -217,7 +249,7 @@ impl Writer {
         }
         let new_head = next_position - 1;
         let written = if new_head > self.head {
-            self.write(batch, new_head)
+            self.write(&mut scratch.batch, new_head)
         } else {
             Ok(())
         };
@@ -249,6 +281,7 @@ impl Writer {
         overlay.versions.clear();
         overlay.ids.clear();
         scratch.encoded.clear();
+        scratch.batch.clear();
         let results = scratch
             .pending
             .drain(..)
@@ -261,23 +294,18 @@ impl Writer {
         results
     }
 
-    fn write(&self, mut batch: WriteBatch, new_head: u64) -> Result<(), StoreError> {
-        batch.put_cf(
-            family(&self.db, CF_META)?,
-            keys::META_HEAD,
-            new_head.to_be_bytes(),
-        );
+    fn write(&self, batch: &mut BatchBytes, new_head: u64) -> Result<(), StoreError> {
+        batch.put(&self.tags.meta, keys::META_HEAD, &new_head.to_be_bytes())?;
         self.db
-            .write_opt(batch, &self.write_options)
+            .write_opt(batch.build(), &self.write_options)
             .map_err(|err| map_rocks_error(err, new_head, &self.path))
     }
 
-    /// Admits one atomic request and stages all of its writes into `batch`,
-    /// or none of them: on error nothing is staged and `next_position` is
-    /// unchanged.
+    /// Admits one atomic request and stages all of its writes into the
+    /// group's batch, or none of them: on error nothing is staged and
+    /// `next_position` is unchanged.
     fn stage(
         &mut self,
-        batch: &mut WriteBatch,
         scratch: &mut Scratch,
         next_position: &mut u64,
         recorded_at: u64,
@@ -304,43 +332,62 @@ impl Writer {
             TransactionVerdict::AlreadyAppended(outcomes) => return Ok(outcomes),
             TransactionVerdict::Write { currents } => currents,
         };
-        let (log, streams, ids, blobs) = (
-            family(&self.db, CF_LOG)?,
-            family(&self.db, CF_STREAMS)?,
-            family(&self.db, CF_EVENT_IDS)?,
-            family(&self.db, CF_BLOBS)?,
-        );
         let (records, outcomes) = place(parts, &currents, *next_position, recorded_at)?;
         scratch.encoded.encode(&records)?;
         let after = match records.last() {
             Some(last) => position_after(last.position)?,
             None => *next_position,
         };
-        for (record, bytes) in records.iter().zip(scratch.encoded.iter()) {
-            let location = IdLocation {
-                stream: record.stream,
-                position: record.position,
-                version: record.version,
-            };
-            batch.put_cf(log, keys::position_key(record.position), bytes);
-            batch.put_cf(
-                streams,
-                keys::stream_key(&record.stream, record.version),
-                record.position.to_be_bytes(),
-            );
-            batch.put_cf(
-                ids,
-                keys::event_id_key(&record.event_id),
-                keys::encode_location(&location),
-            );
-            overlay.ids.insert(record.event_id, location);
-            overlay.versions.insert(record.stream, record.version);
+        let mark = scratch.batch.mark();
+        if let Err(err) = self.put_all(&mut scratch.batch, &records, &scratch.encoded, &attachments)
+        {
+            scratch.batch.roll_back(mark);
+            return Err(err);
         }
-        for attachment in &attachments {
-            batch.put_cf(blobs, attachment.id().digest(), attachment.bytes());
+        for record in &records {
+            overlay.ids.insert(record.event_id, location_of(record));
+            overlay.versions.insert(record.stream, record.version);
         }
         *next_position = after;
         Ok(outcomes)
+    }
+
+    /// Puts `records` (encoded as `encoded`), their index entries and
+    /// `attachments` into `batch`; on error, some may have been put.
+    fn put_all(
+        &self,
+        batch: &mut BatchBytes,
+        records: &[RecordedEvent],
+        encoded: &EncodedRecords,
+        attachments: &[Attachment],
+    ) -> Result<(), StoreError> {
+        let tags = &self.tags;
+        for (record, bytes) in records.iter().zip(encoded.iter()) {
+            batch.put(&tags.log, &keys::position_key(record.position), bytes)?;
+            batch.put(
+                &tags.streams,
+                &keys::stream_key(&record.stream, record.version),
+                &record.position.to_be_bytes(),
+            )?;
+            batch.put(
+                &tags.ids,
+                &keys::event_id_key(&record.event_id),
+                &keys::encode_location(&location_of(record)),
+            )?;
+        }
+        for attachment in attachments {
+            batch.put(&tags.blobs, attachment.id().digest(), attachment.bytes())?;
+        }
+        Ok(())
+    }
+}
+
+/// Where `record` is, as its event id's index entry says.
+fn location_of(record: &RecordedEvent) -> IdLocation {
+    IdLocation {
+        stream: record.stream,
+        position: record.position,
+        version: record.version,
     }
 }
 
@@ -362,7 +409,8 @@ mod tests {
             Arc::new(watch::channel(0).0),
             Arc::new(WrittenMarks::new(0)),
             IdCeiling::default(),
-        );
+        )
+        .unwrap();
         (writer, db)
     }
 
@@ -386,6 +434,11 @@ mod tests {
         assert!(scratch.overlay.versions.is_empty() && scratch.overlay.ids.is_empty());
         assert!(scratch.pending.is_empty());
         assert_eq!(scratch.encoded.iter().count(), 0);
+        assert!(scratch.batch.is_empty(), "the batch is emptied");
+        assert!(
+            scratch.batch.capacity() <= super::super::batch::RETAINED_BYTES,
+            "a large batch is let go"
+        );
         assert!(
             scratch.encoded.capacity() <= crate::append_check::RETAINED_ENCODED_BYTES,
             "a large buffer is let go"
