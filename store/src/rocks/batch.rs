@@ -21,8 +21,9 @@
 //! A family's tag (the record type `kTypeColumnFamilyValue` and the
 //! family's id, which the Rust API does not expose) is not assumed: it is
 //! learned from RocksDB itself, by reading what its own `put_cf` writes
-//! for that family ([`FamilyTag::of`]). The tests check that every batch
-//! built here is, byte for byte, the batch RocksDB's `put_cf` calls
+//! for that family ([`FamilyTag::of`]). The tests check, for arbitrary
+//! puts and for lengths of every varint width up to four bytes, that a
+//! batch built here is, byte for byte, the batch RocksDB's `put_cf` calls
 //! build, so a RocksDB that changed the form would fail them.
 
 use rocksdb::{ColumnFamily, WriteBatch};
@@ -39,6 +40,9 @@ const TYPE_VALUE: u8 = 0x1;
 const TYPE_FAMILY_VALUE: u8 = 0x5;
 /// The longest varint32.
 const VARINT32_MAX: usize = 5;
+/// The longest key RocksDB puts (`kMaxWriteBatchKeySize`): it adds eight
+/// bytes of its own to every key, and a key's length is a `u32`.
+pub(crate) const MAX_KEY_BYTES: u32 = u32::MAX - 8;
 /// A larger buffer than this is let go after its group: twice what the
 /// writer keeps of its encoded records
 /// ([`RETAINED_ENCODED_BYTES`](crate::append_check::RETAINED_ENCODED_BYTES)),
@@ -122,21 +126,16 @@ impl BatchBytes {
     /// Appends a put of `key` to `value` into the family `tag` names.
     ///
     /// # Errors
-    /// [`StoreError::Io`] when the key or the value is 4 GiB or more, which
-    /// no RocksDB batch holds; nothing is appended then.
+    /// [`StoreError::Io`] when the key is longer than RocksDB takes
+    /// ([`MAX_KEY_BYTES`]) or the value is 4 GiB or more; nothing is
+    /// appended then.
     pub(crate) fn put(
         &mut self,
         tag: &FamilyTag,
         key: &[u8],
         value: &[u8],
     ) -> Result<(), StoreError> {
-        let too_large = |what: &str, len: usize| {
-            StoreError::Io(format!(
-                "a {what} of {len} bytes is larger than a RocksDB write batch holds"
-            ))
-        };
-        let key_len = u32::try_from(key.len()).map_err(|_| too_large("key", key.len()))?;
-        let value_len = u32::try_from(value.len()).map_err(|_| too_large("value", value.len()))?;
+        let (key_len, value_len) = lengths(key.len(), value.len())?;
         let count = self.count.checked_add(1).ok_or_else(|| {
             StoreError::Io("more records than a RocksDB write batch counts".into())
         })?;
@@ -200,6 +199,23 @@ impl BatchBytes {
     pub(crate) fn capacity(&self) -> usize {
         self.rep.capacity()
     }
+}
+
+/// The lengths of a put's key and value as RocksDB stores them, or the
+/// refusal of a key longer than [`MAX_KEY_BYTES`] or a value of 4 GiB or
+/// more.
+fn lengths(key: usize, value: usize) -> Result<(u32, u32), StoreError> {
+    let too_large = |what: &str, len: usize| {
+        StoreError::Io(format!(
+            "a {what} of {len} bytes is larger than a RocksDB write batch holds"
+        ))
+    };
+    let key_len = u32::try_from(key)
+        .ok()
+        .filter(|&len| len <= MAX_KEY_BYTES)
+        .ok_or_else(|| too_large("key", key))?;
+    let value_len = u32::try_from(value).map_err(|_| too_large("value", value))?;
+    Ok((key_len, value_len))
 }
 
 /// Appends `value` as a varint32: seven bits a byte, low bits first.
@@ -322,6 +338,26 @@ mod tests {
             .unwrap();
         batch.clear();
         assert!(batch.is_empty() && batch.capacity() <= RETAINED_BYTES);
+    }
+
+    #[test]
+    fn only_what_rocksdb_takes_is_put() {
+        let max_key = MAX_KEY_BYTES as usize;
+        let max_value = u32::MAX as usize;
+        assert_eq!(
+            lengths(max_key, max_value).unwrap(),
+            (MAX_KEY_BYTES, u32::MAX)
+        );
+        for (key, value, refused) in [
+            (max_key + 1, 0, "a key of 4294967288 bytes"),
+            (u32::MAX as usize + 1, 0, "a key of 4294967296 bytes"),
+            (0, max_value + 1, "a value of 4294967296 bytes"),
+        ] {
+            match lengths(key, value) {
+                Err(StoreError::Io(message)) => assert!(message.starts_with(refused), "{message}"),
+                other => panic!("{key}, {value}: {other:?}"),
+            }
+        }
     }
 
     #[test]
