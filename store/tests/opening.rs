@@ -247,3 +247,65 @@ fn a_record_type_flipped_in_the_manifest_or_wal_is_refused_not_looped_on() {
     }
     assert!(attacked >= 4, "only {attacked} records attacked");
 }
+
+/// The `meta` family updates a value in place in its memtable when the new
+/// one is no longer (the head marker, rewritten by every commit): the head
+/// after many commits, a checkpoint rewritten shorter (in place) and then
+/// longer (a new entry) read back in the process that wrote them, a value
+/// held across an in-place rewrite left as it was read, and all of it again
+/// from a read-only open of the log as its write-ahead log left it (read
+/// from the memtable: nothing was flushed) and after a read-write reopen.
+#[test]
+fn the_head_and_checkpoints_read_back_however_the_memtable_updated_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("log");
+    let long = vec![7u8; 100_000];
+    let short = vec![8u8; 10];
+    let longer = vec![9u8; 200_000];
+    {
+        let log = RocksLog::open(&path, RocksOptions::default()).unwrap();
+        for _ in 0..50 {
+            append_one(&log).unwrap();
+        }
+        assert_eq!(log.head(), 50);
+        log.write_checkpoint("projections", &long).unwrap();
+        let held = log.read_checkpoint("projections").unwrap().unwrap();
+        log.write_checkpoint("projections", &short).unwrap();
+        assert_eq!(
+            &*held,
+            &long[..],
+            "a value read is not changed under its reader"
+        );
+        drop(held);
+        let read = log.read_checkpoint("projections").unwrap().unwrap();
+        assert_eq!(&*read, &short[..]);
+        drop(read);
+        log.write_checkpoint("projections", &longer).unwrap();
+        log.write_checkpoint("other", &short).unwrap();
+        for _ in 0..10 {
+            append_one(&log).unwrap();
+        }
+        assert_eq!(
+            &*log.read_checkpoint("projections").unwrap().unwrap(),
+            &longer[..]
+        );
+    }
+    let reader = RocksLog::open_read_only(&path).unwrap();
+    assert_eq!(reader.head(), 60);
+    assert_eq!(
+        &*reader.read_checkpoint("projections").unwrap().unwrap(),
+        &longer[..]
+    );
+    assert_eq!(
+        &*reader.read_checkpoint("other").unwrap().unwrap(),
+        &short[..]
+    );
+    drop(reader);
+    let log = RocksLog::open(&path, RocksOptions::default()).unwrap();
+    assert_eq!(log.head(), 60);
+    assert_eq!(
+        &*log.read_checkpoint("projections").unwrap().unwrap(),
+        &longer[..]
+    );
+    assert_eq!(append_one(&log).unwrap(), 61);
+}
