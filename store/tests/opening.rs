@@ -248,15 +248,13 @@ fn a_record_type_flipped_in_the_manifest_or_wal_is_refused_not_looped_on() {
     assert!(attacked >= 4, "only {attacked} records attacked");
 }
 
-/// The `meta` family updates a value in place in its memtable when the new
-/// one is no longer (the head marker, rewritten by every commit): the head
-/// after many commits, a checkpoint rewritten shorter (in place) and then
-/// longer (a new entry) read back in the process that wrote them, a value
-/// held across an in-place rewrite left as it was read, and all of it again
-/// from a read-only open of the log as its write-ahead log left it (read
-/// from the memtable: nothing was flushed) and after a read-write reopen.
+/// A checkpoint rewritten shorter and then longer, and another beside it,
+/// read back in the process that wrote them (a value held across a rewrite
+/// left as it was read), from a read-only open of the log as its
+/// write-ahead log left it (nothing was flushed, so from the memtable), and
+/// after a read-write reopen, whose head follows the stored marker.
 #[test]
-fn the_head_and_checkpoints_read_back_however_the_memtable_updated_them() {
+fn checkpoints_rewritten_shorter_and_longer_read_back_after_every_kind_of_open() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("log");
     let long = vec![7u8; 100_000];

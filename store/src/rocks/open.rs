@@ -187,10 +187,6 @@ pub(super) fn db_options_recovering(create: bool, recovery: DBRecoveryMode) -> O
     options.set_compression_type(DBCompressionType::Lz4);
     options.set_wal_recovery_mode(recovery);
     options.set_paranoid_checks(true);
-    // Required by the `meta` family's in-place updates (`families`). One
-    // writer writes the log's batches, so RocksDB's parallel memtable
-    // writers had no group of writers to share out anyway.
-    options.set_allow_concurrent_memtable_write(false);
     options.set_info_logger(InfoLogger::new_callback_logger(
         LogLevel::Warn,
         // RocksDB also writes its options dump at `Header` level, whatever
@@ -216,16 +212,6 @@ pub(super) fn families() -> [ColumnFamilyDescriptor; 5] {
         let mut table = BlockBasedOptions::default();
         table.set_bloom_filter(10.0, false);
         family_options.set_block_based_table_factory(&table);
-        if name == keys::CF_META {
-            // Every group commit rewrites the head marker. Updated in place,
-            // it stays one entry of this family's memtable, instead of one
-            // more version a commit that every later insert was placed
-            // among: 1.1k of a one-event commit's 26.6k instructions
-            // (BENCHMARKS.md, "The head marker updated in place"). RocksDB
-            // then copies, rather than pins, a value read from this
-            // memtable: a checkpoint read before it was flushed.
-            family_options.set_inplace_update_support(true);
-        }
         if name == keys::CF_EVENT_IDS || name == keys::CF_STREAMS {
             // An append looks up the event ids that do not sort above every
             // indexed one (`id_ceiling`), retries and the like, and those
@@ -242,40 +228,6 @@ pub(super) fn families() -> [ColumnFamilyDescriptor; 5] {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// The head marker, rewritten by every commit, stays one entry of the
-    /// `meta` family's memtable (updated in place), where each commit used
-    /// to add a version of it.
-    #[test]
-    fn the_head_marker_is_updated_in_place() {
-        use subagent_core::{Event, NewEvent, SessionId, StreamId};
-
-        use crate::log::{EventLog, ExpectedVersion};
-
-        let dir = tempfile::tempdir().unwrap();
-        let log = super::super::RocksLog::open(dir.path(), super::super::RocksOptions::default())
-            .unwrap();
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .unwrap();
-        for _ in 0..200 {
-            let stream = StreamId::Session(SessionId::new());
-            let event = NewEvent::new(Event::TurnStarted { turn: 1, epoch: 1 });
-            runtime
-                .block_on(log.append(stream, ExpectedVersion::Any, vec![event]))
-                .unwrap();
-        }
-        let db = &log.shared.db;
-        let entries = |name| {
-            let family = db.cf_handle(name).unwrap();
-            db.property_int_value_cf(family, "rocksdb.num-entries-active-mem-table")
-                .unwrap()
-                .unwrap()
-        };
-        assert_eq!(entries(keys::CF_LOG), 200, "the property counts entries");
-        // The format marker and the head marker.
-        assert_eq!(entries(keys::CF_META), 2);
-    }
 
     #[test]
     fn rocksdb_file_names_are_recognised() {
