@@ -14,9 +14,10 @@
 //! Through the C API, every `put_cf` is a call across the FFI that grows
 //! a C++ string, keeps a save point and recounts: a commit of one event
 //! made four (its record, two index entries, the head), 3.2k of its 28.4k
-//! instructions (BENCHMARKS.md, "The batch written as bytes"). [`BatchBytes`] writes the same records
-//! into a buffer the writer reuses, and RocksDB gets them in one copy
-//! ([`BatchBytes::build`], `WriteBatch::from_data`).
+//! instructions (BENCHMARKS.md, "The batch written as bytes").
+//! [`BatchBytes`] writes the same records into a buffer the writer reuses,
+//! and RocksDB gets them in one copy ([`BatchBytes::build`],
+//! `WriteBatch::from_data`).
 //!
 //! A family's tag (the record type `kTypeColumnFamilyValue` and the
 //! family's id, which the Rust API does not expose) is not assumed: it is
@@ -67,8 +68,13 @@ impl FamilyTag {
     pub(crate) fn of(family: &ColumnFamily, name: &str) -> Result<FamilyTag, StoreError> {
         let mut probe = WriteBatch::default();
         probe.put_cf(family, b"", b"");
-        Self::from_probe(probe.data())
-            .ok_or_else(|| StoreError::Io(format!("RocksDB's write batch for the {name} column family is not of the form this build writes: {:02x?}", probe.data())))
+        Self::from_probe(probe.data()).ok_or_else(|| {
+            StoreError::Io(format!(
+                "RocksDB's write batch for the {name} column family is not of the form \
+                 this build writes: {:02x?}",
+                probe.data()
+            ))
+        })
     }
 
     /// The tag of a one-record batch whose key and value are empty.
