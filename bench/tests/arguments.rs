@@ -351,39 +351,33 @@ fn replay_times_the_fold_in_fresh_processes() {
     );
 }
 
-/// `fold-once` gives a rate only for a log with events: an empty log, or
-/// a file that is not a log, is refused (exit 1), with nothing printed on
-/// stdout.
-#[test]
-fn fold_once_refuses_a_log_without_events() {
+/// Runs the hidden part `part` on an empty log, which it refuses with
+/// `empty_refusal`, and on a file that is not a log: both exit 1 with
+/// nothing printed on stdout.
+fn assert_refuses_an_empty_log_and_a_file(part: &str, empty_refusal: &str) {
     let empty = tempfile::tempdir().unwrap();
     refused_before_measuring(
-        &["fold-once", "--data", empty.path().to_str().unwrap()],
-        "the log holds no events",
+        &[part, "--data", empty.path().to_str().unwrap()],
+        empty_refusal,
     );
     let file = empty.path().join("a-file");
     std::fs::write(&file, b"not a log").unwrap();
     refused_before_measuring(
-        &["fold-once", "--data", file.to_str().unwrap()],
+        &[part, "--data", file.to_str().unwrap()],
         "is not a subagents log: it is not a directory",
     );
 }
 
+/// `fold-once` gives a rate only for a log with events: an empty log, or
+/// a file that is not a log, is refused.
+#[test]
+fn fold_once_refuses_a_log_without_events() {
+    assert_refuses_an_empty_log_and_a_file("fold-once", "the log holds no events");
+}
+
 /// `open-once` times only an open from a checkpoint: a log without one, or
-/// a file that is not a log, is refused (exit 1), with nothing printed on
-/// stdout.
+/// a file that is not a log, is refused.
 #[test]
 fn open_once_refuses_a_log_without_a_checkpoint() {
-    let empty = tempfile::tempdir().unwrap();
-    let data = empty.path().to_str().unwrap();
-    refused_before_measuring(
-        &["open-once", "--data", data],
-        "the log holds no checkpoint",
-    );
-    let file = empty.path().join("a-file");
-    std::fs::write(&file, b"not a log").unwrap();
-    refused_before_measuring(
-        &["open-once", "--data", file.to_str().unwrap()],
-        "is not a subagents log: it is not a directory",
-    );
+    assert_refuses_an_empty_log_and_a_file("open-once", "the log holds no checkpoint");
 }
