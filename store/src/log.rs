@@ -131,11 +131,12 @@ pub(crate) trait Lead: Send + Sync {
 /// after another by one caller land in that order even before their tickets
 /// are awaited. A backend that wrote the append before returning hands back
 /// a ticket that is already complete (no channel, no allocation). A backend
-/// that commits in the awaiting task (RocksDB in `Buffered` mode) does so
-/// on the ticket's first poll (or its second, when appenders come together:
-/// the first yields once, so those ready at the same time join one group),
-/// after the caller released whatever it held while appending, so the
-/// caller's next decisions and this write overlap.
+/// that commits in the awaiting task (RocksDB: in `Buffered` mode, and in
+/// `Sync` mode for a lone appender, inside `block_in_place`) does so on the
+/// ticket's first poll (or its second, when `Buffered` appenders come
+/// together: the first yields once, so those ready at the same time join
+/// one group), after the caller released whatever it held while appending,
+/// so the caller's next decisions and this write overlap.
 #[derive(Debug)]
 pub struct TransactionTicket(TicketState);
 

@@ -131,16 +131,32 @@ async fn head_reaches(log: &RocksLog, head: u64) {
     .expect("the log closed");
 }
 
-/// In `Buffered` mode the task that awaits a ticket commits it; appends
-/// no one awaits are committed anyway, in order, by the writer thread's
-/// backstop: while appends come, and after the log went quiet and the
-/// thread fell asleep.
+/// A multi-thread runtime of two workers, where a `Sync` appender may
+/// block its thread.
+fn multi_thread_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_time()
+        .build()
+        .unwrap()
+}
+
+/// The task that awaits a ticket commits it (in `Sync` mode where it may
+/// block); appends no one awaits are committed anyway, in order, by the
+/// writer thread's backstop: while appends come, and after the log went
+/// quiet and the thread fell asleep.
 #[test]
-fn buffered_appends_no_one_awaits_are_committed_by_the_backstop() {
+fn appends_no_one_awaits_are_committed_by_the_backstop() {
+    for durability in [Durability::Buffered, Durability::Sync] {
+        appends_no_one_awaits_are_committed_by_the_backstop_in(durability);
+    }
+}
+
+fn appends_no_one_awaits_are_committed_by_the_backstop_in(durability: Durability) {
     let dir = tempfile::tempdir().unwrap();
-    let log = open(dir.path(), Durability::Buffered);
+    let log = open(dir.path(), durability);
     let stream = StreamId::Session(SessionId::new());
-    tokio_runtime().block_on(async {
+    multi_thread_runtime().block_on(async {
         let first = log.append(stream, ExpectedVersion::Exact(0), vec![turn(0)]);
         let second = log.append(stream, ExpectedVersion::Exact(1), vec![turn(1)]);
         head_reaches(&log, 2).await;
@@ -160,31 +176,45 @@ fn buffered_appends_no_one_awaits_are_committed_by_the_backstop() {
 /// A ticket dropped before its answer hands its append to the thread:
 /// it is written, and later appends land after it.
 #[test]
-fn a_dropped_buffered_ticket_is_still_committed() {
-    let dir = tempfile::tempdir().unwrap();
-    let log = open(dir.path(), Durability::Buffered);
-    let stream = StreamId::Session(SessionId::new());
-    tokio_runtime().block_on(async {
-        drop(log.append(stream, ExpectedVersion::Exact(0), vec![turn(0)]));
-        head_reaches(&log, 1).await;
-        let next = log
-            .append(stream, ExpectedVersion::Exact(1), vec![turn(1)])
-            .await
-            .unwrap();
-        assert_eq!(next.first_position, 2);
-    });
-}
-
-/// A lone appender that awaits each append commits it in its own task
-/// (no handoff to the writer thread and back); in `Sync` mode the thread
-/// commits every group, so no fsync runs on a caller's worker.
-#[test]
-fn an_awaiting_appender_leads_in_buffered_mode_only() {
-    for (durability, led) in [(Durability::Buffered, true), (Durability::Sync, false)] {
+fn a_dropped_ticket_is_still_committed() {
+    for durability in [Durability::Buffered, Durability::Sync] {
         let dir = tempfile::tempdir().unwrap();
         let log = open(dir.path(), durability);
         let stream = StreamId::Session(SessionId::new());
-        tokio_runtime().block_on(async {
+        multi_thread_runtime().block_on(async {
+            drop(log.append(stream, ExpectedVersion::Exact(0), vec![turn(0)]));
+            head_reaches(&log, 1).await;
+            let next = log
+                .append(stream, ExpectedVersion::Exact(1), vec![turn(1)])
+                .await
+                .unwrap();
+            assert_eq!(next.first_position, 2, "{durability:?}");
+        });
+    }
+}
+
+/// A lone appender that awaits each append commits it in its own task
+/// (no handoff to the writer thread and back), in `Sync` mode inside
+/// `block_in_place`, so only where its runtime lets it block: on a
+/// current-thread runtime, the thread commits every `Sync` group, so no
+/// fsync stalls the only worker.
+#[test]
+fn a_lone_awaiting_appender_leads_where_it_may_block() {
+    for (durability, multi_thread, led) in [
+        (Durability::Buffered, false, true),
+        (Durability::Buffered, true, true),
+        (Durability::Sync, false, false),
+        (Durability::Sync, true, true),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let log = open(dir.path(), durability);
+        let stream = StreamId::Session(SessionId::new());
+        let runtime = if multi_thread {
+            multi_thread_runtime()
+        } else {
+            tokio_runtime()
+        };
+        runtime.block_on(async {
             for version in 0..100 {
                 log.append(stream, ExpectedVersion::Exact(version), vec![turn(version)])
                     .await
@@ -192,6 +222,7 @@ fn an_awaiting_appender_leads_in_buffered_mode_only() {
             }
         });
         let counts = log.commit_counts();
+        let durability = (durability, multi_thread);
         if led {
             // The backstop may take an append between its queueing and
             // its ticket's poll, rarely.
@@ -206,6 +237,89 @@ fn an_awaiting_appender_leads_in_buffered_mode_only() {
             "{durability:?}"
         );
     }
+}
+
+/// `Sync` appenders in company hand their appends to the writer thread
+/// instead of each fsyncing in place: after a group of more than one
+/// request, the next eight single appends (`COMPANY_ROUNDS`) are all the
+/// thread's; then a lone appender leads again.
+#[test]
+fn sync_appenders_in_company_hand_their_appends_to_the_thread() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = open(dir.path(), Durability::Sync);
+    let groups = |counts: subagent_store::CommitCounts| counts.by_appenders + counts.by_thread;
+    multi_thread_runtime().block_on(async {
+        // Eight appends queued before any is awaited: the first ticket
+        // leads them as one group, unless the backstop took some first
+        // (it looks every 2 ms); then again, so the last group before the
+        // singles below is one of eight.
+        let mut attempts = 0;
+        loop {
+            let before = log.commit_counts();
+            let stream = StreamId::Session(SessionId::new());
+            let queued: Vec<_> = (0..8)
+                .map(|version| {
+                    log.append(stream, ExpectedVersion::Exact(version), vec![turn(version)])
+                })
+                .collect();
+            for ticket in queued {
+                ticket.await.expect("queued");
+            }
+            if groups(log.commit_counts()) == groups(before) + 1 {
+                break;
+            }
+            attempts += 1;
+            assert!(attempts < 20, "eight queued appends never made one group");
+        }
+        let in_company = log.commit_counts();
+        let stream = StreamId::Session(SessionId::new());
+        for version in 0..8 {
+            log.append(stream, ExpectedVersion::Exact(version), vec![turn(version)])
+                .await
+                .unwrap();
+        }
+        let handed = log.commit_counts();
+        assert_eq!(handed.by_appenders, in_company.by_appenders, "{handed:?}");
+        assert_eq!(handed.by_thread, in_company.by_thread + 8, "{handed:?}");
+        for version in 8..108 {
+            log.append(stream, ExpectedVersion::Exact(version), vec![turn(version)])
+                .await
+                .unwrap();
+        }
+        let alone = log.commit_counts();
+        assert!(
+            alone.by_appenders - handed.by_appenders >= 50,
+            "alone again, the appender leads: {alone:?}"
+        );
+    });
+}
+
+/// `block_in_place` refuses where the runtime context forbids blocking
+/// even on a multi-thread runtime's handle (entered inside a
+/// current-thread runtime's `block_on`): a `Sync` append there goes to
+/// the writer thread, and the refusal does not reach the appender.
+#[test]
+fn a_sync_append_where_blocking_is_refused_goes_to_the_thread() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = open(dir.path(), Durability::Sync);
+    let stream = StreamId::Session(SessionId::new());
+    let multi = multi_thread_runtime();
+    tokio_runtime().block_on(async {
+        let _entered = multi.handle().enter();
+        for version in 0..3 {
+            let outcome = log
+                .append(stream, ExpectedVersion::Exact(version), vec![turn(version)])
+                .await
+                .unwrap();
+            assert_eq!(outcome.stream_version, version + 1);
+        }
+    });
+    let counts = log.commit_counts();
+    assert_eq!(
+        (counts.by_appenders, counts.by_thread),
+        (0, 3),
+        "{counts:?}"
+    );
 }
 
 /// Appenders that are ready at the same time share a group: once a recent

@@ -5,10 +5,17 @@
 //! [`Writer`]'s lock takes requests off the queue, so nothing is committed
 //! ahead of a request queued before it, whoever commits.
 //!
-//! - **`Sync` mode**: the writer thread commits. An append wakes it only
-//!   when it is waiting; busy, it finds the newcomers when it loops, and
-//!   takes everything queued (up to [`MAX_GROUP_REQUESTS`]) as one group
-//!   with one fsync. An fsync never runs on a caller's async worker.
+//! - **`Sync` mode**: a lone appender's awaiting task commits its own
+//!   append, fsync included, inside [`tokio::task::block_in_place`], which
+//!   first moves the worker's other tasks to another thread: an fsync
+//!   never stalls a caller's async worker, and a lone appender pays no
+//!   handoff to the writer thread and back, which were a fifth of its
+//!   time (BENCHMARKS.md, "A lone Sync appender commits in place").
+//!   Appenders in company (one of the last [`COMPANY_ROUNDS`] groups held
+//!   more than one request), and a task that may not block its thread (a
+//!   current-thread runtime), hand their appends to the writer thread,
+//!   which takes everything queued (up to [`MAX_GROUP_REQUESTS`]) as one
+//!   group with one fsync.
 //! - **`Buffered` mode**: the task that awaits a ticket leads the commit
 //!   itself, on the ticket's first poll (while appenders come together,
 //!   one of the last [`COMPANY_ROUNDS`] groups holding more than one
@@ -23,19 +30,23 @@
 //!   after releasing it, so the caller's next decisions overlap this
 //!   write. A poll that finds the writer busy waits for its answer; a
 //!   leader that finds requests queued behind it once done hands them to
-//!   the thread (committing them too was measured no faster). The thread
-//!   is also the **backstop** for tickets nobody awaits: it looks at the
-//!   queue every [`BACKSTOP`] while appends come, and after
-//!   [`IDLE_ROUNDS`] quiet rounds sleeps until the next append wakes it.
-//!   A dropped ticket hands its request to the thread at once.
+//!   the thread (committing them too was measured no faster).
+//!
+//! In both modes the thread is also the **backstop** for tickets nobody
+//! awaits: it looks at the queue every [`BACKSTOP`] while appends come,
+//! and after [`IDLE_ROUNDS`] quiet rounds sleeps until the next append
+//! wakes it. A dropped ticket hands its request to the thread at once.
 //!
 //! The log's close commits what is queued, then ends the thread.
 
+use std::cell::Cell;
 use std::collections::VecDeque;
+use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, TryLockError, Weak};
 use std::time::Duration;
 
+use tokio::runtime::{Handle, RuntimeFlavor};
 use tokio::sync::oneshot;
 
 use super::writer::{Transaction, TransactionResult, Writer};
@@ -95,8 +106,9 @@ pub(crate) struct WriterSlot {
     queue: Mutex<Queue>,
     /// Wakes the writer thread.
     wake: Condvar,
-    /// Whether the awaiting task leads the commit (`Buffered`).
-    led: bool,
+    /// Whether a commit fsyncs (`Sync`): a task then leads it only alone,
+    /// and only inside `block_in_place`.
+    syncs: bool,
     /// Group commits made by appenders' tasks and threads.
     by_appenders: AtomicU64,
     /// Group commits made by the writer thread.
@@ -125,7 +137,7 @@ impl WriterSlot {
                 thread: ThreadState::Busy,
             }),
             wake: Condvar::new(),
-            led: durability == Durability::Buffered,
+            syncs: durability == Durability::Sync,
             by_appenders: AtomicU64::new(0),
             by_thread: AtomicU64::new(0),
             id_lookups,
@@ -134,26 +146,21 @@ impl WriterSlot {
         })
     }
 
-    /// Queues `transaction`, and returns its ticket: in `Buffered` mode one
-    /// that commits when awaited, else one the writer thread answers.
+    /// Queues `transaction`, and returns its ticket, which leads the
+    /// commit when awaited ([`Lead`]).
     pub(crate) fn append(&self, transaction: Transaction) -> TransactionTicket {
         let mut queue = lock_queue(&self.queue);
         if queue.closed {
             return TransactionTicket::ready(Err(StoreError::Closed));
         }
-        let (reply, ticket) = if self.led {
-            let this: Weak<dyn Lead> = self.this.clone();
-            TransactionTicket::led(this)
-        } else {
-            TransactionTicket::channel()
-        };
+        let this: Weak<dyn Lead> = self.this.clone();
+        let (reply, ticket) = TransactionTicket::led(this);
         queue
             .requests
             .push_back(AppendRequest { transaction, reply });
         queue.appended += 1;
         let wake = match queue.thread {
-            ThreadState::Busy => false,
-            ThreadState::Backstop => !self.led,
+            ThreadState::Busy | ThreadState::Backstop => false,
             ThreadState::Asleep => true,
         };
         drop(queue);
@@ -222,7 +229,7 @@ impl WriterSlot {
                         return;
                     }
                     let appended = queue.appended;
-                    if self.led && idle_rounds < IDLE_ROUNDS {
+                    if idle_rounds < IDLE_ROUNDS {
                         queue.thread = ThreadState::Backstop;
                         queue = self
                             .wake
@@ -294,16 +301,59 @@ impl WriterSlot {
         }
         committed
     }
-}
 
-impl Lead for WriterSlot {
-    fn try_lead(&self) -> bool {
+    /// Leads a commit in this thread if no one else is committing.
+    fn lead_if_free(&self) -> bool {
         let writer = match self.writer.try_lock() {
             Ok(writer) => writer,
             Err(TryLockError::WouldBlock) => return false,
             Err(TryLockError::Poisoned(poisoned)) => fail_stopped(poisoned),
         };
         self.lead(writer)
+    }
+
+    /// `Sync` mode's lead from an async task: alone, on a multi-thread
+    /// runtime, inside `block_in_place`; in company, or where the task may
+    /// not block its thread, the append goes to the writer thread.
+    ///
+    /// `block_in_place` refuses (panics) only where the runtime context
+    /// forbids blocking, which the flavor check leaves to one odd case (a
+    /// multi-thread runtime's handle entered inside a current-thread
+    /// runtime's `block_on`): that refusal comes before the closure runs,
+    /// so nothing is locked, and the append goes to the thread. A panic
+    /// inside the commit itself is not caught.
+    fn try_lead_in_place(&self) -> bool {
+        let may_block = Handle::try_current()
+            .is_ok_and(|handle| handle.runtime_flavor() == RuntimeFlavor::MultiThread);
+        if !may_block || self.company.load(Ordering::Relaxed) > 0 {
+            self.wake_thread();
+            return false;
+        }
+        let entered = Cell::new(false);
+        let led = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            tokio::task::block_in_place(|| {
+                entered.set(true);
+                self.lead_if_free()
+            })
+        }));
+        match led {
+            Ok(led) => led,
+            Err(panic) if entered.get() => std::panic::resume_unwind(panic),
+            Err(_) => {
+                self.wake_thread();
+                false
+            }
+        }
+    }
+}
+
+impl Lead for WriterSlot {
+    fn try_lead(&self) -> bool {
+        if self.syncs {
+            self.try_lead_in_place()
+        } else {
+            self.lead_if_free()
+        }
     }
 
     fn lead_blocking(&self) -> bool {
@@ -314,8 +364,10 @@ impl Lead for WriterSlot {
         self.wake_thread();
     }
 
+    /// Only in `Buffered` mode: in `Sync` mode appenders in company hand
+    /// their appends to the thread rather than wait for each other.
     fn has_company(&self) -> bool {
-        self.company.load(Ordering::Relaxed) > 0
+        !self.syncs && self.company.load(Ordering::Relaxed) > 0
     }
 }
 
