@@ -241,8 +241,9 @@ fn a_lone_awaiting_appender_leads_where_it_may_block() {
 
 /// `Sync` appenders in company hand their appends to the writer thread
 /// instead of each fsyncing in place: after a group of more than one
-/// request, the next eight single appends (`COMPANY_ROUNDS`) are all the
-/// thread's; then a lone appender leads again.
+/// request, the next single appends are the thread's (256 of them,
+/// `SYNC_COMPANY_ROUNDS`); once that many groups of one have passed, a
+/// lone appender leads again.
 #[test]
 fn sync_appenders_in_company_hand_their_appends_to_the_thread() {
     let dir = tempfile::tempdir().unwrap();
@@ -273,18 +274,23 @@ fn sync_appenders_in_company_hand_their_appends_to_the_thread() {
         }
         let in_company = log.commit_counts();
         let stream = StreamId::Session(SessionId::new());
-        for version in 0..8 {
-            log.append(stream, ExpectedVersion::Exact(version), vec![turn(version)])
-                .await
-                .unwrap();
+        let mut version = 0;
+        let mut append = || {
+            version += 1;
+            log.append(
+                stream,
+                ExpectedVersion::Exact(version - 1),
+                vec![turn(version)],
+            )
+        };
+        for _ in 0..256 {
+            append().await.unwrap();
         }
         let handed = log.commit_counts();
         assert_eq!(handed.by_appenders, in_company.by_appenders, "{handed:?}");
-        assert_eq!(handed.by_thread, in_company.by_thread + 8, "{handed:?}");
-        for version in 8..108 {
-            log.append(stream, ExpectedVersion::Exact(version), vec![turn(version)])
-                .await
-                .unwrap();
+        assert_eq!(handed.by_thread, in_company.by_thread + 256, "{handed:?}");
+        for _ in 0..100 {
+            append().await.unwrap();
         }
         let alone = log.commit_counts();
         assert!(

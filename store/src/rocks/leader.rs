@@ -11,11 +11,12 @@
 //!   never stalls a caller's async worker, and a lone appender pays no
 //!   handoff to the writer thread and back, which were a fifth of its
 //!   time (BENCHMARKS.md, "A lone Sync appender commits in place").
-//!   Appenders in company (one of the last [`COMPANY_ROUNDS`] groups held
-//!   more than one request), and a task that may not block its thread (a
-//!   current-thread runtime), hand their appends to the writer thread,
-//!   which takes everything queued (up to [`MAX_GROUP_REQUESTS`]) as one
-//!   group with one fsync.
+//!   Appenders in company (one of the last [`SYNC_COMPANY_ROUNDS`] groups
+//!   held more than one request), and callers that may not block their
+//!   thread (a current-thread runtime, a plain thread), get a ticket the
+//!   writer thread answers: their append wakes it at once, and it takes
+//!   everything queued (up to [`MAX_GROUP_REQUESTS`]) as one group with
+//!   one fsync.
 //! - **`Buffered` mode**: the task that awaits a ticket leads the commit
 //!   itself, on the ticket's first poll (while appenders come together,
 //!   one of the last [`COMPANY_ROUNDS`] groups holding more than one
@@ -61,6 +62,13 @@ pub(crate) const MAX_GROUP_REQUESTS: usize = 1024;
 /// together now and then (64 on two workers) keep yielding through a
 /// lull, and a lone appender stops after eight.
 pub(crate) const COMPANY_ROUNDS: u32 = 8;
+
+/// [`COMPANY_ROUNDS`] for `Sync` mode, where a lone appender's task leads
+/// in place only after this many groups of one in a row (about 50 ms of
+/// one appender's fsyncs): a task leading in place while others come
+/// costs their group a wake-up of the thread after its fsync, and a
+/// runtime's 64 starters pass through many short lulls.
+pub(crate) const SYNC_COMPANY_ROUNDS: u32 = 256;
 
 /// How often the writer thread looks for requests no one leads, while
 /// appends come (`Buffered` mode).
@@ -146,21 +154,29 @@ impl WriterSlot {
         })
     }
 
-    /// Queues `transaction`, and returns its ticket, which leads the
-    /// commit when awaited ([`Lead`]).
+    /// Queues `transaction`, and returns its ticket: one that leads the
+    /// commit when awaited ([`Lead`]), or, in `Sync` mode for appenders in
+    /// company and callers that may not block, one the writer thread
+    /// answers, woken now so the commit starts while the caller goes on.
     pub(crate) fn append(&self, transaction: Transaction) -> TransactionTicket {
+        let to_thread = self.syncs && !self.alone_where_it_may_block();
         let mut queue = lock_queue(&self.queue);
         if queue.closed {
             return TransactionTicket::ready(Err(StoreError::Closed));
         }
-        let this: Weak<dyn Lead> = self.this.clone();
-        let (reply, ticket) = TransactionTicket::led(this);
+        let (reply, ticket) = if to_thread {
+            TransactionTicket::channel()
+        } else {
+            let this: Weak<dyn Lead> = self.this.clone();
+            TransactionTicket::led(this)
+        };
         queue
             .requests
             .push_back(AppendRequest { transaction, reply });
         queue.appended += 1;
         let wake = match queue.thread {
-            ThreadState::Busy | ThreadState::Backstop => false,
+            ThreadState::Busy => false,
+            ThreadState::Backstop => to_thread,
             ThreadState::Asleep => true,
         };
         drop(queue);
@@ -190,7 +206,11 @@ impl WriterSlot {
         // Only a holder of the writer gets here, so this read and write
         // race with no other.
         let company = if transactions.len() > 1 {
-            COMPANY_ROUNDS
+            if self.syncs {
+                SYNC_COMPANY_ROUNDS
+            } else {
+                COMPANY_ROUNDS
+            }
         } else {
             self.company.load(Ordering::Relaxed).saturating_sub(1)
         };
@@ -302,6 +322,15 @@ impl WriterSlot {
         committed
     }
 
+    /// `Sync` mode: whether the caller may lead in place, alone (no group
+    /// of more than one request in the last [`SYNC_COMPANY_ROUNDS`]) on a
+    /// multi-thread runtime.
+    fn alone_where_it_may_block(&self) -> bool {
+        self.company.load(Ordering::Relaxed) == 0
+            && Handle::try_current()
+                .is_ok_and(|handle| handle.runtime_flavor() == RuntimeFlavor::MultiThread)
+    }
+
     /// Leads a commit in this thread if no one else is committing.
     fn lead_if_free(&self) -> bool {
         let writer = match self.writer.try_lock() {
@@ -323,9 +352,8 @@ impl WriterSlot {
     /// so nothing is locked, and the append goes to the thread. A panic
     /// inside the commit itself is not caught.
     fn try_lead_in_place(&self) -> bool {
-        let may_block = Handle::try_current()
-            .is_ok_and(|handle| handle.runtime_flavor() == RuntimeFlavor::MultiThread);
-        if !may_block || self.company.load(Ordering::Relaxed) > 0 {
+        // Asked again: company may have come since the append.
+        if !self.alone_where_it_may_block() {
             self.wake_thread();
             return false;
         }
