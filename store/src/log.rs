@@ -107,7 +107,8 @@ pub(crate) trait Lead: Send + Sync {
     /// Commits what is queued if no one else is committing, in the
     /// caller's thread. Returns whether it committed anything; `false`
     /// means someone else holds the commit, or has taken every queued
-    /// request, and will answer them.
+    /// request, or that this caller may not commit here and the queue was
+    /// handed to the backend's own committer: either way they are answered.
     fn try_lead(&self) -> bool;
 
     /// As [`try_lead`](Self::try_lead), but waits for a commit in progress
@@ -117,6 +118,12 @@ pub(crate) trait Lead: Send + Sync {
     /// Makes sure what is queued gets committed without this caller (a
     /// ticket dropped before its answer).
     fn hand_off(&self);
+
+    /// For a ticket polled alongside other work ([`TransactionTicket::in_background`]):
+    /// when this committer's lead would hold the polling task for an
+    /// fsync, hands what is queued to its own committer now and returns
+    /// `true`; else `false`, and the ticket leads as usual.
+    fn hand_off_if_leading_blocks(&self) -> bool;
 
     /// Whether other appenders are likely to be ready at the same time
     /// (one of the last few group commits took more than one request). A
@@ -196,6 +203,31 @@ impl TransactionTicket {
     #[must_use]
     pub fn ready(result: TransactionResult) -> TransactionTicket {
         TransactionTicket(TicketState::Ready(Some(result)))
+    }
+
+    /// This ticket, for a caller that will poll it alongside other work
+    /// (in a `select!`, or a set of appends in flight) rather than wait on
+    /// it alone: a backend whose commit on the ticket's poll would hold
+    /// the task for an fsync (RocksDB in `Sync` mode, where a lone
+    /// appender commits in place) hands the append to its own committer
+    /// now, so the task's other work goes on meanwhile. A commit that
+    /// needs no fsync (`Buffered`) is still led by the poll.
+    #[must_use]
+    pub fn in_background(mut self) -> TransactionTicket {
+        let hands_off = match &self.0 {
+            TicketState::Led { lead, .. } => lead
+                .upgrade()
+                .is_some_and(|lead| lead.hand_off_if_leading_blocks()),
+            _ => false,
+        };
+        if hands_off {
+            if let TicketState::Led { answer, .. } =
+                std::mem::replace(&mut self.0, TicketState::Ready(None))
+            {
+                self.0 = TicketState::Pending(answer);
+            }
+        }
+        self
     }
 
     /// Blocks the current thread until the append is durable or refused.

@@ -200,11 +200,14 @@ fn a_dropped_ticket_is_still_committed() {
 /// fsync stalls the only worker.
 #[test]
 fn a_lone_awaiting_appender_leads_where_it_may_block() {
-    for (durability, multi_thread, led) in [
-        (Durability::Buffered, false, true),
-        (Durability::Buffered, true, true),
-        (Durability::Sync, false, false),
-        (Durability::Sync, true, true),
+    // (mode, multi-thread runtime, in a task spawned on a worker rather
+    // than in `block_on`, whether the appender leads)
+    for (durability, multi_thread, spawned, led) in [
+        (Durability::Buffered, false, false, true),
+        (Durability::Buffered, true, true, true),
+        (Durability::Sync, false, false, false),
+        (Durability::Sync, true, false, true),
+        (Durability::Sync, true, true, true),
     ] {
         let dir = tempfile::tempdir().unwrap();
         let log = open(dir.path(), durability);
@@ -214,15 +217,25 @@ fn a_lone_awaiting_appender_leads_where_it_may_block() {
         } else {
             tokio_runtime()
         };
-        runtime.block_on(async {
-            for version in 0..100 {
-                log.append(stream, ExpectedVersion::Exact(version), vec![turn(version)])
-                    .await
-                    .unwrap();
+        let appender = {
+            let log = log.clone();
+            async move {
+                for version in 0..100 {
+                    log.append(stream, ExpectedVersion::Exact(version), vec![turn(version)])
+                        .await
+                        .unwrap();
+                }
             }
-        });
+        };
+        if spawned {
+            // On a worker, `block_in_place` hands the worker's core to
+            // another thread for the fsync, and takes it back.
+            runtime.block_on(runtime.spawn(appender)).unwrap();
+        } else {
+            runtime.block_on(appender);
+        }
         let counts = log.commit_counts();
-        let durability = (durability, multi_thread);
+        let durability = (durability, multi_thread, spawned);
         if led {
             // The backstop may take an append between its queueing and
             // its ticket's poll, rarely.
@@ -246,18 +259,19 @@ fn a_lone_awaiting_appender_leads_where_it_may_block() {
 /// lone appender leads again.
 #[test]
 fn sync_appenders_in_company_hand_their_appends_to_the_thread() {
-    let dir = tempfile::tempdir().unwrap();
-    let log = open(dir.path(), Durability::Sync);
     let groups = |counts: subagent_store::CommitCounts| counts.by_appenders + counts.by_thread;
-    multi_thread_runtime().block_on(async {
-        // Eight appends queued before any is awaited: the first ticket
-        // leads them as one group, unless the backstop took some first
-        // (it looks every 2 ms); then again, so the last group before the
-        // singles below is one of eight.
-        let mut attempts = 0;
-        loop {
-            let before = log.commit_counts();
-            let stream = StreamId::Session(SessionId::new());
+    let runtime = multi_thread_runtime();
+    // Eight appends queued before any is awaited, on a fresh log (no
+    // company yet, so the first ticket leads): it commits them as one
+    // group, unless the backstop took some first (it looks every 2 ms);
+    // then again, on another fresh log, so the last group before the
+    // singles below is one of eight.
+    let mut attempts = 0;
+    let (_dir, log) = loop {
+        let dir = tempfile::tempdir().unwrap();
+        let log = open(dir.path(), Durability::Sync);
+        let stream = StreamId::Session(SessionId::new());
+        runtime.block_on(async {
             let queued: Vec<_> = (0..8)
                 .map(|version| {
                     log.append(stream, ExpectedVersion::Exact(version), vec![turn(version)])
@@ -266,12 +280,14 @@ fn sync_appenders_in_company_hand_their_appends_to_the_thread() {
             for ticket in queued {
                 ticket.await.expect("queued");
             }
-            if groups(log.commit_counts()) == groups(before) + 1 {
-                break;
-            }
-            attempts += 1;
-            assert!(attempts < 20, "eight queued appends never made one group");
+        });
+        if groups(log.commit_counts()) == 1 {
+            break (dir, log);
         }
+        attempts += 1;
+        assert!(attempts < 20, "eight queued appends never made one group");
+    };
+    runtime.block_on(async {
         let in_company = log.commit_counts();
         let stream = StreamId::Session(SessionId::new());
         let mut version = 0;
@@ -300,18 +316,40 @@ fn sync_appenders_in_company_hand_their_appends_to_the_thread() {
     });
 }
 
-/// `block_in_place` refuses where the runtime context forbids blocking
-/// even on a multi-thread runtime's handle (entered inside a
-/// current-thread runtime's `block_on`): a `Sync` append there goes to
-/// the writer thread, and the refusal does not reach the appender.
+/// Runs `body`, and counts the panics raised on this thread meanwhile
+/// (the others go to the hook as before).
+fn panics_on_this_thread(body: impl FnOnce()) -> usize {
+    let here = std::thread::current().id();
+    let count = Arc::new(AtomicU64::new(0));
+    let previous = Arc::new(std::panic::take_hook());
+    {
+        let (count, previous) = (Arc::clone(&count), Arc::clone(&previous));
+        std::panic::set_hook(Box::new(move |info| {
+            if std::thread::current().id() == here {
+                count.fetch_add(1, Ordering::Relaxed);
+            } else {
+                previous(info);
+            }
+        }));
+    }
+    body();
+    drop(std::panic::take_hook());
+    let previous = Arc::try_unwrap(previous).unwrap_or_else(|_| unreachable!("the hook is gone"));
+    std::panic::set_hook(previous);
+    usize::try_from(count.load(Ordering::Relaxed)).unwrap()
+}
+
+/// `block_in_place` refuses where the runtime context forbids blocking,
+/// though the runtime is a multi-thread one: inside a `LocalSet`, and
+/// with a multi-thread runtime's handle entered inside a current-thread
+/// runtime's `block_on`. A `Sync` append there goes to the writer thread,
+/// the refusal does not reach the appender, and it is met once per
+/// thread: the thread's later appends go to the writer thread at once.
 #[test]
 fn a_sync_append_where_blocking_is_refused_goes_to_the_thread() {
-    let dir = tempfile::tempdir().unwrap();
-    let log = open(dir.path(), Durability::Sync);
-    let stream = StreamId::Session(SessionId::new());
     let multi = multi_thread_runtime();
-    tokio_runtime().block_on(async {
-        let _entered = multi.handle().enter();
+    let appends = |log: RocksLog| async move {
+        let stream = StreamId::Session(SessionId::new());
         for version in 0..3 {
             let outcome = log
                 .append(stream, ExpectedVersion::Exact(version), vec![turn(version)])
@@ -319,13 +357,73 @@ fn a_sync_append_where_blocking_is_refused_goes_to_the_thread() {
                 .unwrap();
             assert_eq!(outcome.stream_version, version + 1);
         }
-    });
-    let counts = log.commit_counts();
-    assert_eq!(
-        (counts.by_appenders, counts.by_thread),
-        (0, 3),
-        "{counts:?}"
-    );
+    };
+    for local_set in [true, false] {
+        // A thread of its own: the refusal is remembered per thread.
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                let dir = tempfile::tempdir().unwrap();
+                let log = open(dir.path(), Durability::Sync);
+                let panics = panics_on_this_thread(|| {
+                    if local_set {
+                        let local = tokio::task::LocalSet::new();
+                        multi.block_on(local.run_until(appends(log.clone())));
+                    } else {
+                        tokio_runtime().block_on(async {
+                            let _entered = multi.handle().enter();
+                            appends(log.clone()).await;
+                        });
+                    }
+                });
+                assert_eq!(
+                    panics, 1,
+                    "local set: {local_set}: one refusal, then remembered"
+                );
+                let counts = log.commit_counts();
+                assert_eq!(
+                    (counts.by_appenders, counts.by_thread),
+                    (0, 3),
+                    "{counts:?}"
+                );
+            });
+        });
+    }
+}
+
+/// A ticket put in the background (`TransactionTicket::in_background`)
+/// does not hold its task for an fsync: in `Sync` mode a lone appender's
+/// append goes to the writer thread at once, while in `Buffered` mode the
+/// poll still leads.
+#[test]
+fn a_ticket_in_the_background_is_committed_without_holding_its_task() {
+    for (durability, led) in [(Durability::Sync, false), (Durability::Buffered, true)] {
+        let dir = tempfile::tempdir().unwrap();
+        let log = open(dir.path(), durability);
+        let stream = StreamId::Session(SessionId::new());
+        multi_thread_runtime().block_on(async {
+            for version in 0..20 {
+                let ticket = log
+                    .append_atomic(vec![subagent_store::StreamAppend {
+                        stream,
+                        expected: ExpectedVersion::Exact(version),
+                        events: vec![turn(version)],
+                    }])
+                    .in_background();
+                let outcomes = ticket.await.unwrap();
+                assert_eq!(outcomes[0].stream_version, version + 1);
+            }
+        });
+        let counts = log.commit_counts();
+        if led {
+            assert!(counts.by_appenders >= 10, "{durability:?}: {counts:?}");
+        } else {
+            assert_eq!(
+                (counts.by_appenders, counts.by_thread),
+                (0, 20),
+                "{durability:?}: {counts:?}"
+            );
+        }
+    }
 }
 
 /// Appenders that are ready at the same time share a group: once a recent

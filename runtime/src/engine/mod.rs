@@ -767,6 +767,22 @@ impl Issued<'_> {
         }
     }
 
+    /// The command, to be awaited alongside other work (a turn's entries in
+    /// flight): its append is committed without holding the awaiting task
+    /// for an fsync ([`subagent_store::TransactionTicket::in_background`]).
+    pub(crate) fn in_background(self) -> Self {
+        match self.step {
+            Step::Enqueued(enqueued) => Issued {
+                step: Step::Enqueued(Enqueued {
+                    ticket: enqueued.ticket.in_background(),
+                    ..enqueued
+                }),
+                ..self
+            },
+            step => Issued { step, ..self },
+        }
+    }
+
     /// Whether the command is decided only when awaited (a shared log's):
     /// commands issued one after another are then recorded in the order
     /// they are awaited, not issued.

@@ -7,10 +7,13 @@
 //!
 //! - **`Sync` mode**: a lone appender's awaiting task commits its own
 //!   append, fsync included, inside [`tokio::task::block_in_place`], which
-//!   first moves the worker's other tasks to another thread: an fsync
-//!   never stalls a caller's async worker, and a lone appender pays no
-//!   handoff to the writer thread and back, which were a fifth of its
-//!   time (BENCHMARKS.md, "A lone Sync appender commits in place").
+//!   first hands the worker's core (its queued tasks) to another thread:
+//!   an fsync never stalls the worker's other tasks, and a lone appender
+//!   pays no handoff to the writer thread and back, which were a fifth of
+//!   its time (BENCHMARKS.md, "A lone Sync appender commits in place").
+//!   The task itself waits for the fsync, with every future it polls
+//!   alongside the ticket (a `select!`), where before only the ticket
+//!   waited.
 //!   Appenders in company (one of the last [`SYNC_COMPANY_ROUNDS`] groups
 //!   held more than one request), and callers that may not block their
 //!   thread (a current-thread runtime, a plain thread), get a ticket the
@@ -65,13 +68,13 @@ pub(crate) const COMPANY_ROUNDS: u32 = 8;
 
 /// [`COMPANY_ROUNDS`] for `Sync` mode, where a lone appender's task leads
 /// in place only after this many groups of one in a row (about 50 ms of
-/// one appender's fsyncs): a task leading in place while others come
-/// costs their group a wake-up of the thread after its fsync, and a
-/// runtime's 64 starters pass through many short lulls.
+/// one appender's fsyncs at 5k a second): a task leading in place while
+/// others come costs their group a wake-up of the thread after its fsync,
+/// and a runtime's 64 starters pass through many short lulls.
 pub(crate) const SYNC_COMPANY_ROUNDS: u32 = 256;
 
 /// How often the writer thread looks for requests no one leads, while
-/// appends come (`Buffered` mode).
+/// appends come.
 pub(crate) const BACKSTOP: Duration = Duration::from_millis(2);
 
 /// Backstop rounds with no append before the writer thread sleeps until
@@ -124,9 +127,11 @@ pub(crate) struct WriterSlot {
     /// The writer's event-id index reads.
     id_lookups: Arc<AtomicU64>,
     /// Group commits to come that still count as in company: reset to
-    /// [`COMPANY_ROUNDS`] by a group of more than one request, and counted
-    /// down by each group of one. While above zero, appenders come
-    /// together, and a leader waits for them ([`Lead::has_company`]).
+    /// [`COMPANY_ROUNDS`] (`Sync`: [`SYNC_COMPANY_ROUNDS`]) by a group of
+    /// more than one request, and counted down by each group of one.
+    /// While above zero, appenders come together: a `Buffered` leader
+    /// waits for them ([`Lead::has_company`]), and `Sync` appends go to
+    /// the thread.
     company: AtomicU32,
     /// This slot, for the tickets it hands out (a ticket outliving the log
     /// keeps neither the writer nor the database alive).
@@ -322,11 +327,14 @@ impl WriterSlot {
         committed
     }
 
-    /// `Sync` mode: whether the caller may lead in place, alone (no group
-    /// of more than one request in the last [`SYNC_COMPANY_ROUNDS`]) on a
-    /// multi-thread runtime.
+    /// `Sync` mode: whether the caller may lead in place: alone (no group
+    /// of more than one request in the last [`SYNC_COMPANY_ROUNDS`]), on
+    /// a multi-thread runtime, on a thread where `block_in_place` has not
+    /// refused before, and in a build that can catch that refusal.
     fn alone_where_it_may_block(&self) -> bool {
-        self.company.load(Ordering::Relaxed) == 0
+        CAN_CATCH_REFUSAL
+            && self.company.load(Ordering::Relaxed) == 0
+            && !REFUSED_HERE.get()
             && Handle::try_current()
                 .is_ok_and(|handle| handle.runtime_flavor() == RuntimeFlavor::MultiThread)
     }
@@ -345,12 +353,18 @@ impl WriterSlot {
     /// runtime, inside `block_in_place`; in company, or where the task may
     /// not block its thread, the append goes to the writer thread.
     ///
-    /// `block_in_place` refuses (panics) only where the runtime context
-    /// forbids blocking, which the flavor check leaves to one odd case (a
-    /// multi-thread runtime's handle entered inside a current-thread
-    /// runtime's `block_on`): that refusal comes before the closure runs,
-    /// so nothing is locked, and the append goes to the thread. A panic
-    /// inside the commit itself is not caught.
+    /// `block_in_place` hands the worker's core (its queued tasks) to
+    /// another thread, so other tasks go on; this task itself waits for
+    /// the fsync, as it would for its answer. It refuses, by panicking,
+    /// where the runtime context forbids blocking, which the flavor check
+    /// does not see: a `LocalSet` run on a multi-thread runtime, or such a
+    /// runtime's handle entered inside a current-thread runtime. The
+    /// refusal comes before the closure runs, so nothing is locked: it is
+    /// caught, remembered for the thread ([`REFUSED_HERE`]), and the
+    /// append goes to the writer thread. The panic hook still sees that
+    /// one panic. A build with `panic = "abort"` could not catch it, so
+    /// there the thread commits every `Sync` append ([`CAN_CATCH_REFUSAL`]).
+    /// A panic inside the commit itself is not caught.
     fn try_lead_in_place(&self) -> bool {
         // Asked again: company may have come since the append.
         if !self.alone_where_it_may_block() {
@@ -368,11 +382,24 @@ impl WriterSlot {
             Ok(led) => led,
             Err(panic) if entered.get() => std::panic::resume_unwind(panic),
             Err(_) => {
+                REFUSED_HERE.set(true);
                 self.wake_thread();
                 false
             }
         }
     }
+}
+
+/// Whether this build unwinds, so that `block_in_place`'s refusal can be
+/// caught (under `panic = "abort"` it would end the process).
+const CAN_CATCH_REFUSAL: bool = cfg!(panic = "unwind");
+
+thread_local! {
+    /// Set once `block_in_place` refused on this thread: its `Sync`
+    /// appends go to the writer thread from then on, so a host that
+    /// appends from a `LocalSet` sees one caught refusal per thread, not
+    /// one per append.
+    static REFUSED_HERE: Cell<bool> = const { Cell::new(false) };
 }
 
 impl Lead for WriterSlot {
@@ -392,6 +419,13 @@ impl Lead for WriterSlot {
         self.wake_thread();
     }
 
+    fn hand_off_if_leading_blocks(&self) -> bool {
+        if self.syncs {
+            self.wake_thread();
+        }
+        self.syncs
+    }
+
     /// Only in `Buffered` mode: in `Sync` mode appenders in company hand
     /// their appends to the thread rather than wait for each other.
     fn has_company(&self) -> bool {
@@ -400,9 +434,10 @@ impl Lead for WriterSlot {
 }
 
 /// How many group commits a read-write [`super::RocksLog`] made, by who
-/// made them: a diagnostic of the two paths of `Buffered` mode (in `Sync`
-/// mode the thread makes them all); and how many event-id index reads
-/// their checks made.
+/// made them: a diagnostic of who leads (awaiting appenders, or the
+/// writer thread for appenders in `Sync` company, callers that may not
+/// block, and the backstop); and how many event-id index reads their
+/// checks made.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CommitCounts {
     /// Commits led by an appender awaiting (or waiting on) its ticket.

@@ -10,10 +10,11 @@
 //! every entry issued before it is too.
 //!
 //! Nothing holds an entry back until the turn ends: the store writes what
-//! is enqueued (its writer thread, or in `Buffered` mode the next leader or
-//! the writer's backstop). The driver polls the set while the turn runs,
-//! which leads a `Buffered` commit at once and notices a failed append,
-//! which ends the turn. It holds at most [`MAX_IN_FLIGHT`] entries: past
+//! is enqueued (in `Sync` mode its writer thread, to which each entry is
+//! handed as it is issued, so no fsync holds the turn; in `Buffered` mode
+//! the next leader or the writer's backstop). The driver polls the set
+//! while the turn runs, which leads a `Buffered` commit at once and
+//! notices a failed append, which ends the turn. It holds at most [`MAX_IN_FLIGHT`] entries: past
 //! that, recording waits for them.
 //!
 //! On a shared log an issued command is decided only when awaited, so each
@@ -53,7 +54,8 @@ impl<'a> InFlight<'a> {
             issued.durable().await?;
             return Ok(());
         }
-        self.entries.push_back(Box::pin(issued.durable()));
+        self.entries
+            .push_back(Box::pin(issued.in_background().durable()));
         if self.entries.len() >= MAX_IN_FLIGHT {
             self.settle().await?;
         }
