@@ -14,8 +14,8 @@
 //! handed as it is issued, so no fsync holds the turn; in `Buffered` mode
 //! the next leader or the writer's backstop). The driver polls the set
 //! while the turn runs, which leads a `Buffered` commit at once and
-//! notices a failed append, which ends the turn. It holds at most [`MAX_IN_FLIGHT`] entries: past
-//! that, recording waits for them.
+//! notices a failed append, which ends the turn. It holds at most
+//! [`MAX_IN_FLIGHT`] entries: past that, recording waits for them.
 //!
 //! On a shared log an issued command is decided only when awaited, so each
 //! entry is awaited at once there, as before: the order of a tree's
