@@ -371,6 +371,13 @@ impl WriterSlot {
             self.wake_thread();
             return false;
         }
+        // A commit in progress answers this request, or hands it to the
+        // thread when done: not worth handing the worker's core away for.
+        // (Only looked at here: a guard held across `block_in_place` would
+        // be dropped by its refusal's unwinding, which poisons the lock.)
+        if matches!(self.writer.try_lock(), Err(TryLockError::WouldBlock)) {
+            return false;
+        }
         let entered = Cell::new(false);
         let led = std::panic::catch_unwind(AssertUnwindSafe(|| {
             tokio::task::block_in_place(|| {
