@@ -141,10 +141,9 @@ fn multi_thread_runtime() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
-/// The task that awaits a ticket commits it (in `Sync` mode where it may
-/// block); appends no one awaits are committed anyway, in order, by the
-/// writer thread's backstop: while appends come, and after the log went
-/// quiet and the thread fell asleep.
+/// In both modes, appends no one awaits are committed anyway, in order,
+/// by the writer thread's backstop: while appends come, and after the log
+/// went quiet and the thread fell asleep.
 #[test]
 fn appends_no_one_awaits_are_committed_by_the_backstop() {
     for durability in [Durability::Buffered, Durability::Sync] {
@@ -228,8 +227,9 @@ fn a_lone_awaiting_appender_leads_where_it_may_block() {
             }
         };
         if spawned {
-            // On a worker, `block_in_place` hands the worker's core to
-            // another thread for the fsync, and takes it back.
+            // On a worker, a `Sync` lead's `block_in_place` hands the
+            // worker's core to another thread for the fsync, and takes it
+            // back.
             runtime.block_on(runtime.spawn(appender)).unwrap();
         } else {
             runtime.block_on(appender);
@@ -481,7 +481,7 @@ fn buffered_appenders_ready_together_share_one_group_commit() {
     // loaded machine the backstop may take the whole group before any
     // task polls its ticket (CI saw `led == 0, by_thread == 2`), so who
     // committed is not asserted here: that an awaiting appender leads is
-    // `an_awaiting_appender_leads_in_buffered_mode_only`'s to check.
+    // `a_lone_awaiting_appender_leads_where_it_may_block`'s to check.
     assert!(
         led + by_thread <= 8,
         "{appenders} appends in {led} led and {by_thread} backstop commits"

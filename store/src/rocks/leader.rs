@@ -15,9 +15,9 @@
 //!   alongside the ticket (a `select!`), where before only the ticket
 //!   waited.
 //!   Appenders in company (one of the last [`SYNC_COMPANY_ROUNDS`] groups
-//!   held more than one request), and callers that may not block their
-//!   thread (a current-thread runtime, a plain thread), get a ticket the
-//!   writer thread answers: their append wakes it at once, and it takes
+//!   held more than one request), and callers outside a multi-thread
+//!   runtime (a current-thread runtime, a plain thread), where
+//!   `block_in_place` is not used, get a ticket the writer thread answers: their append wakes it at once, and it takes
 //!   everything queued (up to [`MAX_GROUP_REQUESTS`]) as one group with
 //!   one fsync.
 //! - **`Buffered` mode**: the task that awaits a ticket leads the commit
@@ -161,7 +161,7 @@ impl WriterSlot {
 
     /// Queues `transaction`, and returns its ticket: one that leads the
     /// commit when awaited ([`Lead`]), or, in `Sync` mode for appenders in
-    /// company and callers that may not block, one the writer thread
+    /// company and callers outside a multi-thread runtime, one the writer thread
     /// answers, woken now so the commit starts while the caller goes on.
     pub(crate) fn append(&self, transaction: Transaction) -> TransactionTicket {
         let to_thread = self.syncs && !self.alone_where_it_may_block();
