@@ -512,10 +512,7 @@ fn a_ticket_outliving_its_log_holds_no_lock_and_reads_its_answer() {
 /// reliably, so it is argued in `Shared`'s drop, not proven here.)
 #[test]
 fn the_last_drop_frees_the_directory_while_tickets_are_leading() {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .build()
-        .unwrap();
+    let runtime = multi_thread_runtime();
     for round in 0..30 {
         let dir = tempfile::tempdir().unwrap();
         let log = open(dir.path(), Durability::Buffered);

@@ -161,8 +161,9 @@ impl WriterSlot {
 
     /// Queues `transaction`, and returns its ticket: one that leads the
     /// commit when awaited ([`Lead`]), or, in `Sync` mode for appenders in
-    /// company and callers outside a multi-thread runtime, one the writer thread
-    /// answers, woken now so the commit starts while the caller goes on.
+    /// company and callers outside a multi-thread runtime, one the writer
+    /// thread answers, woken now so the commit starts while the caller
+    /// goes on.
     pub(crate) fn append(&self, transaction: Transaction) -> TransactionTicket {
         let to_thread = self.syncs && !self.alone_where_it_may_block();
         let mut queue = lock_queue(&self.queue);
