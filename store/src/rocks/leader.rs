@@ -19,10 +19,7 @@
 //!   runtime (a current-thread runtime, a plain thread), where
 //!   `block_in_place` is not used, get a ticket the writer thread answers: their append wakes it at once, and it takes
 //!   everything queued (up to [`MAX_GROUP_REQUESTS`]) as one group with
-//!   one fsync. After a group, it first waits for the appenders it
-//!   answered to come back, while they come microseconds apart
-//!   ([`super::gather`]), so they do not split into two groups with two
-//!   fsyncs.
+//!   one fsync.
 //! - **`Buffered` mode**: the task that awaits a ticket leads the commit
 //!   itself, on the ticket's first poll (while appenders come together,
 //!   one of the last [`COMPANY_ROUNDS`] groups holding more than one
@@ -51,12 +48,11 @@ use std::collections::VecDeque;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, TryLockError, Weak};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::runtime::{Handle, RuntimeFlavor};
 use tokio::sync::oneshot;
 
-use super::gather::Gathering;
 use super::writer::{Transaction, TransactionResult, Writer};
 use crate::error::StoreError;
 use crate::log::{Durability, Lead, TransactionTicket};
@@ -103,9 +99,6 @@ enum ThreadState {
     Backstop,
     /// Waiting until woken.
     Asleep,
-    /// Waiting for this many requests to be queued, or a quiet gap
-    /// ([`super::gather`]): only the append that makes the number wakes it.
-    Gathering(usize),
 }
 
 struct Queue {
@@ -133,11 +126,6 @@ pub(crate) struct WriterSlot {
     by_thread: AtomicU64,
     /// The writer's event-id index reads.
     id_lookups: Arc<AtomicU64>,
-    /// The thread's waits for a group that ended with it whole.
-    gathers_filled: AtomicU64,
-    /// The thread's waits for a group cut short by a quiet gap, the
-    /// deadline, or a hand-off.
-    gathers_cut: AtomicU64,
     /// Group commits to come that still count as in company: reset to
     /// [`COMPANY_ROUNDS`] (`Sync`: [`SYNC_COMPANY_ROUNDS`]) by a group of
     /// more than one request, and counted down by each group of one.
@@ -166,8 +154,6 @@ impl WriterSlot {
             by_appenders: AtomicU64::new(0),
             by_thread: AtomicU64::new(0),
             id_lookups,
-            gathers_filled: AtomicU64::new(0),
-            gathers_cut: AtomicU64::new(0),
             company: AtomicU32::new(0),
             this: this.clone(),
         })
@@ -198,7 +184,6 @@ impl WriterSlot {
             ThreadState::Busy => false,
             ThreadState::Backstop => to_thread,
             ThreadState::Asleep => true,
-            ThreadState::Gathering(target) => queue.requests.len() >= target,
         };
         drop(queue);
         if wake {
@@ -209,9 +194,9 @@ impl WriterSlot {
 
     /// Commits up to [`MAX_GROUP_REQUESTS`] queued requests, oldest first,
     /// as one group under `writer`, and answers them, counting the group
-    /// in `by` before its head is published. Returns what it committed,
-    /// or `None` when nothing was queued.
-    fn commit_queued(&self, mut writer: WriterGuard<'_>, by: &AtomicU64) -> Option<Committed> {
+    /// in `by` before its head is published. Returns whether there was
+    /// anything to commit.
+    fn commit_queued(&self, mut writer: WriterGuard<'_>, by: &AtomicU64) -> bool {
         let (transactions, replies): (Vec<Transaction>, Vec<Reply>) = {
             let mut queue = lock_queue(&self.queue);
             let take = queue.requests.len().min(MAX_GROUP_REQUESTS);
@@ -222,10 +207,8 @@ impl WriterSlot {
                 .unzip()
         };
         if transactions.is_empty() {
-            return None;
+            return false;
         }
-        let requests = transactions.len();
-        let started = Instant::now();
         // Only a holder of the writer gets here, so this read and write
         // race with no other.
         let company = if transactions.len() > 1 {
@@ -249,57 +232,11 @@ impl WriterSlot {
                 .collect(),
         };
         drop(writer);
-        let took = started.elapsed();
-        // Only the thread's `Sync` waits use it ([`super::gather`]).
-        let queued_behind = if self.syncs {
-            lock_queue(&self.queue).requests.len()
-        } else {
-            0
-        };
         for (reply, result) in replies.into_iter().zip(results) {
             // An appender that stopped waiting is not an error of the log.
             let _ = reply.send(result);
         }
-        Some(Committed {
-            requests,
-            queued_behind,
-            took,
-        })
-    }
-
-    /// `Sync` mode, the thread, with requests queued: waits for the
-    /// appenders it last answered to come back, as `gathering` plans
-    /// ([`super::gather`]), releasing the queue's lock while it waits.
-    fn gather<'a>(
-        &'a self,
-        mut queue: MutexGuard<'a, Queue>,
-        gathering: &Gathering,
-    ) -> MutexGuard<'a, Queue> {
-        let Some(plan) = gathering.plan(queue.requests.len(), MAX_GROUP_REQUESTS, Instant::now())
-        else {
-            return queue;
-        };
-        loop {
-            let appended = queue.appended;
-            queue.thread = ThreadState::Gathering(plan.target);
-            queue = self
-                .wake
-                .wait_timeout(queue, plan.next_look(Instant::now()))
-                .unwrap_or_else(PoisonError::into_inner)
-                .0;
-            queue.thread = ThreadState::Busy;
-            let queued = queue.requests.len();
-            let arrived = queue.appended != appended;
-            if queue.closed || !plan.keep_waiting(queued, arrived, Instant::now()) {
-                let ended = if queued >= plan.target {
-                    &self.gathers_filled
-                } else {
-                    &self.gathers_cut
-                };
-                ended.fetch_add(1, Ordering::Relaxed);
-                return queue;
-            }
-        }
+        true
     }
 
     /// The writer thread: commits whatever is queued, group by group, until
@@ -307,7 +244,6 @@ impl WriterSlot {
     pub(crate) fn run(&self) {
         let _refuse_if_unwinding = RefuseIfUnwinding(self);
         let mut idle_rounds = 0;
-        let mut gathering = Gathering::default();
         loop {
             {
                 let mut queue = lock_queue(&self.queue);
@@ -341,19 +277,9 @@ impl WriterSlot {
                     }
                     queue.thread = ThreadState::Busy;
                 }
-                if self.syncs {
-                    drop(self.gather(queue, &gathering));
-                }
             }
             let writer = self.writer.lock().unwrap_or_else(fail_stopped);
-            if let Some(committed) = self.commit_queued(writer, &self.by_thread) {
-                gathering.committed(
-                    committed.requests,
-                    committed.queued_behind,
-                    committed.took,
-                    Instant::now(),
-                );
-            }
+            self.commit_queued(writer, &self.by_thread);
         }
     }
 
@@ -363,8 +289,6 @@ impl WriterSlot {
             by_appenders: self.by_appenders.load(Ordering::Relaxed),
             by_thread: self.by_thread.load(Ordering::Relaxed),
             id_lookups: self.id_lookups.load(Ordering::Relaxed),
-            gathers_filled: self.gathers_filled.load(Ordering::Relaxed),
-            gathers_cut: self.gathers_cut.load(Ordering::Relaxed),
         }
     }
 
@@ -397,7 +321,7 @@ impl WriterSlot {
     /// (which looks at the queue again after each of its own commits).
     /// Returns whether it committed anything.
     fn lead(&self, writer: WriterGuard<'_>) -> bool {
-        let committed = self.commit_queued(writer, &self.by_appenders).is_some();
+        let committed = self.commit_queued(writer, &self.by_appenders);
         if !lock_queue(&self.queue).requests.is_empty() {
             self.wake_thread();
         }
@@ -531,23 +455,6 @@ pub struct CommitCounts {
     /// Event ids looked up in the index to check appends: only ids that
     /// do not sort above every indexed one (retries, imported ids) are.
     pub id_lookups: u64,
-    /// `Sync` mode: the writer thread's waits for the appenders it last
-    /// answered that ended with all of them queued again.
-    pub gathers_filled: u64,
-    /// `Sync` mode: those waits ended short, by a quiet gap, their
-    /// deadline, or a hand-off.
-    pub gathers_cut: u64,
-}
-
-/// What one group commit was, for the thread's next wait.
-struct Committed {
-    /// Requests in the group.
-    requests: usize,
-    /// Requests queued behind it by the time it was durable (`Sync` mode;
-    /// 0 in `Buffered`).
-    queued_behind: usize,
-    /// From taking the group off the queue to its results.
-    took: Duration,
 }
 
 /// Should the writer thread panic, closes the queue and refuses what is

@@ -2,12 +2,10 @@
 //!
 //! Layout of the column families: `keys`. Writes are group commits
 //! (`writer`), made by the writer thread or by the task that awaits the
-//! append (`leader`; the thread's wait for a whole group: `gather`);
-//! reads run concurrently on the caller's thread. What
+//! append (`leader`); reads run concurrently on the caller's thread. What
 //! a directory must hold to be opened, and the process lock: `open`.
 
 mod batch;
-mod gather;
 mod id_ceiling;
 mod indexes;
 mod keys;
