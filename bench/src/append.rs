@@ -12,7 +12,9 @@
 //!   otherwise pick.
 //!
 //! Each figure is events per second, median (min–max) of `--runs` runs, each
-//! on a fresh directory.
+//! on a fresh directory. Beside the engine's, `ev/commit` is the median of
+//! its runs' events per group commit: how many events shared one write (and,
+//! in `Sync` mode, one fsync), which is what the group-commit rows turn on.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -154,10 +156,18 @@ pub(crate) fn encoded_payload() -> Result<Vec<u8>, subagent_store::StoreError> {
     })
 }
 
+/// One run of the engine: its events per second, and how many events
+/// each of its group commits held on average (events ÷ commits, whoever
+/// made them: [`subagent_store::CommitCounts`]).
+struct EngineRun {
+    events_per_second: f64,
+    events_per_commit: f64,
+}
+
 fn engine_run(
     config: &Config,
     runtime: &tokio::runtime::Runtime,
-) -> Result<f64, Box<dyn std::error::Error>> {
+) -> Result<EngineRun, Box<dyn std::error::Error>> {
     let dir = tempfile::tempdir()?;
     let log = RocksLog::open(
         dir.path(),
@@ -165,7 +175,13 @@ fn engine_run(
             durability: config.durability,
         },
     )?;
-    drive_appenders(&log, config, runtime)
+    let events_per_second = drive_appenders(&log, config, runtime)?;
+    let counts = log.commit_counts();
+    let commits = counts.by_appenders + counts.by_thread;
+    Ok(EngineRun {
+        events_per_second,
+        events_per_commit: config.events() as f64 / commits.max(1) as f64,
+    })
 }
 
 /// `config.appenders` tokio tasks appending `config.appends` appends of
@@ -339,12 +355,13 @@ pub(super) fn run(args: &AppendArgs, out: &mut dyn Write) -> BenchResult {
     out.flush()?;
     writeln!(
         out,
-        "{:<9} {:>9} {:>5} {:>7}  {:>27} {:>27} {:>10} {:>27} {:>13}",
+        "{:<9} {:>9} {:>5} {:>7}  {:>27} {:>9} {:>27} {:>10} {:>27} {:>13}",
         "mode",
         "appenders",
         "batch",
         "events",
         "engine",
+        "ev/commit",
         "raw rocksdb",
         "eng/raw",
         "sqlite",
@@ -356,7 +373,13 @@ pub(super) fn run(args: &AppendArgs, out: &mut dyn Write) -> BenchResult {
             "… measuring {:?} with {} appenders",
             config.durability, config.appenders
         );
-        let engine = measure(args.runs, || engine_run(config, &runtime))?;
+        let mut per_commit = Vec::with_capacity(args.runs);
+        let engine = measure(args.runs, || {
+            let run = engine_run(config, &runtime)?;
+            per_commit.push(run.events_per_commit);
+            Ok(run.events_per_second)
+        })?;
+        let per_commit = Summary::of(&per_commit).median;
         let raw = measure(args.runs, || raw_run(config, &bytes))?;
         let sqlite = if args.no_sqlite {
             None
@@ -365,12 +388,13 @@ pub(super) fn run(args: &AppendArgs, out: &mut dyn Write) -> BenchResult {
         };
         writeln!(
             out,
-            "{:<9} {:>9} {:>5} {:>7}  {:>27} {:>27} {:>10.2} {:>27} {:>13}",
+            "{:<9} {:>9} {:>5} {:>7}  {:>27} {:>9.1} {:>27} {:>10.2} {:>27} {:>13}",
             format!("{:?}", config.durability),
             config.appenders,
             config.batch,
             config.events(),
             engine.to_string(),
+            per_commit,
             raw.to_string(),
             engine.median / raw.median,
             sqlite.map_or_else(|| "-".to_owned(), |s| s.to_string()),
