@@ -15,6 +15,7 @@
 //! on a fresh directory. Beside the engine's, `ev/commit` is the median of
 //! its runs' events per group commit: how many events shared one write (and,
 //! in `Sync` mode, one fsync), which is what the group-commit rows turn on.
+//! (RocksDB only: the PostgreSQL table, `append_pg`, has no such column.)
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -164,6 +165,12 @@ struct EngineRun {
     events_per_commit: f64,
 }
 
+/// One run of the engine's side of `config`'s row on a fresh `RocksLog`,
+/// its appenders driven on `runtime`.
+///
+/// # Errors
+/// The log's open or the first failed append; and a run whose log counted
+/// no commit, which only counts that are not wired up would give.
 fn engine_run(
     config: &Config,
     runtime: &tokio::runtime::Runtime,
@@ -178,9 +185,12 @@ fn engine_run(
     let events_per_second = drive_appenders(&log, config, runtime)?;
     let counts = log.commit_counts();
     let commits = counts.by_appenders + counts.by_thread;
+    if commits == 0 {
+        return Err("the log counted no group commit for a run that appended".into());
+    }
     Ok(EngineRun {
         events_per_second,
-        events_per_commit: config.events() as f64 / commits.max(1) as f64,
+        events_per_commit: config.events() as f64 / commits as f64,
     })
 }
 
@@ -373,13 +383,13 @@ pub(super) fn run(args: &AppendArgs, out: &mut dyn Write) -> BenchResult {
             "… measuring {:?} with {} appenders",
             config.durability, config.appenders
         );
-        let mut per_commit = Vec::with_capacity(args.runs);
+        let mut events_per_commit_runs = Vec::with_capacity(args.runs);
         let engine = measure(args.runs, || {
             let run = engine_run(config, &runtime)?;
-            per_commit.push(run.events_per_commit);
+            events_per_commit_runs.push(run.events_per_commit);
             Ok(run.events_per_second)
         })?;
-        let per_commit = Summary::of(&per_commit).median;
+        let events_per_commit_median = Summary::of(&events_per_commit_runs).median;
         let raw = measure(args.runs, || raw_run(config, &bytes))?;
         let sqlite = if args.no_sqlite {
             None
@@ -394,7 +404,7 @@ pub(super) fn run(args: &AppendArgs, out: &mut dyn Write) -> BenchResult {
             config.batch,
             config.events(),
             engine.to_string(),
-            per_commit,
+            events_per_commit_median,
             raw.to_string(),
             engine.median / raw.median,
             sqlite.map_or_else(|| "-".to_owned(), |s| s.to_string()),
