@@ -92,7 +92,7 @@ fn one_appender_commits_each_append_alone_so_ev_per_commit_is_its_batch() {
 }
 
 #[test]
-fn sixty_four_appenders_share_commits_of_at_most_one_append_each() {
+fn sixty_four_appenders_of_one_event_commit_one_to_sixty_four_events_a_commit() {
     let rows = rows_with("64");
     let modes: Vec<&str> = rows.iter().map(|row| row.mode.as_str()).collect();
     assert_eq!(modes, ["Sync", "Buffered"]);
