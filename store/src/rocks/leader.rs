@@ -17,9 +17,9 @@
 //!   Appenders in company (one of the last [`SYNC_COMPANY_ROUNDS`] groups
 //!   held more than one request), and callers outside a multi-thread
 //!   runtime (a current-thread runtime, a plain thread), where
-//!   `block_in_place` is not used, get a ticket the writer thread answers: their append wakes it at once, and it takes
-//!   everything queued (up to [`MAX_GROUP_REQUESTS`]) as one group with
-//!   one fsync.
+//!   `block_in_place` is not used, get a ticket the writer thread
+//!   answers: their append wakes it at once, and it takes everything
+//!   queued (up to [`MAX_GROUP_REQUESTS`]) as one group with one fsync.
 //! - **`Buffered` mode**: the task that awaits a ticket leads the commit
 //!   itself, on the ticket's first poll (while appenders come together,
 //!   one of the last [`COMPANY_ROUNDS`] groups holding more than one
