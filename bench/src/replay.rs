@@ -2,7 +2,9 @@
 //!
 //! - replay: events per second folded into every projection, against the
 //!   raw iterate-and-decode of the same log (the fold's floor); in this
-//!   process, and in fresh ones (`fold-once`, a hidden part);
+//!   process, and in fresh ones (`fold-once`, a hidden part), from a log
+//!   closed as a runtime closes it (a checkpoint, and its maps' sizes
+//!   beside it) and from one without the sizes;
 //! - startup: opening the projections of a log from its checkpoint plus tail,
 //!   against a full refold from position 1; in this process, and in fresh
 //!   ones (`open-once`, a hidden part the startup runs as a child).
@@ -15,7 +17,7 @@ use std::time::Instant;
 use std::io::Write;
 
 use clap::Args;
-use subagent_projections::Projections;
+use subagent_projections::{MapSizes, Projections, MAP_SIZES_NAME};
 use subagent_replay::Checkpointed;
 use subagent_store::{EventLog, EventLogExt, RocksLog, RocksOptions};
 
@@ -62,6 +64,10 @@ pub(super) fn replay(args: &ReplayArgs, out: &mut dyn Write) -> BenchResult {
     let dir = tempfile::tempdir()?;
     let workload = workload::build(dir.path(), args.events, 8, 0)?;
     let log = &workload.log;
+    // As a host's runtime leaves its log when it closes: a checkpoint at
+    // the head, and beside it the sizes of its maps, which every later
+    // fold from position 1 starts from.
+    Checkpointed::open(log.clone(), 0)?.0.close()?;
     let head = log.head() as f64;
     let (mut raw, mut ahead, mut fold_one_thread, mut fold) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
@@ -104,17 +110,30 @@ pub(super) fn replay(args: &ReplayArgs, out: &mut dyn Write) -> BenchResult {
     bar.finish_and_clear();
     // The same fold in fresh processes, as `subagents replay` and `tree`
     // run it: no heap warmed by the folds above. The log is closed here so
-    // a child can open it. Every run is timed, the first too: unlike
-    // `startup`'s, its open (which replays the write-ahead log this
-    // process left) is not timed, but the compaction that open's flush
-    // starts may run beside its fold, as it would beside a `replay` right
-    // after a host stopped.
+    // a child can open it. Each run alternates a log closed as a runtime
+    // closes it (its maps' sizes saved) with one no checkpoint was saved
+    // to (an import, say: the sizes overwritten with bytes that are none,
+    // so each map grows), each set by an untimed open before the run. So
+    // the first of those opens replays the write-ahead log this process
+    // left, and the compaction its flush starts runs before either side's
+    // fold, not beside the first one only.
+    let sizes = log
+        .read_checkpoint(MAP_SIZES_NAME)?
+        .ok_or("the runtime's close saved no map sizes")?
+        .to_vec();
     let data = dir.path().to_path_buf();
     drop(workload);
-    let mut fresh = Vec::new();
+    let save_sizes = |frame: &[u8]| -> BenchResult {
+        RocksLog::open(&data, RocksOptions::default())?.write_checkpoint(MAP_SIZES_NAME, frame)?;
+        Ok(())
+    };
+    let (mut fresh, mut growing) = (Vec::new(), Vec::new());
     let bar = progress::bar("replay, fresh processes", args.runs as u64, "runs");
     for _ in 0..args.runs {
+        save_sizes(&sizes)?;
         fresh.push(in_a_fresh_process("fold-once", &data, 1)?[0]);
+        save_sizes(b"")?;
+        growing.push(in_a_fresh_process("fold-once", &data, 1)?[0]);
         bar.inc(1);
     }
     bar.finish_and_clear();
@@ -148,6 +167,11 @@ pub(super) fn replay(args: &ReplayArgs, out: &mut dyn Write) -> BenchResult {
     )?;
     writeln!(
         out,
+        "    the same, no map sizes saved          {}",
+        Summary::of(&growing)
+    )?;
+    writeln!(
+        out,
         "  fold / raw one-thread decode            {:.2}",
         fold.median / raw.median
     )?;
@@ -170,6 +194,9 @@ pub(super) fn startup(args: &ReplayArgs, out: &mut dyn Write) -> BenchResult {
         subagent_replay::CHECKPOINT_NAME,
         &subagent_projections::checkpoint::encode(&state),
     )?;
+    // Its maps' sizes beside it, as a runtime saves them: the full refold
+    // below starts from them.
+    log.write_checkpoint(MAP_SIZES_NAME, &MapSizes::of(&state).encode())?;
     drop(state);
     let (mut with_checkpoint, mut refold) = (Vec::new(), Vec::new());
     let (mut read, mut decode) = (Vec::new(), Vec::new());

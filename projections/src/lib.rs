@@ -19,6 +19,7 @@ pub mod fuzzing;
 pub mod inbox;
 mod lineage;
 pub mod machine;
+pub mod map_sizes;
 pub mod ownership;
 pub mod sessions;
 pub mod state;
@@ -34,6 +35,7 @@ pub use inbox::{prompt_digest, Inbox, PromptRecord};
 pub use machine::{
     decide, decide_as, settlement_notice_id, tree_fences, Command, Decision, StartChild, TurnOutput,
 };
+pub use map_sizes::{MapSizes, MAP_SIZES_NAME};
 pub use ownership::{home_stream, TreeClaim, TreeOwner};
 pub use sessions::SessionRecord;
 pub use state::{Projections, ProviderRecord};

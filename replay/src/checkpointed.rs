@@ -2,13 +2,15 @@
 //! log's tail, kept current by applying new events, and saved every N events
 //! and on close. A checkpoint that does not decode, has an unknown version or
 //! claims a position past the head is discarded and the state rebuilt from
-//! the log; it is never trusted.
+//! the log; it is never trusted. Beside each checkpoint the sizes of its
+//! maps are saved, and every fold from position 1 in this crate starts
+//! from them ([`presized_state`]).
 
 use std::ops::ControlFlow;
 
 use subagent_core::RecordedEvent;
-use subagent_projections::{checkpoint, Projections};
-use subagent_store::EventLog;
+use subagent_projections::{checkpoint, MapSizes, Projections, MAP_SIZES_NAME};
+use subagent_store::{EventLog, StoreError};
 
 use crate::error::ReplayError;
 
@@ -44,13 +46,14 @@ impl<L: EventLog> Checkpointed<L> {
         let head = log.head();
         let state = match checkpoint::usable(log.read_checkpoint(CHECKPOINT_NAME)?.as_deref(), head)
         {
-            Ok(stored) => {
-                report.checkpoint_position = stored.as_ref().map(|state| state.position);
-                stored.unwrap_or_default()
+            Ok(Some(stored)) => {
+                report.checkpoint_position = Some(stored.position);
+                stored
             }
+            Ok(None) => presized_state(&log, head)?,
             Err(reason) => {
                 report.discarded = Some(reason.to_string());
-                Projections::new()
+                presized_state(&log, head)?
             }
         };
         let mut opened = Checkpointed {
@@ -102,7 +105,8 @@ impl<L: EventLog> Checkpointed<L> {
         )
     }
 
-    /// Saves a checkpoint of the current state.
+    /// Saves a checkpoint of the current state, then the sizes of its maps
+    /// under [`MAP_SIZES_NAME`].
     ///
     /// # Errors
     /// A write failure.
@@ -157,6 +161,25 @@ fn save<L: EventLog + ?Sized>(
     since_save: &mut u64,
 ) -> Result<(), ReplayError> {
     log.write_checkpoint(CHECKPOINT_NAME, &checkpoint::encode(state))?;
+    log.write_checkpoint(MAP_SIZES_NAME, &MapSizes::of(state).encode())?;
     *since_save = 0;
     Ok(())
+}
+
+/// The empty state for a fold from position 1 to `at`, its maps sized as
+/// the sizes saved beside the last checkpoint suggest
+/// ([`Projections::presized`]); without them (or if they do not decode),
+/// an empty state.
+///
+/// # Errors
+/// A read failure of the log.
+pub(crate) fn presized_state<L: EventLog + ?Sized>(
+    log: &L,
+    at: u64,
+) -> Result<Projections, StoreError> {
+    let sizes = log
+        .read_checkpoint(MAP_SIZES_NAME)?
+        .as_deref()
+        .and_then(MapSizes::decode);
+    Ok(Projections::presized(sizes, at))
 }

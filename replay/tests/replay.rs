@@ -9,7 +9,7 @@ use std::io::Cursor;
 use proptest::prelude::*;
 use subagent_core::RecordedEvent;
 use subagent_projections::testing::{history, steps};
-use subagent_projections::{HistoryCheck, Projections};
+use subagent_projections::{HistoryCheck, MapSizes, Projections, MAP_SIZES_NAME};
 use subagent_replay::{
     diff, export, import, state_at, verify, Change, Checkpointed, ReplayError, CHECKPOINT_NAME,
 };
@@ -193,6 +193,69 @@ fn bad_checkpoints_are_discarded_and_rebuilt_never_trusted() {
         assert_eq!(verified.checkpoint_other_version, None);
         assert_eq!(verified.checkpoint_problem, past_head);
     }
+}
+
+/// Beside each checkpoint the sizes of its maps are saved, and every fold
+/// from position 1 (`state_at`, `verify`, an open that refolds) starts from
+/// them: the same state, its maps allocated up front. Sizes that do not
+/// decode are no hint, and no error.
+#[test]
+fn the_sizes_saved_beside_a_checkpoint_size_the_next_full_fold() {
+    let records = sample();
+    let head = records.len() as u64;
+    let log = MemoryLog::new();
+    load(&log, &records);
+    let rebuilt = Projections::fold(&records);
+    assert!(
+        rebuilt.sessions.len() * 4 < records.len(),
+        "{}",
+        rebuilt.sessions.len()
+    );
+    assert!(log.read_checkpoint(MAP_SIZES_NAME).unwrap().is_none());
+    let without = state_at(&log, None).unwrap();
+    assert_eq!(without, rebuilt);
+    assert!(without.sessions.capacity() < records.len());
+
+    let (opened, _) = Checkpointed::open(log.clone(), 0).unwrap();
+    let log = opened.close().unwrap();
+    let saved = log.read_checkpoint(MAP_SIZES_NAME).unwrap().unwrap();
+    assert_eq!(MapSizes::decode(&saved), Some(MapSizes::of(&rebuilt)));
+    assert_eq!(MapSizes::of(&rebuilt).position, head);
+
+    // A hint of one session an event: each fold from position 1 reserves
+    // it, scaled to where the fold stops, and folds the same state.
+    let every_event = MapSizes {
+        position: head,
+        sessions: head,
+        catalogs: head,
+        owners: head,
+        activations: head,
+        runs: head,
+        inboxes: head,
+    };
+    log.write_checkpoint(MAP_SIZES_NAME, &every_event.encode())
+        .unwrap();
+    let presized = state_at(&log, None).unwrap();
+    assert_eq!(presized, rebuilt);
+    assert!(presized.sessions.capacity() >= records.len());
+    assert!(presized.inboxes.capacity() >= records.len());
+    let half = state_at(&log, Some(head / 2)).unwrap();
+    assert_eq!(half, Projections::fold(&records[..records.len() / 2]));
+    assert!(half.sessions.capacity() >= records.len() / 2);
+    assert!(verify(&log).unwrap().is_ok());
+    // An open whose checkpoint is discarded refolds from the hint.
+    log.write_checkpoint(CHECKPOINT_NAME, b"not a checkpoint")
+        .unwrap();
+    let (opened, report) = Checkpointed::open(log.clone(), 0).unwrap();
+    assert!(report.discarded.is_some());
+    assert_eq!(opened.state(), &rebuilt);
+    assert!(opened.state().sessions.capacity() >= records.len());
+
+    // Bytes that are not sizes are ignored.
+    log.write_checkpoint(MAP_SIZES_NAME, b"not sizes").unwrap();
+    let ignored = state_at(&log, None).unwrap();
+    assert_eq!(ignored, rebuilt);
+    assert!(ignored.sessions.capacity() < records.len());
 }
 
 #[test]

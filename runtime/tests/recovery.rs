@@ -151,6 +151,15 @@ async fn a_clean_close_checkpoints_so_reopening_folds_no_tail_and_a_bad_checkpoi
     };
     let log = open();
     let head = log.head();
+    // Beside the checkpoint, the sizes of its maps, for the next refold.
+    let sizes = log
+        .read_checkpoint(subagent_projections::MAP_SIZES_NAME)
+        .unwrap()
+        .and_then(|bytes| subagent_projections::MapSizes::decode(&bytes))
+        .unwrap();
+    let state = subagent_replay::state_at(&log, None).unwrap();
+    assert_eq!(sizes, subagent_projections::MapSizes::of(&state));
+    assert_eq!((sizes.position, sizes.sessions), (head, 2));
     // Reopened with no providers and no root: reopening records nothing.
     let reopen = || {
         Harness::builder(delegation_host())

@@ -44,7 +44,7 @@ use subagent_core::{
     Attachment, ContentBlock, Event, MessageId, NewEvent, RecordedEvent, SessionId, StreamId,
     SubagentError, TraceContext, MAX_CONTENT_BYTES, MAX_EVENT_BYTES,
 };
-use subagent_projections::{checkpoint, decide, Command, Projections};
+use subagent_projections::{checkpoint, decide, Command, MapSizes, Projections, MAP_SIZES_NAME};
 use subagent_store::{EventLog, ExpectedVersion, StoreError, StreamAppend};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, warn, Instrument};
@@ -189,14 +189,15 @@ impl Engine {
         // The stored bytes are let go before the tail is folded.
         drop(stored);
         let mut state = match usable {
-            Ok(stored) => {
-                stats.checkpoint_position = stored.as_ref().map(|state| state.position);
-                stored.unwrap_or_default()
+            Ok(Some(stored)) => {
+                stats.checkpoint_position = Some(stored.position);
+                stored
             }
+            Ok(None) => presized_refold(log.as_ref())?,
             Err(reason) => {
                 warn!(%reason, "discarding the projections checkpoint; refolding the log");
                 stats.discarded_checkpoint = Some(reason.to_string());
-                Projections::new()
+                presized_refold(log.as_ref())?
             }
         };
         let mut versions = HashMap::default();
@@ -278,8 +279,8 @@ impl Engine {
         self.failed.load(Ordering::Acquire)
     }
 
-    /// Saves a checkpoint of the projections once everything it reflects is
-    /// durable.
+    /// Saves a checkpoint of the projections, and the sizes of their maps
+    /// beside it ([`MapSizes`]), once everything it reflects is durable.
     ///
     /// # Errors
     /// `gateway/internal` on storage failure.
@@ -852,6 +853,18 @@ impl std::ops::Deref for StateGuard<'_> {
 /// reflects is durable; the encoding and the write run off the async workers.
 /// Gives up when `broken` fires first: the snapshot holds decisions that
 /// will never be durable, so it must never be written.
+/// The empty state a refold of the whole log starts from: its maps sized
+/// as the sizes saved beside the last checkpoint suggest
+/// ([`Projections::presized`]), so the fold does not grow them.
+fn presized_refold(log: &dyn EventLog) -> Result<Projections, SubagentError> {
+    let sizes = log
+        .read_checkpoint(MAP_SIZES_NAME)
+        .map_err(SubagentError::internal_from)?
+        .as_deref()
+        .and_then(MapSizes::decode);
+    Ok(Projections::presized(sizes, log.head()))
+}
+
 async fn save_checkpoint(
     log: Arc<dyn EventLog>,
     snapshot: Projections,
@@ -870,6 +883,7 @@ async fn save_checkpoint(
     let position = snapshot.position;
     tokio::task::spawn_blocking(move || {
         log.write_checkpoint(checkpoint::CHECKPOINT_NAME, &checkpoint::encode(&snapshot))
+            .and_then(|()| log.write_checkpoint(MAP_SIZES_NAME, &MapSizes::of(&snapshot).encode()))
             .map_err(SubagentError::internal_from)
     })
     .await
