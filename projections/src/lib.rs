@@ -3,7 +3,8 @@
 //! Pure folds over recorded events: the session corpus, parent catalogs, the
 //! descendant tree, activation and activity state, external runs, inboxes and
 //! the provider registry, all in [`Projections`], plus their versioned
-//! [`checkpoint`] encoding, the delegation state machine ([`decide`])
+//! [`checkpoint`] encoding and the sizes of its maps saved beside it
+//! ([`map_sizes`]), the delegation state machine ([`decide`])
 //! that reads them, and the [`admissible`] check of a recorded history
 //! against the state machine's rules, and the [`view`]s people read. No IO: the replay crate and the runtime feed events in,
 //! append decisions and store checkpoints.
