@@ -110,13 +110,14 @@ pub(super) fn replay(args: &ReplayArgs, out: &mut dyn Write) -> BenchResult {
     bar.finish_and_clear();
     // The same fold in fresh processes, as `subagents replay` and `tree`
     // run it: no heap warmed by the folds above. The log is closed here so
-    // a child can open it. Each run alternates a log closed as a runtime
-    // closes it (its maps' sizes saved) with one no checkpoint was saved
-    // to (an import, say: the sizes overwritten with bytes that are none,
-    // so each map grows), each set by an untimed open before the run. So
-    // the first of those opens replays the write-ahead log this process
-    // left, and the compaction its flush starts runs before either side's
-    // fold, not beside the first one only.
+    // a child can open it. Each run alternates the log as a runtime closes
+    // it (its maps' sizes saved) with the same log without them (as an
+    // import leaves one: the checkpoint stays, the sizes are overwritten
+    // with bytes that are none, so each map grows), each side set by an
+    // untimed open before its run. Whatever such an open leaves RocksDB to
+    // do (the first replays the write-ahead log this process left, and any
+    // flush or compaction after it) falls on both sides alike, not on the
+    // first fold alone.
     let sizes = log
         .read_checkpoint(MAP_SIZES_NAME)?
         .ok_or("the runtime's close saved no map sizes")?

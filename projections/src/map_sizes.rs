@@ -4,19 +4,21 @@
 //! A map that grows as entries come in is rehashed at every doubling: a
 //! table twice as large is allocated, in memory the process has never
 //! touched, and every entry is moved into it. On a fold of a large log the
-//! kernel's zeroing of those fresh pages is then much of the fold's time,
-//! and on a virtual machine it varies from run to run with what the host
-//! still backs (BENCHMARKS.md, "The fold's maps sized from the last
-//! checkpoint"). The sizes of the last checkpoint's maps let a later fold
-//! (`replay`, `verify`, a refold on open) reserve them up front.
+//! kernel's zeroing of those fresh pages was up to a quarter of the fold's
+//! time, and on the virtual machine measured it came and went from run to
+//! run (BENCHMARKS.md, "The fold's maps sized from the last checkpoint").
+//! The sizes of the last checkpoint's maps let a later fold (`replay`,
+//! `verify`, a refold on open) reserve them up front.
 //!
 //! They are a hint. They are stored under their own name
 //! ([`MAP_SIZES_NAME`]), written after the checkpoint they describe, and
 //! read without it: 64 bytes, where the checkpoint is tens of megabytes.
-//! Bytes that do not decode are ignored. A decoded hint is trusted only to
-//! size maps, scaled down for a fold that stops before the hint's position,
-//! and never beyond one entry per event folded (every entry of every map is
-//! made by at least one event). A reservation that fails leaves the map to
+//! A read that fails, and bytes that do not decode, are no hint
+//! ([`MapSizes::from_stored`]). A frame claiming more entries in a map than
+//! its position (every entry of every map is made by at least one event)
+//! does not decode. A decoded hint is trusted only to size maps, scaled
+//! down for a fold that stops before the hint's position, and never beyond
+//! one entry per event folded; a reservation that fails leaves the map to
 //! grow as it would have.
 //!
 //! The frame, integers little-endian:
@@ -99,8 +101,24 @@ impl MapSizes {
         frame
     }
 
+    /// The sizes `stored` holds: what a read of [`MAP_SIZES_NAME`] gave.
+    /// A read that failed, nothing stored and bytes that do not decode are
+    /// all `None`, no hint, never an error: a fold without one only grows
+    /// its maps.
+    #[must_use]
+    pub fn from_stored<B, E>(stored: Result<Option<B>, E>) -> Option<MapSizes>
+    where
+        B: std::ops::Deref<Target = [u8]>,
+    {
+        stored
+            .ok()
+            .flatten()
+            .and_then(|bytes| MapSizes::decode(&bytes))
+    }
+
     /// The sizes `bytes` hold, or `None` when they are not a frame of
-    /// [`ENCODED_LEN`] bytes beginning with the magic (then the hint is
+    /// [`ENCODED_LEN`] bytes beginning with the magic, or claim more
+    /// entries in a map than the frame's position (then the hint is
     /// ignored, never an error).
     #[must_use]
     pub fn decode(bytes: &[u8]) -> Option<MapSizes> {
@@ -113,7 +131,7 @@ impl MapSizes {
             bytes.copy_from_slice(&frame[at..at + 8]);
             u64::from_le_bytes(bytes)
         };
-        Some(MapSizes {
+        let sizes = MapSizes {
             position: word(8),
             sessions: word(16),
             catalogs: word(24),
@@ -121,7 +139,12 @@ impl MapSizes {
             activations: word(40),
             runs: word(48),
             inboxes: word(56),
-        })
+        };
+        sizes
+            .counts()
+            .iter()
+            .all(|count| *count <= sizes.position)
+            .then_some(sizes)
     }
 
     /// How many entries to reserve for a map that held `count` at the
@@ -216,7 +239,7 @@ mod tests {
         assert!(counted.activations > 0 && counted.inboxes > 0);
 
         let distinct = MapSizes {
-            position: 7,
+            position: u64::MAX,
             sessions: 1,
             catalogs: 2,
             owners: 3,
@@ -240,6 +263,19 @@ mod tests {
         other_magic[0] = b'X';
         assert_eq!(MapSizes::decode(&other_magic), None);
         assert_eq!(MapSizes::decode(b""), None);
+        // More entries than events (a flipped bit, say) is no frame.
+        let mut more_than_events = sizes(10, 10);
+        assert!(MapSizes::decode(&more_than_events.encode()).is_some());
+        more_than_events.runs = 11;
+        assert_eq!(MapSizes::decode(&more_than_events.encode()), None);
+        // A failed read, and nothing stored, are no hint either.
+        let failed: Result<Option<&[u8]>, ()> = Err(());
+        assert_eq!(MapSizes::from_stored(failed), None);
+        assert_eq!(MapSizes::from_stored(Ok::<Option<&[u8]>, ()>(None)), None);
+        assert_eq!(
+            MapSizes::from_stored(Ok::<_, ()>(Some(&frame[..]))),
+            Some(sizes(10, 3))
+        );
         // A checkpoint stored under the hint's name is not taken for one.
         assert_eq!(
             MapSizes::decode(&crate::checkpoint::encode(&Projections::new())),
@@ -273,7 +309,7 @@ mod tests {
     #[test]
     fn a_hint_no_memory_can_hold_is_only_asked_for() {
         let state = Projections::presized(Some(sizes(1, u64::MAX)), u64::MAX);
-        assert_eq!(state, Projections::new());
+        assert_eq!(capacities(&state), [0; 6]);
         let state = Projections::presized(Some(sizes(u64::MAX, u64::MAX)), 3);
         assert!(capacities(&state).iter().all(|capacity| *capacity < 64));
     }
@@ -289,7 +325,7 @@ mod tests {
         }
         let records = &history.records;
         let plain = Projections::fold(records);
-        let mut presized = Projections::presized(Some(sizes(3, 10_000)), 10_000);
+        let mut presized = Projections::presized(Some(sizes(10_000, 10_000)), 10_000);
         for record in records {
             presized.apply(record);
         }

@@ -3,14 +3,14 @@
 //! and on close. A checkpoint that does not decode, has an unknown version or
 //! claims a position past the head is discarded and the state rebuilt from
 //! the log; it is never trusted. Beside each checkpoint the sizes of its
-//! maps are saved, and every fold from position 1 in this crate starts
+//! maps are saved, and an open that refolds, `state_at` and `verify` start
 //! from them ([`presized_state`]).
 
 use std::ops::ControlFlow;
 
 use subagent_core::RecordedEvent;
 use subagent_projections::{checkpoint, MapSizes, Projections, MAP_SIZES_NAME};
-use subagent_store::{EventLog, StoreError};
+use subagent_store::EventLog;
 
 use crate::error::ReplayError;
 
@@ -50,10 +50,10 @@ impl<L: EventLog> Checkpointed<L> {
                 report.checkpoint_position = Some(stored.position);
                 stored
             }
-            Ok(None) => presized_state(&log, head)?,
+            Ok(None) => presized_state(&log, head),
             Err(reason) => {
                 report.discarded = Some(reason.to_string());
-                presized_state(&log, head)?
+                presized_state(&log, head)
             }
         };
         let mut opened = Checkpointed {
@@ -109,7 +109,8 @@ impl<L: EventLog> Checkpointed<L> {
     /// under [`MAP_SIZES_NAME`].
     ///
     /// # Errors
-    /// A write failure.
+    /// A write failure of either: the checkpoint may be saved when only
+    /// the sizes' write failed.
     pub fn save(&mut self) -> Result<(), ReplayError> {
         save(&self.log, &self.state, &mut self.since_save)
     }
@@ -168,18 +169,12 @@ fn save<L: EventLog + ?Sized>(
 
 /// The empty state for a fold from position 1 to `at`, its maps sized as
 /// the sizes saved beside the last checkpoint suggest
-/// ([`Projections::presized`]); without them (or if they do not decode),
-/// an empty state.
-///
-/// # Errors
-/// A read failure of the log.
-pub(crate) fn presized_state<L: EventLog + ?Sized>(
-    log: &L,
-    at: u64,
-) -> Result<Projections, StoreError> {
-    let sizes = log
-        .read_checkpoint(MAP_SIZES_NAME)?
-        .as_deref()
-        .and_then(MapSizes::decode);
-    Ok(Projections::presized(sizes, at))
+/// ([`Projections::presized`]); without them (none saved, a read that
+/// failed, bytes that do not decode), an empty state. Never an error: the
+/// sizes are only a hint.
+pub(crate) fn presized_state<L: EventLog + ?Sized>(log: &L, at: u64) -> Projections {
+    Projections::presized(
+        MapSizes::from_stored(log.read_checkpoint(MAP_SIZES_NAME)),
+        at,
+    )
 }

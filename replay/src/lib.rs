@@ -103,7 +103,7 @@ pub fn state_at_with_progress<L: EventLog + ?Sized, P: Progress + ?Sized>(
         return Err(ReplayError::PositionPastHead { at, head });
     }
     progress.set_total(at);
-    let mut state = checkpointed::presized_state(log, at)?;
+    let mut state = checkpointed::presized_state(log, at);
     let mut done = 0;
     subagent_store::read_ahead::scan(log, 1, |record| {
         if record.position > at {

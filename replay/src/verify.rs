@@ -113,7 +113,7 @@ pub fn verify_with_progress<L: EventLog + ?Sized, P: Progress + ?Sized>(
         }
     };
     report.checkpoint_position = stored.as_ref().map(|state| state.position);
-    let mut rebuilt = crate::checkpointed::presized_state(log, report.head)?;
+    let mut rebuilt = crate::checkpointed::presized_state(log, report.head);
     let mut resumed = stored.clone();
     let mut expected = Expectation::None;
     let mut indexes = IndexAudit::default();

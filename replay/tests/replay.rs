@@ -242,6 +242,7 @@ fn the_sizes_saved_beside_a_checkpoint_size_the_next_full_fold() {
     let half = state_at(&log, Some(head / 2)).unwrap();
     assert_eq!(half, Projections::fold(&records[..records.len() / 2]));
     assert!(half.sessions.capacity() >= records.len() / 2);
+    assert!(half.sessions.capacity() < presized.sessions.capacity());
     assert!(verify(&log).unwrap().is_ok());
     // An open whose checkpoint is discarded refolds from the hint.
     log.write_checkpoint(CHECKPOINT_NAME, b"not a checkpoint")
@@ -256,6 +257,18 @@ fn the_sizes_saved_beside_a_checkpoint_size_the_next_full_fold() {
     let ignored = state_at(&log, None).unwrap();
     assert_eq!(ignored, rebuilt);
     assert!(ignored.sessions.capacity() < records.len());
+
+    // A log with sizes and no checkpoint at all (the sizes copied into a
+    // fresh log): its open refolds from them.
+    let fresh = MemoryLog::new();
+    load(&fresh, &records);
+    fresh
+        .write_checkpoint(MAP_SIZES_NAME, &every_event.encode())
+        .unwrap();
+    let (opened, report) = Checkpointed::open(fresh, 0).unwrap();
+    assert_eq!((report.checkpoint_position, report.discarded), (None, None));
+    assert_eq!(opened.state(), &rebuilt);
+    assert!(opened.state().sessions.capacity() >= records.len());
 }
 
 #[test]

@@ -193,11 +193,11 @@ impl Engine {
                 stats.checkpoint_position = Some(stored.position);
                 stored
             }
-            Ok(None) => presized_refold(log.as_ref())?,
+            Ok(None) => presized_refold(log.as_ref()),
             Err(reason) => {
                 warn!(%reason, "discarding the projections checkpoint; refolding the log");
                 stats.discarded_checkpoint = Some(reason.to_string());
-                presized_refold(log.as_ref())?
+                presized_refold(log.as_ref())
             }
         };
         let mut versions = HashMap::default();
@@ -280,7 +280,8 @@ impl Engine {
     }
 
     /// Saves a checkpoint of the projections, and the sizes of their maps
-    /// beside it ([`MapSizes`]), once everything it reflects is durable.
+    /// beside it ([`MapSizes`]; a failed write of those is only a warning),
+    /// once everything it reflects is durable.
     ///
     /// # Errors
     /// `gateway/internal` on storage failure.
@@ -849,22 +850,21 @@ impl std::ops::Deref for StateGuard<'_> {
     }
 }
 
+/// The empty state a refold of the whole log starts from: its maps sized
+/// as the sizes saved beside the last checkpoint suggest
+/// ([`Projections::presized`]), so the fold does not grow them; without
+/// them, an empty state.
+fn presized_refold(log: &dyn EventLog) -> Projections {
+    Projections::presized(
+        MapSizes::from_stored(log.read_checkpoint(MAP_SIZES_NAME)),
+        log.head(),
+    )
+}
+
 /// Writes `snapshot` as the projections checkpoint once everything it
 /// reflects is durable; the encoding and the write run off the async workers.
 /// Gives up when `broken` fires first: the snapshot holds decisions that
 /// will never be durable, so it must never be written.
-/// The empty state a refold of the whole log starts from: its maps sized
-/// as the sizes saved beside the last checkpoint suggest
-/// ([`Projections::presized`]), so the fold does not grow them.
-fn presized_refold(log: &dyn EventLog) -> Result<Projections, SubagentError> {
-    let sizes = log
-        .read_checkpoint(MAP_SIZES_NAME)
-        .map_err(SubagentError::internal_from)?
-        .as_deref()
-        .and_then(MapSizes::decode);
-    Ok(Projections::presized(sizes, log.head()))
-}
-
 async fn save_checkpoint(
     log: Arc<dyn EventLog>,
     snapshot: Projections,
@@ -881,14 +881,20 @@ async fn save_checkpoint(
         }
     }
     let position = snapshot.position;
-    tokio::task::spawn_blocking(move || {
+    let sizes = MapSizes::of(&snapshot);
+    let sizes_written = tokio::task::spawn_blocking(move || {
         log.write_checkpoint(checkpoint::CHECKPOINT_NAME, &checkpoint::encode(&snapshot))
-            .and_then(|()| log.write_checkpoint(MAP_SIZES_NAME, &MapSizes::of(&snapshot).encode()))
-            .map_err(SubagentError::internal_from)
+            .map_err(SubagentError::internal_from)?;
+        Ok::<_, SubagentError>(log.write_checkpoint(MAP_SIZES_NAME, &sizes.encode()))
     })
     .await
     .map_err(SubagentError::internal_from)??;
     checkpointed.fetch_max(position, Ordering::AcqRel);
+    // The sizes are a hint for the next refold: without them it grows its
+    // maps, so a failed write of them is no failed checkpoint.
+    if let Err(err) = sizes_written {
+        warn!(error = %err, "saving the projections' map sizes failed");
+    }
     Ok(())
 }
 
@@ -922,5 +928,73 @@ mod tests {
         );
         let kept = pipeline.accepted.take(child, &[to_child]);
         assert_eq!(kept.map(|contents| contents.len()), Some(1));
+    }
+
+    /// An open with no usable checkpoint refolds the log into maps sized
+    /// from the sizes saved beside the last one; without them, or with
+    /// bytes that are none, the maps grow from empty.
+    #[test]
+    fn an_open_that_refolds_sizes_its_maps_from_the_saved_sizes() {
+        let mut history = HistoryBuilder::new();
+        let root = history.root("root");
+        for _ in 0..3 {
+            let child = history.child(root, 1, "worker", SessionMode::Continuable, false);
+            let message = history.message(child, root);
+            history.activation(child, 1, 1, vec![message]);
+        }
+        let log = Arc::new(subagent_store::MemoryLog::new());
+        for record in &history.records {
+            log.append(
+                record.stream,
+                ExpectedVersion::Any,
+                vec![subagent_core::NewEvent::new(record.event.clone())],
+            )
+            .wait()
+            .unwrap();
+        }
+        let head = log.head();
+        let events = usize::try_from(head).unwrap();
+        let capacity_after_open = |log: &Arc<subagent_store::MemoryLog>| {
+            let (engine, stats) = Engine::open(log.clone(), 0).unwrap();
+            assert_eq!(stats.checkpoint_position, None);
+            assert_eq!(stats.tail_events, head);
+            let state = &engine.pipeline().state;
+            assert_eq!(state.sessions.len(), 4);
+            (state.sessions.capacity(), state.activations.capacity())
+        };
+        let (sessions, activations) = capacity_after_open(&log);
+        assert!(
+            sessions < events && activations < events,
+            "{sessions} {activations}"
+        );
+
+        let one_an_event = MapSizes {
+            position: head,
+            sessions: head,
+            catalogs: head,
+            owners: head,
+            activations: head,
+            runs: head,
+            inboxes: head,
+        };
+        log.write_checkpoint(MAP_SIZES_NAME, &one_an_event.encode())
+            .unwrap();
+        let (sessions, activations) = capacity_after_open(&log);
+        assert!(
+            sessions >= events && activations >= events,
+            "{sessions} {activations}"
+        );
+        // So does an open that discards its checkpoint.
+        log.write_checkpoint(checkpoint::CHECKPOINT_NAME, b"not a checkpoint")
+            .unwrap();
+        let (engine, stats) = Engine::open(log.clone(), 0).unwrap();
+        assert!(stats.discarded_checkpoint.is_some());
+        assert!(engine.pipeline().state.sessions.capacity() >= events);
+
+        log.write_checkpoint(MAP_SIZES_NAME, b"").unwrap();
+        log.write_checkpoint(checkpoint::CHECKPOINT_NAME, b"")
+            .unwrap();
+        let (engine, _) = Engine::open(log.clone(), 0).unwrap();
+        assert!(engine.pipeline().state.sessions.capacity() < events);
     }
 }
