@@ -63,6 +63,21 @@ pub struct MapSizes {
 }
 
 impl MapSizes {
+    /// `count` entries in every map of a state at `position`: a hint as
+    /// large as a frame at `position` may claim when `count` is `position`.
+    #[must_use]
+    pub fn every_map(position: u64, count: u64) -> MapSizes {
+        MapSizes {
+            position,
+            sessions: count,
+            catalogs: count,
+            owners: count,
+            activations: count,
+            runs: count,
+            inboxes: count,
+        }
+    }
+
     /// The sizes of `state`'s maps.
     #[must_use]
     pub fn of(state: &Projections) -> MapSizes {
@@ -199,18 +214,6 @@ mod tests {
     use crate::testing::HistoryBuilder;
     use subagent_core::SessionMode;
 
-    fn sizes(position: u64, count: u64) -> MapSizes {
-        MapSizes {
-            position,
-            sessions: count,
-            catalogs: count,
-            owners: count,
-            activations: count,
-            runs: count,
-            inboxes: count,
-        }
-    }
-
     fn capacities(state: &Projections) -> [usize; 6] {
         [
             state.sessions.capacity(),
@@ -254,7 +257,7 @@ mod tests {
 
     #[test]
     fn bytes_that_are_not_a_frame_are_no_hint() {
-        let frame = sizes(10, 3).encode();
+        let frame = MapSizes::every_map(10, 3).encode();
         assert_eq!(MapSizes::decode(&frame[..ENCODED_LEN - 1]), None);
         let mut longer = frame.to_vec();
         longer.push(0);
@@ -264,7 +267,7 @@ mod tests {
         assert_eq!(MapSizes::decode(&other_magic), None);
         assert_eq!(MapSizes::decode(b""), None);
         // More entries than events (a flipped bit, say) is no frame.
-        let mut more_than_events = sizes(10, 10);
+        let mut more_than_events = MapSizes::every_map(10, 10);
         assert!(MapSizes::decode(&more_than_events.encode()).is_some());
         more_than_events.runs = 11;
         assert_eq!(MapSizes::decode(&more_than_events.encode()), None);
@@ -274,7 +277,7 @@ mod tests {
         assert_eq!(MapSizes::from_stored(Ok::<Option<&[u8]>, ()>(None)), None);
         assert_eq!(
             MapSizes::from_stored(Ok::<_, ()>(Some(&frame[..]))),
-            Some(sizes(10, 3))
+            Some(MapSizes::every_map(10, 3))
         );
         // A checkpoint stored under the hint's name is not taken for one.
         assert_eq!(
@@ -289,7 +292,10 @@ mod tests {
 
         // The fold reaches the hint's position, or passes it: as counted.
         for at in [1_000, 5_000] {
-            for capacity in capacities(&Projections::presized(Some(sizes(1_000, 300)), at)) {
+            for capacity in capacities(&Projections::presized(
+                Some(MapSizes::every_map(1_000, 300)),
+                at,
+            )) {
                 assert!(
                     (300..1_000).contains(&capacity),
                     "{capacity} for a fold to {at}"
@@ -297,20 +303,26 @@ mod tests {
             }
         }
         // A fold to a tenth of the hint's position: a tenth of each count.
-        for capacity in capacities(&Projections::presized(Some(sizes(1_000, 300)), 100)) {
+        for capacity in capacities(&Projections::presized(
+            Some(MapSizes::every_map(1_000, 300)),
+            100,
+        )) {
             assert!((30..100).contains(&capacity), "{capacity}");
         }
         // Never more than the fold's events could fill.
-        for capacity in capacities(&Projections::presized(Some(sizes(1_000, 1_000_000)), 2_000)) {
+        for capacity in capacities(&Projections::presized(
+            Some(MapSizes::every_map(1_000, 1_000_000)),
+            2_000,
+        )) {
             assert!((2_000..8_000).contains(&capacity), "{capacity}");
         }
     }
 
     #[test]
     fn a_hint_no_memory_can_hold_is_only_asked_for() {
-        let state = Projections::presized(Some(sizes(1, u64::MAX)), u64::MAX);
+        let state = Projections::presized(Some(MapSizes::every_map(1, u64::MAX)), u64::MAX);
         assert_eq!(capacities(&state), [0; 6]);
-        let state = Projections::presized(Some(sizes(u64::MAX, u64::MAX)), 3);
+        let state = Projections::presized(Some(MapSizes::every_map(u64::MAX, u64::MAX)), 3);
         assert!(capacities(&state).iter().all(|capacity| *capacity < 64));
     }
 
@@ -325,7 +337,7 @@ mod tests {
         }
         let records = &history.records;
         let plain = Projections::fold(records);
-        let mut presized = Projections::presized(Some(sizes(10_000, 10_000)), 10_000);
+        let mut presized = Projections::presized(Some(MapSizes::every_map(10_000, 10_000)), 10_000);
         for record in records {
             presized.apply(record);
         }

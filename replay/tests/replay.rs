@@ -224,15 +224,7 @@ fn the_sizes_saved_beside_a_checkpoint_size_the_next_full_fold() {
 
     // A hint of one session an event: each fold from position 1 reserves
     // it, scaled to where the fold stops, and folds the same state.
-    let every_event = MapSizes {
-        position: head,
-        sessions: head,
-        catalogs: head,
-        owners: head,
-        activations: head,
-        runs: head,
-        inboxes: head,
-    };
+    let every_event = MapSizes::every_map(head, head);
     log.write_checkpoint(MAP_SIZES_NAME, &every_event.encode())
         .unwrap();
     let presized = state_at(&log, None).unwrap();

@@ -968,15 +968,7 @@ mod tests {
             "{sessions} {activations}"
         );
 
-        let one_an_event = MapSizes {
-            position: head,
-            sessions: head,
-            catalogs: head,
-            owners: head,
-            activations: head,
-            runs: head,
-            inboxes: head,
-        };
+        let one_an_event = MapSizes::every_map(head, head);
         log.write_checkpoint(MAP_SIZES_NAME, &one_an_event.encode())
             .unwrap();
         let (sessions, activations) = capacity_after_open(&log);
