@@ -81,15 +81,15 @@ impl MapSizes {
     /// The sizes of `state`'s maps.
     #[must_use]
     pub fn of(state: &Projections) -> MapSizes {
-        let len = |len: usize| u64::try_from(len).unwrap_or(u64::MAX);
+        let entries = |len: usize| u64::try_from(len).unwrap_or(u64::MAX);
         MapSizes {
             position: state.position,
-            sessions: len(state.sessions.len()),
-            catalogs: len(state.catalogs.len()),
-            owners: len(state.owners.len()),
-            activations: len(state.activations.len()),
-            runs: len(state.runs.len()),
-            inboxes: len(state.inboxes.len()),
+            sessions: entries(state.sessions.len()),
+            catalogs: entries(state.catalogs.len()),
+            owners: entries(state.owners.len()),
+            activations: entries(state.activations.len()),
+            runs: entries(state.runs.len()),
+            inboxes: entries(state.inboxes.len()),
         }
     }
 

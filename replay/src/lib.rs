@@ -46,7 +46,9 @@ use subagent_projections::Projections;
 use subagent_store::EventLog;
 
 /// Every projection as it was right after position `at` (the head when
-/// `None`), folded from position 1.
+/// `None`), folded from position 1, into maps reserved from the sizes saved
+/// beside the last checkpoint, when there are any
+/// ([`subagent_projections::map_sizes`]: a hint, never an error).
 ///
 /// # Example
 ///

@@ -76,7 +76,9 @@ impl VerifyReport {
 const MAX_DIFFERENCES: usize = 20;
 
 /// Verifies the log (see the module doc). Every record must decode, so a
-/// corrupt record fails verification with its position.
+/// corrupt record fails verification with its position. The rebuilt state's
+/// maps are reserved from the sizes saved beside the last checkpoint, as
+/// [`state_at`](crate::state_at)'s are; they are not verified (a hint).
 ///
 /// # Errors
 /// A read failure, including a corrupt record.
