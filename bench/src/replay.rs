@@ -111,10 +111,11 @@ pub(super) fn replay(args: &ReplayArgs, out: &mut dyn Write) -> BenchResult {
     // The same fold in fresh processes, as `subagents replay` and `tree`
     // run it: no heap warmed by the folds above. The log is closed here so
     // a child can open it. Each run alternates the log as a runtime closes
-    // it (its maps' sizes saved) with the same log without them (as an
-    // import leaves one: the checkpoint stays, the sizes are overwritten
-    // with bytes that are none, so each map grows), each side set by an
-    // untimed open before its run. Whatever such an open leaves RocksDB to
+    // it (its maps' sizes saved) with the same log without them (as a log
+    // whose sizes were never saved, by an older build, or were lost: the
+    // checkpoint stays, the sizes are overwritten with bytes that are
+    // none, so each map grows), each side set by an untimed open before
+    // its run. Whatever such an open leaves RocksDB to
     // do (the first replays the write-ahead log this process left, and any
     // flush or compaction after it) falls on both sides alike, not on the
     // first fold alone.

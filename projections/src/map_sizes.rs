@@ -1,11 +1,12 @@
 //! The sizes of a state's maps, stored beside its checkpoint, so that a
-//! fold from position 1 allocates each map once instead of growing it.
+//! fold from position 1 reserves each map up front (for the counts at the
+//! last checkpoint) instead of growing it from empty.
 //!
 //! A map that grows as entries come in is rehashed at every doubling: a
 //! table twice as large is allocated, in memory the process has never
 //! touched, and every entry is moved into it. On a fold of a large log the
-//! kernel's zeroing of those fresh pages was up to a quarter of the fold's
-//! time, and on the virtual machine measured it came and went from run to
+//! kernel's zeroing of those fresh pages was about a quarter of a slow
+//! fold's time (27% of its samples), and on the virtual machine measured it came and went from run to
 //! run (BENCHMARKS.md, "The fold's maps sized from the last checkpoint").
 //! The sizes of the last checkpoint's maps let a later fold (`replay`,
 //! `verify`, a refold on open) reserve them up front.
