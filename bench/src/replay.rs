@@ -344,16 +344,17 @@ pub(super) fn open_once(args: &OnceArgs, out: &mut dyn Write) -> BenchResult {
     Ok(())
 }
 
-/// Runs `fold-once`: opens the RocksDB log in `--data`, then folds the
-/// whole log into every projection as `subagents replay` does
-/// ([`subagent_replay::state_at`]), and prints the events per second of
-/// the fold. The first fold of this process, so nothing before it warmed
-/// its heap.
+/// Runs `fold-once`: opens the RocksDB log in `--data` read-only, as
+/// `subagents replay` does (so the open starts no flush or compaction
+/// beside the fold), then folds the whole log into every projection as it
+/// does ([`subagent_replay::state_at`]), and prints the events per second
+/// of the fold. The first fold of this process, so nothing before it
+/// warmed its heap.
 ///
 /// # Errors
 /// Storage failures, and a log without events (there is no rate to give).
 pub(super) fn fold_once(args: &OnceArgs, out: &mut dyn Write) -> BenchResult {
-    let log = RocksLog::open(&args.data, RocksOptions::default())?;
+    let log = RocksLog::open_read_only(&args.data)?;
     let head = log.head();
     if head == 0 {
         return Err("the log holds no events".into());

@@ -356,15 +356,14 @@ fn replay_times_the_fold_in_fresh_processes() {
     );
 }
 
-/// Runs the hidden part `part` on an empty log, which it refuses with
-/// `empty_refusal`, and on a file that is not a log: both exit 1 with
+/// Runs the hidden part `part` on a log with no events, which it refuses
+/// with `empty_refusal`, and on a file that is not a log: both exit 1 with
 /// nothing printed on stdout.
 fn assert_refuses_an_empty_log_and_a_file(part: &str, empty_refusal: &str) {
     let empty = tempfile::tempdir().unwrap();
-    refused_before_measuring(
-        &[part, "--data", empty.path().to_str().unwrap()],
-        empty_refusal,
-    );
+    let log = empty.path().join("log");
+    drop(subagent_store::RocksLog::open(&log, subagent_store::RocksOptions::default()).unwrap());
+    refused_before_measuring(&[part, "--data", log.to_str().unwrap()], empty_refusal);
     let file = empty.path().join("a-file");
     std::fs::write(&file, b"not a log").unwrap();
     refused_before_measuring(
@@ -378,6 +377,14 @@ fn assert_refuses_an_empty_log_and_a_file(part: &str, empty_refusal: &str) {
 #[test]
 fn fold_once_refuses_a_log_without_events() {
     assert_refuses_an_empty_log_and_a_file("fold-once", "the log holds no events");
+    // It opens read-only, as `subagents replay` does: a directory with no
+    // log in it is refused, not made into one.
+    let empty = tempfile::tempdir().unwrap();
+    refused_before_measuring(
+        &["fold-once", "--data", empty.path().to_str().unwrap()],
+        "there is no log there",
+    );
+    assert_eq!(std::fs::read_dir(empty.path()).unwrap().count(), 0);
 }
 
 /// `open-once` times only an open from a checkpoint: a log without one, or
