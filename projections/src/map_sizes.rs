@@ -213,7 +213,6 @@ impl Projections {
 mod tests {
     use super::*;
     use crate::testing::HistoryBuilder;
-    use subagent_core::SessionMode;
 
     fn capacities(state: &Projections) -> [usize; 6] {
         [
@@ -230,9 +229,7 @@ mod tests {
     fn sizes_are_counted_from_a_state_and_read_back_from_their_frame() {
         let mut history = HistoryBuilder::new();
         let root = history.root("root");
-        let child = history.child(root, 1, "worker", SessionMode::Continuable, false);
-        let message = history.message(child, root);
-        history.activation(child, 1, 1, vec![message]);
+        history.children_with_one_activation(root, 1);
         let state = Projections::fold(&history.records);
         let counted = MapSizes::of(&state);
         assert_eq!(counted.position, state.position);
@@ -331,11 +328,7 @@ mod tests {
     fn a_presized_state_folds_as_an_empty_one_does() {
         let mut history = HistoryBuilder::new();
         let root = history.root("root");
-        for _ in 0..5 {
-            let child = history.child(root, 1, "worker", SessionMode::Continuable, false);
-            let message = history.message(child, root);
-            history.activation(child, 1, 1, vec![message]);
-        }
+        history.children_with_one_activation(root, 5);
         let records = &history.records;
         let plain = Projections::fold(records);
         let mut presized = Projections::presized(Some(MapSizes::every_map(10_000, 10_000)), 10_000);

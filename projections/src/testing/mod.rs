@@ -139,6 +139,17 @@ impl HistoryBuilder {
         id
     }
 
+    /// Records `count` continuable children of `parent` (a root: depth 1),
+    /// each sent one message by `parent` and then through one full
+    /// activation epoch that claims it ([`HistoryBuilder::activation`]).
+    pub fn children_with_one_activation(&mut self, parent: SessionId, count: usize) {
+        for _ in 0..count {
+            let child = self.child(parent, 1, "worker", SessionMode::Continuable, false);
+            let message = self.message(child, parent);
+            self.activation(child, 1, 1, vec![message]);
+        }
+    }
+
     /// Records a full activation epoch that publishes, runs one turn claiming
     /// the pending `claims`, settles and releases.
     pub fn activation(

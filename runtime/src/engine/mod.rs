@@ -937,11 +937,7 @@ mod tests {
     fn an_open_that_refolds_sizes_its_maps_from_the_saved_sizes() {
         let mut history = HistoryBuilder::new();
         let root = history.root("root");
-        for _ in 0..3 {
-            let child = history.child(root, 1, "worker", SessionMode::Continuable, false);
-            let message = history.message(child, root);
-            history.activation(child, 1, 1, vec![message]);
-        }
+        history.children_with_one_activation(root, 3);
         let log = Arc::new(subagent_store::MemoryLog::new());
         for record in &history.records {
             log.append(
