@@ -265,7 +265,7 @@ impl Writer {
                 }
                 if new_head > self.head {
                     self.head = new_head;
-                    self.head_watch.send_replace(new_head);
+                    publish_head(&self.head_watch, new_head);
                 }
                 debug!(
                     requests = scratch.pending.len(),
@@ -391,10 +391,50 @@ fn location_of(record: &RecordedEvent) -> IdLocation {
     }
 }
 
+/// Publishes `head` on the head watch, waking its receivers only if there
+/// are any: a send through tokio's watch takes eight locks to notify, on
+/// every commit, for a log nobody follows.
+///
+/// No receiver misses a head it has not seen. The head is stored, and the
+/// receivers counted, under the watch's lock. A receiver counts itself when
+/// it subscribes, before it can read the head, and every read takes that
+/// lock. So a receiver this count missed reads the head only after the
+/// store, and sees it. A receiver that read the head before the store was
+/// counted, and is woken.
+fn publish_head(watch: &watch::Sender<u64>, head: u64) {
+    watch.send_if_modified(|current| {
+        *current = head;
+        watch.receiver_count() > 0
+    });
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use subagent_core::{Event, NewEvent, SessionId};
+
+    /// With no receiver, a commit stores its head without waking anyone;
+    /// one subscribed then reads that head and waits for the next, and a
+    /// commit with a receiver wakes it.
+    #[test]
+    fn the_head_is_stored_for_later_receivers_and_wakes_present_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut writer, _db) = open(dir.path());
+        let stream = StreamId::Session(SessionId::new());
+        let results = writer.commit_group(vec![one(stream, ExpectedVersion::NoStream, turn(1))]);
+        assert!(results[0].is_ok());
+        let mut receiver = writer.head_watch.subscribe();
+        assert_eq!(*receiver.borrow_and_update(), 1);
+        assert!(!receiver.has_changed().unwrap());
+
+        let results = writer.commit_group(vec![one(stream, ExpectedVersion::Exact(1), turn(2))]);
+        assert!(results[0].is_ok());
+        assert!(
+            receiver.has_changed().unwrap(),
+            "a present receiver is woken"
+        );
+        assert_eq!(*receiver.borrow_and_update(), 2);
+    }
 
     fn open(dir: &std::path::Path) -> (Writer, Arc<DB>) {
         let mut options = rocksdb::Options::default();
