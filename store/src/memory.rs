@@ -186,7 +186,7 @@ impl MemoryLog {
                 .attachments
                 .insert(attachment.id(), attachment.into_bytes());
         }
-        self.shared.head.send_replace(state.records.len() as u64);
+        crate::subscription::publish_head(&self.shared.head, state.records.len() as u64);
         Ok(outcomes)
     }
 }

@@ -23,6 +23,23 @@ use tokio_util::sync::ReusableBoxFuture;
 use crate::error::StoreError;
 use crate::log::{EventLog, READ_PAGE};
 
+/// Publishes `head` on a backend's head watch, waking its receivers only
+/// if there are any: a send through tokio's watch takes eight locks to
+/// notify, on every commit, for a log nobody follows.
+///
+/// No receiver misses a head it has not seen. The head is stored, and the
+/// receivers counted, under the watch's lock. A receiver counts itself when
+/// it subscribes, before it can read the head, and every read takes that
+/// lock. So a receiver this count missed reads the head only after the
+/// store, and sees it. A receiver that read the head before the store was
+/// counted, and is woken.
+pub(crate) fn publish_head(watch: &watch::Sender<u64>, head: u64) {
+    watch.send_if_modified(|current| {
+        *current = head;
+        watch.receiver_count() > 0
+    });
+}
+
 /// One item of a subscription.
 #[derive(Clone, Debug, PartialEq)]
 // Nearly every item is an event; boxing it would cost an allocation per event

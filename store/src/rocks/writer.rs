@@ -265,7 +265,7 @@ impl Writer {
                 }
                 if new_head > self.head {
                     self.head = new_head;
-                    publish_head(&self.head_watch, new_head);
+                    crate::subscription::publish_head(&self.head_watch, new_head);
                 }
                 debug!(
                     requests = scratch.pending.len(),
@@ -389,23 +389,6 @@ fn location_of(record: &RecordedEvent) -> IdLocation {
         position: record.position,
         version: record.version,
     }
-}
-
-/// Publishes `head` on the head watch, waking its receivers only if there
-/// are any: a send through tokio's watch takes eight locks to notify, on
-/// every commit, for a log nobody follows.
-///
-/// No receiver misses a head it has not seen. The head is stored, and the
-/// receivers counted, under the watch's lock. A receiver counts itself when
-/// it subscribes, before it can read the head, and every read takes that
-/// lock. So a receiver this count missed reads the head only after the
-/// store, and sees it. A receiver that read the head before the store was
-/// counted, and is woken.
-fn publish_head(watch: &watch::Sender<u64>, head: u64) {
-    watch.send_if_modified(|current| {
-        *current = head;
-        watch.receiver_count() > 0
-    });
 }
 
 #[cfg(test)]
