@@ -559,7 +559,10 @@ fn write_escaped<S: Sink>(sink: &mut S, text: &str) {
 }
 
 /// Whether any byte of `bytes` needs escaping, looked at eight at a time;
-/// the last few are padded with a letter, which needs none.
+/// the last few one at a time. (Padding them into a word on the stack cost
+/// more than the whole scan: the word's load waited for the bytes' copy,
+/// a store it could not forward. BENCHMARKS.md, "The memtables without
+/// bloom filters".)
 fn any_needs_escape(bytes: &[u8]) -> bool {
     let mut words = bytes.chunks_exact(8);
     let mut found = false;
@@ -568,10 +571,11 @@ fn any_needs_escape(bytes: &[u8]) -> bool {
         whole.copy_from_slice(word);
         found |= needs_escape(u64::from_le_bytes(whole));
     }
-    let rest = words.remainder();
-    let mut padded = [b'x'; 8];
-    padded[..rest.len()].copy_from_slice(rest);
-    found | needs_escape(u64::from_le_bytes(padded))
+    found
+        || words
+            .remainder()
+            .iter()
+            .any(|&byte| byte < 0x20 || byte == b'"' || byte == b'\\')
 }
 
 /// Whether any of the eight bytes of `word` is below `0x20`, `"` or `\`

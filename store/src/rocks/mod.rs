@@ -151,9 +151,9 @@ fn map_rocks_error(err: rocksdb::Error, position: u64, path: &Path) -> StoreErro
 }
 
 /// Whether `stream` has any event: its version 1 is indexed (versions are
-/// gap-free from 1). A point lookup, which the bloom filters of the
-/// stream index (the memtable's and each table file's) answer for a stream
-/// that has none without searching, where [`read_stream_version`] seeks.
+/// gap-free from 1). A point lookup: a search of the memtable, and each
+/// table file's bloom filter answers for a stream that has none without
+/// reading a block, where [`read_stream_version`] seeks.
 fn stream_started(db: &DB, path: &Path, stream: &StreamId) -> Result<bool, StoreError> {
     db.get_pinned_cf(family(db, keys::CF_STREAMS)?, keys::stream_key(stream, 1))
         .map(|found| found.is_some())

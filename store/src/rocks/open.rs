@@ -212,15 +212,12 @@ pub(super) fn families() -> [ColumnFamilyDescriptor; 5] {
         let mut table = BlockBasedOptions::default();
         table.set_bloom_filter(10.0, false);
         family_options.set_block_based_table_factory(&table);
-        if name == keys::CF_EVENT_IDS || name == keys::CF_STREAMS {
-            // An append looks up the event ids that do not sort above every
-            // indexed one (`id_ceiling`), retries and the like, and those
-            // are mostly absent; a new session's first append looks up its
-            // stream's version 1, absent too. A whole-key bloom filter on
-            // the memtable answers that without searching its skiplist.
-            family_options.set_memtable_prefix_bloom_ratio(0.02);
-            family_options.set_memtable_whole_key_filtering(true);
-        }
+        // No memtable bloom filter on any family: each insert would set
+        // bits in a filter of 2% of the write buffer (1.3 MB a family),
+        // a cache miss on every index key an append writes, to spare the
+        // rare lookup of an absent key (an id at or below `id_ceiling`, a
+        // new stream's version 1) a search of the skiplist.
+        // BENCHMARKS.md, "The memtables without bloom filters".
         ColumnFamilyDescriptor::new(name, family_options)
     })
 }
