@@ -3,8 +3,9 @@
 //! Pure folds over recorded events: the session corpus, parent catalogs, the
 //! descendant tree, activation and activity state, external runs, inboxes and
 //! the provider registry, all in [`Projections`], plus their versioned
-//! [`checkpoint`] encoding and the sizes of its maps saved beside it
-//! ([`map_sizes`]), the delegation state machine ([`decide`])
+//! [`checkpoint`] encoding, the sizes of its maps saved beside it
+//! ([`map_sizes`]) and when the next is due ([`CheckpointCadence`]), the
+//! delegation state machine ([`decide`])
 //! that reads them, and the [`admissible`] check of a recorded history
 //! against the state machine's rules, and the [`view`]s people read. No IO: the replay crate and the runtime feed events in,
 //! append decisions and store checkpoints.
@@ -13,6 +14,7 @@ pub mod activation;
 pub mod admissible;
 pub mod catalog;
 pub mod checkpoint;
+mod checkpoint_cadence;
 mod checkpoint_writer;
 /// Fuzz target bodies (feature `testing`); see `fuzz/`.
 #[cfg(feature = "testing")]
@@ -32,6 +34,7 @@ pub use activation::{
     ActivationPhase, ActivationState, Activity, LiveActivation, RunPhase, RunState,
 };
 pub use admissible::{admit, admit_end, Expectation, HistoryCheck, HistoryViolation};
+pub use checkpoint_cadence::CheckpointCadence;
 pub use inbox::{prompt_digest, Inbox, PromptRecord};
 pub use machine::{
     decide, decide_as, settlement_notice_id, tree_fences, Command, Decision, StartChild, TurnOutput,

@@ -94,6 +94,16 @@ impl MapSizes {
         }
     }
 
+    /// The entries of all the maps together (saturating): what a clone or
+    /// an encoding of the state costs, within a small factor, since every
+    /// entry nested in one (a catalog's, an inbox's) belongs to a session.
+    #[must_use]
+    pub fn entries(&self) -> u64 {
+        self.counts()
+            .into_iter()
+            .fold(0, |total, count| total.saturating_add(count))
+    }
+
     fn counts(&self) -> [u64; 6] {
         [
             self.sessions,

@@ -1,6 +1,9 @@
 //! [`Checkpointed`]: projections opened from the newest checkpoint plus the
-//! log's tail, kept current by applying new events, and saved every N events
-//! and on close. A checkpoint that does not decode, has an unknown version or
+//! log's tail, kept current by applying new events, and saved on close and
+//! periodically: once the events since the last save number at least the
+//! given minimum and at least the entries the last one held
+//! ([`CheckpointCadence`]), so each event pays a bounded share of the saves
+//! however large the state grows. A checkpoint that does not decode, has an unknown version or
 //! claims a position past the head is discarded and the state rebuilt from
 //! the log; it is never trusted. Beside each checkpoint the sizes of its
 //! maps are saved, and an open that refolds, `state_at` and `verify` start
@@ -9,7 +12,7 @@
 use std::ops::ControlFlow;
 
 use subagent_core::RecordedEvent;
-use subagent_projections::{checkpoint, MapSizes, Projections, MAP_SIZES_NAME};
+use subagent_projections::{checkpoint, CheckpointCadence, MapSizes, Projections, MAP_SIZES_NAME};
 use subagent_store::EventLog;
 
 use crate::error::ReplayError;
@@ -31,13 +34,14 @@ pub struct OpenReport {
 pub struct Checkpointed<L> {
     log: L,
     state: Projections,
-    every: u64,
-    since_save: u64,
+    cadence: CheckpointCadence,
 }
 
 impl<L: EventLog> Checkpointed<L> {
     /// Opens the projections of `log`: newest valid checkpoint, then the tail.
-    /// `every` is the checkpoint interval in events (0: only on close).
+    /// `every` is the fewest events between two periodic saves (0: only on
+    /// close); a state with more entries than that waits for as many
+    /// events as it has entries ([`CheckpointCadence`]).
     ///
     /// # Errors
     /// A read failure of the log (a bad checkpoint is not an error).
@@ -56,11 +60,11 @@ impl<L: EventLog> Checkpointed<L> {
                 presized_state(&log, head)
             }
         };
+        let cadence = CheckpointCadence::new(every, &state);
         let mut opened = Checkpointed {
             log,
             state,
-            every,
-            since_save: 0,
+            cadence,
         };
         report.tail_events = opened.catch_up()?;
         Ok((opened, report))
@@ -80,11 +84,10 @@ impl<L: EventLog> Checkpointed<L> {
         let Checkpointed {
             log,
             state,
-            every,
-            since_save,
+            cadence,
         } = self;
         subagent_store::read_ahead::scan(&*log, next, |record| {
-            fold_one(&*log, state, *every, since_save, record)?;
+            fold_one(&*log, state, cadence, record)?;
             count += 1;
             Ok::<_, ReplayError>(ControlFlow::Continue(()))
         })?;
@@ -96,13 +99,7 @@ impl<L: EventLog> Checkpointed<L> {
     /// # Errors
     /// A checkpoint write failure.
     pub fn apply(&mut self, record: &RecordedEvent) -> Result<(), ReplayError> {
-        fold_one(
-            &self.log,
-            &mut self.state,
-            self.every,
-            &mut self.since_save,
-            record,
-        )
+        fold_one(&self.log, &mut self.state, &mut self.cadence, record)
     }
 
     /// Saves a checkpoint of the current state, then the sizes of its maps
@@ -112,7 +109,7 @@ impl<L: EventLog> Checkpointed<L> {
     /// A write failure of either: the checkpoint may be saved when only
     /// the sizes' write failed.
     pub fn save(&mut self) -> Result<(), ReplayError> {
-        save(&self.log, &self.state, &mut self.since_save)
+        save(&self.log, &self.state, &mut self.cadence)
     }
 
     /// Saves a final checkpoint and returns the log.
@@ -140,16 +137,15 @@ impl<L: EventLog> Checkpointed<L> {
 fn fold_one<L: EventLog + ?Sized>(
     log: &L,
     state: &mut Projections,
-    every: u64,
-    since_save: &mut u64,
+    cadence: &mut CheckpointCadence,
     record: &RecordedEvent,
 ) -> Result<(), ReplayError> {
     let before = state.position;
     state.apply(record);
     if state.position > before {
-        *since_save += 1;
-        if every > 0 && *since_save >= every {
-            save(log, state, since_save)?;
+        cadence.count(1);
+        if cadence.due() {
+            save(log, state, cadence)?;
         }
     }
     Ok(())
@@ -159,11 +155,11 @@ fn fold_one<L: EventLog + ?Sized>(
 fn save<L: EventLog + ?Sized>(
     log: &L,
     state: &Projections,
-    since_save: &mut u64,
+    cadence: &mut CheckpointCadence,
 ) -> Result<(), ReplayError> {
     log.write_checkpoint(CHECKPOINT_NAME, &checkpoint::encode(state))?;
     log.write_checkpoint(MAP_SIZES_NAME, &MapSizes::of(state).encode())?;
-    *since_save = 0;
+    cadence.restart(state);
     Ok(())
 }
 

@@ -8,7 +8,8 @@ use std::io::Cursor;
 
 use proptest::prelude::*;
 use subagent_core::RecordedEvent;
-use subagent_projections::testing::{history, steps};
+use subagent_core::SessionMode;
+use subagent_projections::testing::{history, steps, HistoryBuilder};
 use subagent_projections::{HistoryCheck, MapSizes, Projections, MAP_SIZES_NAME};
 use subagent_replay::{
     diff, export, import, state_at, verify, Change, Checkpointed, ReplayError, CHECKPOINT_NAME,
@@ -75,6 +76,39 @@ proptest! {
         }
         let report = verify(&log).unwrap();
         prop_assert!(report.is_ok(), "{:?}", report);
+    }
+}
+
+/// Periodic saves come once the events since the last one number at
+/// least the entries it held (and the minimum): the gaps between saves
+/// grow with the state, where a fixed interval of 2 would have saved at
+/// every other event.
+#[test]
+fn checkpointed_saves_as_often_as_the_state_is_large() {
+    const MINIMUM: u64 = 2;
+    let mut history = HistoryBuilder::new();
+    let root = history.root("root");
+    for n in 0..40 {
+        history.child(root, 1, &format!("child {n}"), SessionMode::OneShot, false);
+    }
+    let (mut opened, _) = Checkpointed::open(MemoryLog::new(), MINIMUM).unwrap();
+    // (position, entries of the state saved)
+    let mut saved = vec![(0, 0)];
+    for record in &history.records {
+        opened.apply(record).unwrap();
+        let stored = MapSizes::from_stored(opened.log().read_checkpoint(MAP_SIZES_NAME));
+        if let Some(sizes) = stored.filter(|sizes| sizes.position != saved.last().unwrap().0) {
+            assert_eq!(sizes.position, record.position);
+            saved.push((sizes.position, sizes.entries()));
+        }
+    }
+    assert!(saved.len() > 3, "{saved:?}");
+    assert!(saved.len() < history.records.len() / 8, "{saved:?}");
+    for pair in saved.windows(2) {
+        let [(before, entries), (at, _)] = pair else {
+            unreachable!()
+        };
+        assert_eq!(at - before, MINIMUM.max(*entries), "{pair:?}");
     }
 }
 

@@ -27,8 +27,9 @@
 //! once it has folded past the command's append.
 //!
 //! Opening loads the newest usable projections checkpoint and folds only the
-//! log's tail; a checkpoint is saved every `checkpoint_every` events by a
-//! background task (only once everything it reflects is durable, so no
+//! log's tail; a checkpoint is saved once the events since the last one
+//! number at least its entries and at least `checkpoint_every`
+//! ([`CheckpointCadence`]), by a background task (only once everything it reflects is durable, so no
 //! command waits for it) and, awaited, when the runtime is closed.
 
 use std::collections::hash_map::Entry;
@@ -44,12 +45,16 @@ use subagent_core::{
     Attachment, ContentBlock, Event, MessageId, NewEvent, RecordedEvent, SessionId, StreamId,
     SubagentError, TraceContext, MAX_CONTENT_BYTES, MAX_EVENT_BYTES,
 };
-use subagent_projections::{checkpoint, decide, Command, MapSizes, Projections, MAP_SIZES_NAME};
+use subagent_projections::{
+    checkpoint, decide, CheckpointCadence, Command, MapSizes, Projections, MAP_SIZES_NAME,
+};
 use subagent_store::{EventLog, ExpectedVersion, StoreError, StreamAppend};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, warn, Instrument};
 
 mod accepted;
+#[cfg(test)]
+mod checkpoint_tests;
 mod shared;
 
 pub(crate) struct Pipeline {
@@ -59,8 +64,9 @@ pub(crate) struct Pipeline {
     /// Version of each stream, as the next append will find it (filled from
     /// the log on first use after opening from a checkpoint).
     versions: HashMap<StreamId, u64>,
-    /// Events committed since the last checkpoint.
-    since_checkpoint: u64,
+    /// Events folded in since the last checkpoint, and whether the next
+    /// is due.
+    cadence: CheckpointCadence,
     /// Set by [`Engine::seal`] when the runtime closes: every later command
     /// is refused with `subagent/closed`, so nothing is recorded after the
     /// closing checkpoint.
@@ -110,7 +116,6 @@ pub(crate) struct Engine {
     /// durable read, a checkpoint) stops waiting for a head that will never
     /// come.
     broken: CancellationToken,
-    checkpoint_every: u64,
     /// Held while a checkpoint is written: one at a time, so the newest
     /// snapshot is always written last.
     checkpointing: Arc<tokio::sync::Mutex<()>>,
@@ -176,7 +181,9 @@ struct LogFailedEarlier(#[source] SubagentError);
 impl Engine {
     /// Opens from the newest usable checkpoint plus the log's tail (a
     /// checkpoint that cannot be trusted is discarded and the log refolded),
-    /// and saves a new checkpoint every `checkpoint_every` committed events.
+    /// and saves a new checkpoint once the events committed since the last
+    /// one number at least its entries and at least `checkpoint_every` (0:
+    /// no periodic checkpoint; [`CheckpointCadence`]).
     pub(crate) fn open(
         log: Arc<dyn EventLog>,
         checkpoint_every: u64,
@@ -208,20 +215,20 @@ impl Engine {
             Ok::<_, StoreError>(std::ops::ControlFlow::Continue(()))
         })
         .map_err(SubagentError::internal_from)?;
+        let cadence = CheckpointCadence::new(checkpoint_every, &state);
         let engine = Engine {
             log,
             pipeline: Arc::new(Mutex::new(Pipeline {
                 state,
                 versions,
                 accepted: accepted::AcceptedContents::default(),
-                since_checkpoint: 0,
+                cadence,
                 sealed: false,
             })),
             shared: None,
             failed: AtomicBool::new(false),
             failure: OnceLock::new(),
             broken: CancellationToken::new(),
-            checkpoint_every,
             checkpointing: Arc::new(tokio::sync::Mutex::new(())),
             checkpointed: Arc::new(AtomicU64::new(stats.checkpoint_position.unwrap_or(0))),
         };
@@ -329,8 +336,9 @@ impl Engine {
 
     fn snapshot_for_checkpoint(&self) -> Projections {
         let mut pipeline = self.pipeline();
-        pipeline.since_checkpoint = 0;
-        pipeline.state.clone()
+        let Pipeline { state, cadence, .. } = &mut *pipeline;
+        cadence.restart(state);
+        state.clone()
     }
 
     fn pipeline(&self) -> MutexGuard<'_, Pipeline> {
@@ -605,9 +613,8 @@ impl Engine {
         for (record, bytes) in records.iter().zip(counted) {
             pipeline.fold_live(record, Some(bytes));
         }
-        pipeline.since_checkpoint += records.len() as u64;
-        let checkpoint_due =
-            self.checkpoint_every > 0 && pipeline.since_checkpoint >= self.checkpoint_every;
+        pipeline.cadence.count(records.len() as u64);
+        let checkpoint_due = pipeline.cadence.due();
         Step::Enqueued(Enqueued {
             ticket,
             records,
@@ -915,7 +922,7 @@ mod tests {
             state: Projections::new(),
             accepted: accepted::AcceptedContents::default(),
             versions: Default::default(),
-            since_checkpoint: 0,
+            cadence: CheckpointCadence::new(0, &Projections::new()),
             sealed: false,
         };
         for record in &history.records {

@@ -195,7 +195,7 @@ async fn follow(
                 let mut pipeline = super::lock(&pipeline);
                 if record.position > pipeline.state.position {
                     pipeline.fold_live(&record, None);
-                    pipeline.since_checkpoint += 1;
+                    pipeline.cadence.count(1);
                     folded.send_replace(pipeline.state.position);
                 }
             }
@@ -228,7 +228,7 @@ fn apply_own(
     for record in records {
         pipeline.fold_live(record, None);
     }
-    pipeline.since_checkpoint += records.len() as u64;
+    pipeline.cadence.count(records.len() as u64);
     folded.send_replace(pipeline.state.position);
     true
 }
@@ -360,7 +360,7 @@ impl Engine {
         }
         crate::metrics::appended(enqueued.elapsed());
         debug!(events = records.len(), "committed to the shared log");
-        if self.checkpoint_every > 0 && self.pipeline().since_checkpoint >= self.checkpoint_every {
+        if self.pipeline().cadence.due() {
             self.checkpoint_in_background();
         }
         Ok(Committed { records, opened })

@@ -138,7 +138,9 @@ pub(crate) struct Inner {
     pub(crate) shared: Option<shared_host::SharedState>,
 }
 
-/// Committed events between projections checkpoints.
+/// The fewest committed events between two periodic projections
+/// checkpoints; a larger state waits for as many events as it has entries
+/// (`engine::cadence`).
 pub(crate) const CHECKPOINT_EVERY: u64 = 10_000;
 
 /// The runtime. Cheap to clone.
