@@ -4,15 +4,15 @@
 //!
 //! A checkpoint encodes and writes the whole state (the runtime first
 //! copies it under its pipeline's lock), so its cost grows with the state,
-//! not with the events since the last one. Saved every fixed number of events,
-//! that cost per event grew without bound: a host whose log had 1M events
-//! (about 70,000 sessions, a 42 MB checkpoint) would copy, encode and
-//! write 42 MB every 10,000 events, ten times the bytes of the events
-//! themselves. So the next checkpoint is due once the events since the
-//! last number at least the entries the last one held (and at least the
-//! configured minimum). Each event then pays a bounded share of the
-//! checkpoints, and a crash refolds at most about as many events as the
-//! checkpoint has entries, which costs about what decoding it does.
+//! not with the events since the last one. Saved every fixed number of
+//! events, that cost per event grew without bound: a host whose log had 1M
+//! events (about 70,000 sessions, a 42 MB checkpoint) would copy, encode
+//! and write 42 MB every 10,000 events, more than ten times the bytes of
+//! the events themselves. So the next checkpoint is due once the events
+//! since the last number at least the entries the last one held (and at
+//! least the configured minimum). Each event then pays a bounded share of
+//! the checkpoints, and a crash refolds at most about as many events as
+//! the checkpoint has entries, which costs about what decoding it does.
 //! (BENCHMARKS.md, "Checkpoints as often as the state is large".)
 
 use crate::{MapSizes, Projections};

@@ -94,9 +94,12 @@ impl MapSizes {
         }
     }
 
-    /// The entries of all the maps together (saturating): what a clone or
-    /// an encoding of the state costs, within a small factor, since every
-    /// entry nested in one (a catalog's, an inbox's) belongs to a session.
+    /// The entries of all the maps together (saturating): the measure of a
+    /// state's size the checkpoint cadence uses. It counts the maps'
+    /// entries, not what is nested in them (a catalog's children, which are
+    /// sessions too; an inbox's messages) nor their bytes (a session's
+    /// result); in the states measured, sessions and their entries make
+    /// most of a checkpoint.
     #[must_use]
     pub fn entries(&self) -> u64 {
         self.counts()

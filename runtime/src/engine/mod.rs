@@ -29,8 +29,9 @@
 //! Opening loads the newest usable projections checkpoint and folds only the
 //! log's tail; a checkpoint is saved once the events since the last one
 //! number at least its entries and at least `checkpoint_every`
-//! ([`CheckpointCadence`]), by a background task (only once everything it reflects is durable, so no
-//! command waits for it) and, awaited, when the runtime is closed.
+//! ([`CheckpointCadence`]), by a background task (only once everything it
+//! reflects is durable, so no command waits for it), and, awaited, when
+//! the runtime is closed.
 
 use std::collections::hash_map::Entry;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
