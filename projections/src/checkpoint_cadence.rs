@@ -82,13 +82,18 @@ mod tests {
         state
     }
 
+    /// `cadence` is not due until exactly `events` more are counted.
+    fn assert_due_after(cadence: &mut CheckpointCadence, events: u64) {
+        cadence.count(events - 1);
+        assert!(!cadence.due(), "due before {events} events");
+        cadence.count(1);
+        assert!(cadence.due(), "not due after {events} events");
+    }
+
     #[test]
     fn due_after_the_minimum_while_the_state_is_small() {
         let mut cadence = CheckpointCadence::new(10, &Projections::new());
-        cadence.count(9);
-        assert!(!cadence.due());
-        cadence.count(1);
-        assert!(cadence.due());
+        assert_due_after(&mut cadence, 10);
     }
 
     #[test]
@@ -97,30 +102,20 @@ mod tests {
         let entries = MapSizes::of(&large).entries();
         assert!(entries > 20, "{entries}");
         let mut cadence = CheckpointCadence::new(10, &Projections::new());
-        cadence.count(10);
-        assert!(cadence.due());
+        assert_due_after(&mut cadence, 10);
         cadence.restart(&large);
         assert!(!cadence.due(), "the count starts again");
-        cadence.count(entries - 1);
-        assert!(!cadence.due());
-        cadence.count(1);
-        assert!(cadence.due());
+        assert_due_after(&mut cadence, entries);
+        // A small state: the minimum again.
         cadence.restart(&state_with(1));
-        cadence.count(9);
-        assert!(!cadence.due(), "a small state: the minimum again");
-        cadence.count(1);
-        assert!(cadence.due());
+        assert_due_after(&mut cadence, 10);
     }
 
     #[test]
     fn an_opened_state_counts_as_the_last_checkpoint() {
         let large = state_with(20);
-        let entries = MapSizes::of(&large).entries();
         let mut cadence = CheckpointCadence::new(10, &large);
-        cadence.count(entries - 1);
-        assert!(!cadence.due());
-        cadence.count(1);
-        assert!(cadence.due());
+        assert_due_after(&mut cadence, MapSizes::of(&large).entries());
     }
 
     #[test]
