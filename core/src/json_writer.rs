@@ -575,7 +575,7 @@ fn any_needs_escape(bytes: &[u8]) -> bool {
         || words
             .remainder()
             .iter()
-            .any(|&byte| byte < 0x20 || byte == b'"' || byte == b'\\')
+            .any(|&byte| Escape::of(byte).is_some())
 }
 
 /// Whether any of the eight bytes of `word` is below `0x20`, `"` or `\`

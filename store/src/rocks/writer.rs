@@ -160,8 +160,8 @@ impl Writer {
     /// The version of `stream` before this request: from the group's
     /// overlay, the cache, or the index. A part that expects no stream (a
     /// new session's first append) is checked by a point lookup of version
-    /// 1 ([`stream_started`]), cheaper than a seek; only a stream that has events is
-    /// sought to its last version.
+    /// 1 ([`stream_started`]), cheaper than a seek; only a stream that has
+    /// events is sought to its last version.
     fn version_of(
         &mut self,
         overlay: &GroupOverlay,
