@@ -1,7 +1,8 @@
 //! The cost of spans: `bench activations`' runtime figure with no
 //! subscriber (spans disabled) against the same work with a subscriber
 //! that builds every `info` span as OpenTelemetry does (real trace and
-//! span ids, parents, attributes, the trace context kept on every event),
+//! span ids, parents, attributes, the trace context kept on the events
+//! that name a span),
 //! but exports nothing: the overhead a host pays for tracing before its
 //! exporter's own cost. `--tracing-layer registry` builds them in
 //! `tracing-subscriber`'s registry with no OpenTelemetry layer instead:

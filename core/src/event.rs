@@ -741,7 +741,8 @@ pub struct NewEvent {
     pub correlation_id: Option<Uuid>,
     /// The event that caused this one.
     pub causation_id: Option<EventId>,
-    /// The span the event was recorded in, when spans were exported.
+    /// The span the event was recorded in, when spans were exported and
+    /// the event keeps it ([`kept_trace`](crate::telemetry::kept_trace)).
     pub trace: Option<TraceContext>,
     /// The payload.
     pub event: Event,
@@ -826,7 +827,9 @@ pub struct RecordedEvent {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub causation_id: Option<EventId>,
     /// The span the event was recorded in (a W3C `traceparent`), when
-    /// spans were exported: what lets a replay rebuild the tree of spans.
+    /// spans were exported and the event keeps it
+    /// ([`kept_trace`](crate::telemetry::kept_trace)): what lets a replay
+    /// rebuild the tree of spans.
     #[serde(
         default,
         rename = "traceparent",

@@ -44,4 +44,4 @@ pub use result::{select_output, Diagnostic, SubagentResult, SubagentStopReason};
 pub use settings::{
     effective_agent_options, resolve_max_depth, DepthPolicy, ModelSelectionSettings, StartSettings,
 };
-pub use telemetry::TraceContext;
+pub use telemetry::{kept_trace, NamedSpan, TraceContext};

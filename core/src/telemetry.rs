@@ -7,23 +7,30 @@
 //! runtime's own concepts are under `subagents.*`. Metric names follow the
 //! Prometheus conventions (`_total` counters, `_seconds` durations).
 //!
-//! Which span a recorded trace context names, by event (what a replay
-//! rebuilds the tree of spans from):
+//! Which span an event names ([`NamedSpan`], [`Event::named_span`]: what a
+//! replay rebuilds the tree of spans from):
 //! - a root's `SessionCreated`: the root's `create_agent` span, which
 //!   starts the tree's one trace;
-//! - `ActivationRequested` (and everything its command records): the new
-//!   activation's own span, whose parent is
-//!   `Projections::span_parent` at that point of the log: the parent
-//!   session's turn in progress, else its live activation, else the root;
-//! - `TurnStarted` and the turn's transcript: the `invoke_agent` span, a
-//!   child of the activation's;
-//! - `ToolCalled` and `ToolReturned`: the `execute_tool` span, a child of
-//!   the turn's.
+//! - `ActivationRequested` and `RunRequested`: the new activation's (or
+//!   run's) own span, whose parent is `Projections::span_parent` at that
+//!   point of the log: the parent session's turn in progress, else its
+//!   live activation, else the root;
+//! - `TurnStarted`: the `invoke_agent` span, a child of the activation's;
+//! - `ToolCalled`: the `execute_tool` span, a child of the turn's.
+//!
+//! Which events keep a trace context ([`kept_trace`]): an event that names
+//! a span keeps it, and so does an event recorded in a span outside its
+//! tree's trace (a host's request, say). Every other event was recorded in
+//! one of its tree's own spans, which another event names: it keeps
+//! none, so the span's identity is written once, not on every event
+//! recorded in it.
 
 use std::fmt;
 use std::str::FromStr;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use crate::Event;
 
 /// Span names. A span's OpenTelemetry name adds the agent's or tool's name
 /// where the GenAI conventions say so (`invoke_agent {gen_ai.agent.name}`).
@@ -117,10 +124,66 @@ pub mod metric {
     pub const LABEL_CODE: &str = "code";
 }
 
+/// A span an event names: the one it begins, which a replay rebuilds from
+/// the trace context the event keeps (`subagent_replay::spans`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum NamedSpan {
+    /// A root's creation (`create_agent`), named by its `SessionCreated`.
+    Root,
+    /// An activation of a continuable child (`subagents.activation`),
+    /// named by its `ActivationRequested`.
+    Activation {
+        /// The epoch.
+        epoch: u64,
+    },
+    /// An external run (`subagents.run`), named by its `RunRequested`.
+    Run,
+    /// A turn (`invoke_agent`), named by its `TurnStarted`.
+    Turn {
+        /// The turn number.
+        turn: u64,
+    },
+    /// A tool call (`execute_tool`), named by its `ToolCalled`.
+    Tool,
+}
+
+impl Event {
+    /// The span this event names, if it begins one: the one rule of which
+    /// events do.
+    #[must_use]
+    pub fn named_span(&self) -> Option<NamedSpan> {
+        match self {
+            Event::SessionCreated { parent: None, .. } => Some(NamedSpan::Root),
+            Event::ActivationRequested { epoch, .. } => {
+                Some(NamedSpan::Activation { epoch: *epoch })
+            }
+            Event::RunRequested { .. } => Some(NamedSpan::Run),
+            Event::TurnStarted { turn, .. } => Some(NamedSpan::Turn { turn: *turn }),
+            Event::ToolCalled { .. } => Some(NamedSpan::Tool),
+            _ => None,
+        }
+    }
+}
+
+/// The trace context `event` keeps when it is recorded in the span `span`,
+/// in a tree whose trace is `tree` (its root's, `None` when the root kept
+/// none): `span` when the event names a span, or when `span` is outside
+/// the tree's trace; otherwise none, because another event of the log
+/// names the tree's span it was recorded in.
+#[must_use]
+pub fn kept_trace(
+    event: &Event,
+    span: Option<TraceContext>,
+    tree: Option<[u8; 16]>,
+) -> Option<TraceContext> {
+    let span = span?;
+    (event.named_span().is_some() || tree != Some(span.trace_id)).then_some(span)
+}
+
 /// A W3C trace context: the span an event was recorded in. Stored on the
 /// event's envelope as a `traceparent` string
 /// (`00-{trace-id}-{span-id}-{flags}`), absent when no span was being
-/// exported.
+/// exported or the event does not keep it ([`kept_trace`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct TraceContext {
     /// The trace: 16 bytes, never all zero.
@@ -160,8 +223,8 @@ impl TraceContext {
     }
 
     /// The `traceparent` text (`00-{trace-id}-{span-id}-{flags}`), written
-    /// into a fixed buffer: every event recorded in a span carries one, so
-    /// this is on the append path whenever tracing is on.
+    /// into a fixed buffer: on the append path of every event that keeps
+    /// one.
     pub(crate) fn traceparent(&self) -> [u8; TRACEPARENT_LEN] {
         let mut out = *b"00-00000000000000000000000000000000-0000000000000000-00";
         // The lengths are fixed: both encodes fill slices of exactly twice
@@ -231,6 +294,7 @@ impl<'de> Deserialize<'de> for TraceContext {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::SessionId;
 
     const SAMPLE: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
 
@@ -288,6 +352,90 @@ mod tests {
                 proptest::prop_assert_eq!(&parsed.to_string()[..53], &noise[..53]);
             }
         }
+    }
+
+    #[test]
+    fn only_the_event_that_begins_a_span_names_it() {
+        let root = SessionId::new();
+        let child = Event::SessionCreated {
+            session: SessionId::new(),
+            parent: Some(root),
+            depth: 1,
+            label: "child".into(),
+            provider: Some("local".into()),
+            mode: crate::SessionMode::Continuable,
+            external: false,
+            descriptor: serde_json::Value::Null,
+        };
+        assert_eq!(
+            Event::root_created(root, "root").named_span(),
+            Some(NamedSpan::Root)
+        );
+        assert_eq!(
+            child.named_span(),
+            None,
+            "a child's creation is its parent's"
+        );
+        assert_eq!(
+            Event::TurnStarted { turn: 3, epoch: 1 }.named_span(),
+            Some(NamedSpan::Turn { turn: 3 })
+        );
+        assert_eq!(
+            Event::ToolCalled {
+                turn: 3,
+                call_id: "c".into(),
+                name: "t".into(),
+                input: serde_json::Value::Null,
+            }
+            .named_span(),
+            Some(NamedSpan::Tool)
+        );
+        let returned = Event::ToolReturned {
+            turn: 3,
+            call_id: "c".into(),
+            output: Vec::new(),
+            is_error: false,
+            refused: false,
+        };
+        assert_eq!(returned.named_span(), None);
+        assert_eq!(
+            Event::TurnEnded {
+                turn: 3,
+                stop_reason: crate::SubagentStopReason::Completed
+            }
+            .named_span(),
+            None
+        );
+    }
+
+    #[test]
+    fn an_event_keeps_its_span_when_it_names_it_or_the_span_is_outside_its_tree() {
+        let tree = [0x11; 16];
+        let in_tree = TraceContext::new(tree, [0x22; 8], true).unwrap();
+        let elsewhere = TraceContext::new([0x33; 16], [0x44; 8], true).unwrap();
+        let names = Event::TurnStarted { turn: 1, epoch: 1 };
+        let inside = Event::TurnEnded {
+            turn: 1,
+            stop_reason: crate::SubagentStopReason::Completed,
+        };
+        // Names a span: kept, wherever it was recorded.
+        assert_eq!(kept_trace(&names, Some(in_tree), Some(tree)), Some(in_tree));
+        assert_eq!(
+            kept_trace(&names, Some(elsewhere), Some(tree)),
+            Some(elsewhere)
+        );
+        // In one of its tree's spans: the log names that span already.
+        assert_eq!(kept_trace(&inside, Some(in_tree), Some(tree)), None);
+        // In a span of another trace (a host's), or in a tree whose root
+        // kept no trace: kept.
+        assert_eq!(
+            kept_trace(&inside, Some(elsewhere), Some(tree)),
+            Some(elsewhere)
+        );
+        assert_eq!(kept_trace(&inside, Some(in_tree), None), Some(in_tree));
+        // No span: nothing to keep.
+        assert_eq!(kept_trace(&names, None, Some(tree)), None);
+        assert_eq!(kept_trace(&inside, None, None), None);
     }
 
     #[test]

@@ -516,7 +516,15 @@ impl Projections {
         if let Some(trace) = live.and_then(|live| live.turn_trace.or(live.trace)) {
             return Some(trace);
         }
-        self.lineage(parent).last().and_then(|root| root.trace)
+        self.tree_trace(parent)
+    }
+
+    /// The trace context `session`'s root kept (its `create_agent` span):
+    /// the trace every span of the tree is in. `None` when the root kept
+    /// none, or `session` is unknown.
+    #[must_use]
+    pub fn tree_trace(&self, session: SessionId) -> Option<subagent_core::TraceContext> {
+        self.lineage(session).last().and_then(|root| root.trace)
     }
 
     /// Activity of a session (inactive when it was never activated).

@@ -2,37 +2,19 @@
 //! contexts its events keep, without the exporter and without running an
 //! agent.
 //!
-//! The rule is the runtime's own (`subagent_core::telemetry` states which
-//! span each event names): a root's `SessionCreated` names its
-//! `create_agent` span; an `ActivationRequested` or `RunRequested` names
-//! the new activation's span, whose parent is
-//! [`Projections::span_parent`] just before it; a `TurnStarted` names the
-//! turn's span, a child of the live activation's; a `ToolCalled` names the
-//! call's span, a child of the turn's.
+//! The rule is the runtime's own: [`subagent_core::Event::named_span`] says which events
+//! name a span (a root's `SessionCreated`, an `ActivationRequested` or
+//! `RunRequested`, a `TurnStarted`, a `ToolCalled`), and only those need to
+//! keep a trace context for this (`subagent_core::kept_trace`). An
+//! activation's or run's parent is [`Projections::span_parent`] just before
+//! its request; a turn's is the live activation's span; a tool call's is
+//! the turn's.
 
-use subagent_core::{Event, RecordedEvent, SessionId, TraceContext};
+use subagent_core::{NamedSpan, RecordedEvent, SessionId, TraceContext};
 use subagent_projections::Projections;
 
-/// What a rebuilt span stands for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum SpanKind {
-    /// A root's creation (`create_agent`).
-    Root,
-    /// An activation of a continuable child (`subagents.activation`).
-    Activation {
-        /// The epoch.
-        epoch: u64,
-    },
-    /// An external run (`subagents.run`).
-    Run,
-    /// A turn (`invoke_agent`).
-    Turn {
-        /// The turn number.
-        turn: u64,
-    },
-    /// A tool call (`execute_tool`).
-    Tool,
-}
+/// What a rebuilt span stands for: the span its event names.
+pub type SpanKind = NamedSpan;
 
 /// One span, as the log recorded it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -49,40 +31,28 @@ pub struct RebuiltSpan {
     pub position: u64,
 }
 
-/// The spans `records` name, in log order, each with its parent. Records
-/// without a trace context (recorded while spans were not exported) name
-/// none; a span whose parent was not recorded has `parent_span_id: None`.
+/// The spans `records` name, in log order, each with its parent. A record
+/// that names a span but keeps no trace context (recorded while spans were
+/// not exported) names none; a span whose parent was not recorded has
+/// `parent_span_id: None`.
 pub fn spans<'a>(records: impl IntoIterator<Item = &'a RecordedEvent>) -> Vec<RebuiltSpan> {
     let mut state = Projections::new();
     let mut rebuilt: Vec<RebuiltSpan> = Vec::new();
     for record in records {
         if let (Some(context), Some(session)) = (record.trace, record.stream.session()) {
-            let named = match &record.event {
-                Event::SessionCreated { parent: None, .. } => Some((SpanKind::Root, None)),
-                Event::ActivationRequested { epoch, .. } => {
-                    let parent = state.sessions.get(&session).and_then(|s| s.parent);
-                    Some((
-                        SpanKind::Activation { epoch: *epoch },
-                        parent.and_then(|parent| state.span_parent(parent)),
-                    ))
-                }
-                Event::RunRequested { .. } => {
-                    let parent = state.sessions.get(&session).and_then(|s| s.parent);
-                    Some((
-                        SpanKind::Run,
-                        parent.and_then(|parent| state.span_parent(parent)),
-                    ))
-                }
-                Event::TurnStarted { turn, .. } => Some((
-                    SpanKind::Turn { turn: *turn },
-                    live(&state, session).and_then(|live| live.trace),
-                )),
-                Event::ToolCalled { .. } => Some((
-                    SpanKind::Tool,
-                    live(&state, session).and_then(|live| live.turn_trace),
-                )),
-                _ => None,
-            };
+            let named = record.event.named_span().map(|kind| {
+                let parent = match kind {
+                    NamedSpan::Root => None,
+                    NamedSpan::Activation { .. } | NamedSpan::Run => state
+                        .sessions
+                        .get(&session)
+                        .and_then(|s| s.parent)
+                        .and_then(|parent| state.span_parent(parent)),
+                    NamedSpan::Turn { .. } => live(&state, session).and_then(|live| live.trace),
+                    NamedSpan::Tool => live(&state, session).and_then(|live| live.turn_trace),
+                };
+                (kind, parent)
+            });
             if let Some((kind, parent)) = named {
                 rebuilt.push(RebuiltSpan {
                     context,

@@ -21,10 +21,51 @@ use std::task::{Context, Poll};
 
 use opentelemetry::trace::{SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId, TraceState};
 use subagent_core::telemetry::{attr, span};
-use subagent_core::{Event, SessionId, StreamId, TraceContext};
+use subagent_core::{kept_trace, Event, NewEvent, SessionId, StreamId, TraceContext};
 use subagent_projections::Projections;
 use tracing::Span;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
+
+/// `events`, decided for `stream`, as the engine appends them, each keeping
+/// the trace context [`subagent_core::kept_trace`] gives it when it is
+/// recorded in `span`: the span, when the event names one or `span` is
+/// outside the event's tree's trace; none otherwise. An event's tree is its
+/// session's (for a child's `SessionCreated`, its parent's, as the child is
+/// not in `state` yet), read from `state`, the projections the decision was
+/// made on.
+pub(crate) fn recorded_events(
+    state: &Projections,
+    stream: StreamId,
+    events: Vec<Event>,
+    span: Option<TraceContext>,
+) -> Vec<NewEvent> {
+    let Some(span) = span else {
+        return events.into_iter().map(NewEvent::new).collect();
+    };
+    let tree_of = |session: Option<SessionId>| {
+        session.and_then(|session| state.tree_trace(session).map(|root| root.trace_id))
+    };
+    // The stream's tree, looked up once, and only for an event that names
+    // no span.
+    let mut stream_tree = None;
+    events
+        .into_iter()
+        .map(|event| {
+            let tree = match &event {
+                _ if event.named_span().is_some() => None,
+                Event::SessionCreated {
+                    parent: Some(parent),
+                    ..
+                } => tree_of(Some(*parent)),
+                _ => *stream_tree.get_or_insert_with(|| tree_of(stream.session())),
+            };
+            NewEvent {
+                trace: kept_trace(&event, Some(span), tree),
+                ..NewEvent::new(event)
+            }
+        })
+        .collect()
+}
 
 /// A span and its trace context, read once when it was opened: what a
 /// driver issues its commands in. The engine records the events in

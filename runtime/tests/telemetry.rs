@@ -24,6 +24,7 @@ use subagent_runtime::{
     ToolDefinition, ToolOutput,
 };
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 use tracing_subscriber::layer::SubscriberExt;
 
 use common::{records, Harness};
@@ -288,9 +289,12 @@ async fn a_run_exports_one_trace_per_root_shaped_like_its_tree() {
     })
     .await;
     let digger = digger_of(&h.fold()).unwrap();
-    // An external run below the root, started and disposed by the host.
+    // An external run below the root, started and disposed by the host,
+    // whose provider it registers while serving a request of its own: a
+    // span in a trace of its own, outside every tree.
     h.runtime
         .register_provider(Arc::new(TracedInstant))
+        .instrument(tracing::info_span!(parent: None, "host.request"))
         .await
         .unwrap();
     let run = h
@@ -486,20 +490,44 @@ async fn a_run_exports_one_trace_per_root_shaped_like_its_tree() {
         .into_iter()
         .filter(|record| record.stream == subagent_core::StreamId::Session(run.child_id()))
         .collect();
-    for type_name in ["RunRequested", "RunStarted", "RunSettled", "RunDisposed"] {
-        let record = run_records
+    // The request names the run's span; the events recorded in it after
+    // keep no trace context of their own: the log names the span once.
+    let recorded = |type_name: &str| {
+        run_records
             .iter()
             .find(|record| record.event.type_name() == type_name)
-            .unwrap_or_else(|| panic!("the run recorded {type_name}"));
-        let trace = record
-            .trace
-            .unwrap_or_else(|| panic!("{type_name} has no trace"));
-        assert_eq!(
-            SpanId::from_bytes(trace.span_id),
-            run_span.span_context.span_id(),
-            "{type_name} is recorded in the run's span"
-        );
+            .unwrap_or_else(|| panic!("the run recorded {type_name}"))
+    };
+    let requested = recorded("RunRequested")
+        .trace
+        .expect("RunRequested keeps the run's span");
+    assert_eq!(
+        SpanId::from_bytes(requested.span_id),
+        run_span.span_context.span_id(),
+        "RunRequested names the run's span"
+    );
+    for type_name in ["RunStarted", "RunSettled", "RunDisposed"] {
+        assert_eq!(recorded(type_name).trace, None, "{type_name} keeps a trace");
     }
+    // The provider's registration was recorded in the host's request, a
+    // span no event of the log names: it keeps that span's context.
+    let host_request = exported
+        .iter()
+        .find(|s| s.name == "host.request")
+        .expect("the host's request was exported");
+    let registered = records(&h.log)
+        .into_iter()
+        .find(|record| {
+            matches!(&record.event, Event::ProviderRegistered { name, .. } if name == "traced-instant")
+        })
+        .expect("the provider's registration was recorded");
+    let kept = registered
+        .trace
+        .expect("an event recorded outside every tree keeps its span");
+    assert_eq!(
+        SpanId::from_bytes(kept.span_id),
+        host_request.span_context.span_id()
+    );
 
     // A failure names its type on the turn and on the activation.
     let broken_activation = of_session(broken.child_id(), span::ACTIVATION)[0];
@@ -574,19 +602,36 @@ async fn a_run_exports_one_trace_per_root_shaped_like_its_tree() {
             span_record.kind, span_record.session
         );
     }
-    // Every event that names a span carries its trace context.
+    // Every event that names a span keeps its trace context, and no other
+    // event keeps a span of its own tree's trace: that span is named by an
+    // event that began it. (Every event here was recorded in some span.)
+    let mut state = subagent_projections::Projections::new();
+    let mut kept_elsewhere = 0;
     for record in &log_records {
-        if matches!(
-            record.event,
-            Event::ActivationRequested { .. }
-                | Event::TurnStarted { .. }
-                | Event::ToolCalled { .. }
-        ) {
-            assert!(
-                record.trace.is_some(),
-                "{:?} has no trace",
-                record.event.type_name()
+        let name = record.event.type_name();
+        if record.event.named_span().is_some() {
+            assert!(record.trace.is_some(), "{name} has no trace");
+        } else if let Some(trace) = record.trace {
+            let session = match &record.event {
+                Event::SessionCreated {
+                    parent: Some(parent),
+                    ..
+                } => Some(*parent),
+                _ => record.stream.session(),
+            };
+            let tree = session.and_then(|session| state.tree_trace(session));
+            assert_ne!(
+                tree.map(|tree| tree.trace_id),
+                Some(trace.trace_id),
+                "{name} at {} keeps a span of its own tree",
+                record.position
             );
+            kept_elsewhere += 1;
         }
+        state.apply(record);
     }
+    assert!(
+        kept_elsewhere >= 1,
+        "the registration keeps the host's span"
+    );
 }

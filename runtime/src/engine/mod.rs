@@ -526,8 +526,10 @@ impl Engine {
 
     /// The single-writer half of a command that runs under the pipeline
     /// lock: decides it, opens the span of the activation it requests (its
-    /// events keep that span's trace context, else `caller`'s), enqueues
-    /// the append and folds the events in at the positions they will get.
+    /// events are recorded in that span, else in `caller`, and keep its
+    /// trace context as [`recorded_events`](crate::telemetry::recorded_events)
+    /// says), enqueues the append and folds the events in at the positions
+    /// they will get.
     fn enqueue(
         &self,
         command: Command,
@@ -558,13 +560,7 @@ impl Engine {
         let mut next_versions = Vec::with_capacity(decision.len());
         let mut position = pipeline.state.position;
         for (stream, events) in decision {
-            let events: Vec<NewEvent> = events
-                .into_iter()
-                .map(|event| NewEvent {
-                    trace,
-                    ..NewEvent::new(event)
-                })
-                .collect();
+            let events = crate::telemetry::recorded_events(&pipeline.state, stream, events, trace);
             // A stream untouched since opening has nothing in flight, so
             // its durable version is the current one. A session's stream
             // that this decision creates has none (`decide` refused an id

@@ -286,13 +286,8 @@ impl Engine {
             let layout: Vec<(StreamId, Vec<NewEvent>)> = decision
                 .into_iter()
                 .map(|(stream, events)| {
-                    let events = events
-                        .into_iter()
-                        .map(|event| NewEvent {
-                            trace,
-                            ..NewEvent::new(event)
-                        })
-                        .collect();
+                    let events =
+                        crate::telemetry::recorded_events(&pipeline.state, stream, events, trace);
                     (stream, events)
                 })
                 .collect();
