@@ -603,8 +603,8 @@ async fn a_run_exports_one_trace_per_root_shaped_like_its_tree() {
         );
     }
     // Every event that names a span keeps its trace context, and no other
-    // event keeps a span of its own tree's trace: that span is named by an
-    // event that began it. (Every event here was recorded in some span.)
+    // event keeps a span of its own tree's trace: the event that began
+    // that span names it. (Every event here was recorded in some span.)
     let mut state = subagent_projections::Projections::new();
     let mut kept_elsewhere = 0;
     for record in &log_records {
