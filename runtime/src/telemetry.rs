@@ -29,10 +29,11 @@ use tracing_opentelemetry::OpenTelemetrySpanExt;
 /// `events`, decided for `stream`, as the engine appends them, each keeping
 /// the trace context [`subagent_core::kept_trace`] gives it when it is
 /// recorded in `span`: the span, when the event names one or `span` is
-/// outside the event's tree's trace; none otherwise. An event's tree is its
-/// session's (for a child's `SessionCreated`, its parent's, as the child is
-/// not in `state` yet), read from `state`, the projections the decision was
-/// made on.
+/// outside the event's tree's trace; none otherwise. The tree is the
+/// stream's session's, read from `state`, the projections the decision was
+/// made on. A session the decision creates is not in them yet: a child's
+/// tree is its parent's, and a root's is the trace of `span`, which its
+/// `SessionCreated` keeps.
 pub(crate) fn recorded_events(
     state: &Projections,
     stream: StreamId,
@@ -42,27 +43,27 @@ pub(crate) fn recorded_events(
     let Some(span) = span else {
         return events.into_iter().map(NewEvent::new).collect();
     };
+    let created_below = events.iter().find_map(|event| match event {
+        Event::SessionCreated { parent, .. } => Some(*parent),
+        _ => None,
+    });
     let tree_of = |session: Option<SessionId>| {
-        session.and_then(|session| state.tree_trace(session).map(|root| root.trace_id))
+        session
+            .and_then(|session| state.tree_trace(session))
+            .map(|root| root.trace_id)
     };
-    // The stream's tree, looked up once, and only for an event that names
-    // no span.
-    let mut stream_tree = None;
+    let tree = match created_below {
+        // A root created here: its `SessionCreated` keeps `span`, which
+        // is then its tree's trace.
+        Some(None) => Some(span.trace_id),
+        Some(parent) => tree_of(parent),
+        None => tree_of(stream.session()),
+    };
     events
         .into_iter()
-        .map(|event| {
-            let tree = match &event {
-                _ if event.named_span().is_some() => None,
-                Event::SessionCreated {
-                    parent: Some(parent),
-                    ..
-                } => tree_of(Some(*parent)),
-                _ => *stream_tree.get_or_insert_with(|| tree_of(stream.session())),
-            };
-            NewEvent {
-                trace: kept_trace(&event, Some(span), tree),
-                ..NewEvent::new(event)
-            }
+        .map(|event| NewEvent {
+            trace: kept_trace(&event, Some(span), tree),
+            ..NewEvent::new(event)
         })
         .collect()
 }
@@ -372,4 +373,139 @@ fn otel_name(operation: &str, subject: &str) -> String {
 /// Records why `span` failed.
 pub(crate) fn record_error(span: &Span, error_type: &str) {
     span.record(attr::ERROR_TYPE, error_type);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use subagent_core::Delivery;
+
+    fn context(trace: u8, span: u8) -> TraceContext {
+        TraceContext::new([trace; 16], [span; 8], true).unwrap()
+    }
+
+    /// Any event that names no span: the rule does not look at which.
+    fn unnamed() -> Event {
+        Event::ActivationPrepared {
+            epoch: 1,
+            seeded_events: 0,
+        }
+    }
+
+    fn child_of(parent: SessionId, child: SessionId) -> Event {
+        Event::SessionCreated {
+            session: child,
+            parent: Some(parent),
+            depth: 1,
+            label: "child".into(),
+            provider: Some("spawn".into()),
+            mode: subagent_core::SessionMode::Continuable,
+            external: false,
+            descriptor: serde_json::Value::Null,
+        }
+    }
+
+    fn kept(events: &[NewEvent]) -> Vec<Option<TraceContext>> {
+        events.iter().map(|event| event.trace).collect()
+    }
+
+    /// A state with one root whose `SessionCreated` kept `trace`.
+    fn traced_root(trace: Option<TraceContext>) -> (Projections, SessionId) {
+        let root = SessionId::new();
+        let mut state = Projections::new();
+        let created = NewEvent {
+            trace,
+            ..NewEvent::new(Event::root_created(root, "root"))
+        };
+        state.apply(&created.into_record(1, StreamId::Session(root), 1, 0));
+        (state, root)
+    }
+
+    #[test]
+    fn a_decision_in_its_trees_span_keeps_it_only_on_the_naming_event() {
+        let tree = context(1, 1);
+        let (state, root) = traced_root(Some(tree));
+        let activation = context(1, 2);
+        // A start: the child, created by this decision, is in its parent's
+        // tree; so is the parent's own stream.
+        let child = SessionId::new();
+        let events = recorded_events(
+            &state,
+            StreamId::Session(child),
+            vec![
+                child_of(root, child),
+                unnamed(),
+                Event::ActivationRequested {
+                    epoch: 1,
+                    delivery: Delivery::Caller,
+                    output_schema: None,
+                },
+            ],
+            Some(activation),
+        );
+        assert_eq!(kept(&events), [None, None, Some(activation)]);
+        let events = recorded_events(
+            &state,
+            StreamId::Session(root),
+            vec![unnamed()],
+            Some(activation),
+        );
+        assert_eq!(kept(&events), [None]);
+    }
+
+    #[test]
+    fn a_root_created_by_the_decision_is_its_own_trees_start() {
+        let (state, _) = traced_root(None);
+        let create_agent = context(7, 7);
+        let root = SessionId::new();
+        let events = recorded_events(
+            &state,
+            StreamId::Session(root),
+            vec![Event::root_created(root, "new"), unnamed()],
+            Some(create_agent),
+        );
+        assert_eq!(kept(&events), [Some(create_agent), None]);
+    }
+
+    #[test]
+    fn a_span_outside_the_trees_trace_is_kept_on_every_event() {
+        let (state, root) = traced_root(Some(context(1, 1)));
+        let host = context(9, 9);
+        let events = recorded_events(
+            &state,
+            StreamId::Session(root),
+            vec![unnamed(), unnamed()],
+            Some(host),
+        );
+        assert_eq!(kept(&events), [Some(host), Some(host)]);
+        // The `runtime` stream is in no tree.
+        let events = recorded_events(
+            &state,
+            StreamId::Runtime,
+            vec![unnamed()],
+            Some(context(1, 3)),
+        );
+        assert_eq!(kept(&events), [Some(context(1, 3))]);
+        // A root that kept no trace has no tree's trace to name its spans.
+        let (untraced, untraced_root) = traced_root(None);
+        let events = recorded_events(
+            &untraced,
+            StreamId::Session(untraced_root),
+            vec![unnamed()],
+            Some(context(1, 3)),
+        );
+        assert_eq!(kept(&events), [Some(context(1, 3))]);
+    }
+
+    #[test]
+    fn nothing_is_kept_without_a_span() {
+        let (state, root) = traced_root(Some(context(1, 1)));
+        let events = recorded_events(
+            &state,
+            StreamId::Session(root),
+            vec![Event::TurnStarted { turn: 1, epoch: 1 }, unnamed()],
+            None,
+        );
+        assert_eq!(kept(&events), [None, None]);
+    }
 }
