@@ -1,8 +1,9 @@
 //! `demo --otel-endpoint`: the real binary exports its spans over OTLP/HTTP
 //! to a collector this test runs on 127.0.0.1, and the spans it receives
 //! are the demo's tree: one trace for the root, every activation under its
-//! parent session's span, exactly the tree the log alone rebuilds
-//! (`subagent_replay::spans`). Without the flag nothing is sent.
+//! parent session's span and every message delivery in the same trace,
+//! exactly the tree the log alone rebuilds (`subagent_replay::spans`).
+//! Without the flag nothing is sent.
 
 mod common;
 
@@ -131,6 +132,25 @@ async fn the_demo_exports_its_tree_of_spans_over_otlp() {
             s.trace_id, root_span.trace_id,
             "{} is in the root's trace",
             s.name
+        );
+    }
+
+    // The demo's host sends messages from no span of its own: each
+    // delivery is still in the root's trace, not a trace of its own.
+    let deliveries: Vec<&Span> = spans
+        .iter()
+        .filter(|s| s.name == span::DELIVER_MESSAGE)
+        .collect();
+    assert!(!deliveries.is_empty(), "the demo's messages were exported");
+    for delivery in &deliveries {
+        assert_eq!(
+            attribute(delivery, attr::CONVERSATION_ID),
+            Some(root.clone())
+        );
+        assert_eq!(delivery.trace_id, root_span.trace_id);
+        assert!(
+            by_id.contains_key(&delivery.parent_span_id),
+            "a delivery's parent is a span of the tree"
         );
     }
 

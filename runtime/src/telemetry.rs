@@ -353,14 +353,48 @@ pub(crate) fn execute_tool_span(name: &str, call_id: &str) -> Span {
     )
 }
 
-/// The span of one message delivery.
-pub(crate) fn deliver_message_span(target: SessionId) -> Span {
-    tracing::info_span!(
+/// The span of one message delivery from `sender` to `target`, in their
+/// tree's one trace: a child of the caller's span when that span is in the
+/// tree's trace (a tool call that sends it); otherwise parented by the
+/// log's rule on the sender ([`Projections::span_parent`]: its turn in
+/// progress, else its live activation, else its root's `create_agent`),
+/// with the caller's span, if any, as a link. So a host that sends from a
+/// request of its own, or from no span at all, adds a delivery to the
+/// tree's trace, not a trace of its own. `state` is called (the engine's
+/// lock taken) only when a subscriber builds spans, and released before the
+/// span is built.
+pub(crate) fn deliver_message_span<State: std::ops::Deref<Target = Projections>>(
+    state: impl FnOnce() -> State,
+    sender: SessionId,
+    target: SessionId,
+) -> Span {
+    if !tracing::enabled!(tracing::Level::INFO) {
+        return Span::none();
+    }
+    let (tree, parent, root) = {
+        let state = state();
+        (
+            state.tree_trace(sender),
+            state.span_parent(sender),
+            root_of(&state, sender),
+        )
+    };
+    let caller = current_trace();
+    let in_tree =
+        tree.is_some_and(|tree| caller.is_some_and(|caller| caller.trace_id == tree.trace_id));
+    let by_rule = !in_tree && parent.is_some();
+    let span = tracing::info_span!(
+        parent: if by_rule { None } else { Span::current().id() },
         span::DELIVER_MESSAGE,
+        { attr::CONVERSATION_ID } = root.text().as_str(),
         { attr::TARGET } = target.text().as_str(),
         { attr::DELIVERY } = tracing::field::Empty,
         { attr::ERROR_TYPE } = tracing::field::Empty,
-    )
+    );
+    if by_rule {
+        parent_on(&span, parent, caller);
+    }
+    span
 }
 
 /// A span's display name as the GenAI conventions form it: the operation,

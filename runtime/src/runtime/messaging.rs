@@ -235,7 +235,8 @@ impl SubagentRuntime {
         command: Command,
         attachments: Vec<Attachment>,
     ) -> Result<bool, SubagentError> {
-        let span = crate::telemetry::deliver_message_span(target);
+        let span =
+            crate::telemetry::deliver_message_span(|| self.inner.engine.state(), sender, target);
         let delivered = self
             .deliver_traced(sender, target, command, attachments)
             .instrument(span.clone())
