@@ -22,14 +22,35 @@ SOAK_MODEL_CASES ?= 4096
 # Byte flips per file of the corruption attack for `make soak` (make test: 12).
 SOAK_CORRUPTION_FLIPS ?= 200
 
-.PHONY: deps demo test lint unit docs package install install-check bench fuzz soak api-fuzz prune-binaries
+.PHONY: deps own-target-dir demo test lint unit docs package install install-check bench fuzz soak api-fuzz prune-binaries
+
+# Cargo names a workspace's own crates' artifacts by their paths inside the
+# workspace, not by where the checkout is, so two checkouts (a clone, a git
+# worktree) that build into this one target directory replace each other's
+# artifacts, and a source file older than the other checkout's artifact is
+# taken as built: the next build links the other checkout's code. When the
+# last build here through make was another checkout's, this one's files are
+# touched first, so cargo rebuilds its own crates (a few minutes; the
+# dependencies, librocksdb among them, are kept).
+own-target-dir:
+	@mkdir -p $(CARGO_TARGET_DIR)
+	@if [ "$$(cat $(CARGO_TARGET_DIR)/.checkout 2>/dev/null)" != "$(CURDIR)" ]; then \
+		if [ -f $(CARGO_TARGET_DIR)/.checkout ]; then \
+			echo "the target directory was last built from $$(cat $(CARGO_TARGET_DIR)/.checkout): touching this checkout's files so cargo rebuilds its crates"; fi; \
+		if git -C $(CURDIR) rev-parse --is-inside-work-tree >/dev/null 2>&1; then \
+			git -C $(CURDIR) ls-files -z | (cd $(CURDIR) && xargs -0 -r touch -c); \
+		else \
+			find $(CURDIR) -path $(CURDIR)/.git -prune -o -type f -print0 | xargs -0 -r touch -c; \
+		fi; \
+		echo "$(CURDIR)" > $(CARGO_TARGET_DIR)/.checkout; \
+	fi
 
 # System packages: libclang for the RocksDB bindings, a C++ compiler for
 # librocksdb, curl and jq for the README's gateway session (a test runs it),
 # chromium and chromium-driver for the console's browser tests, postgresql
 # for the PostgreSQL log's tests (each run starts its own server: initdb in
 # a temporary directory, a private port, run as the `postgres` user).
-deps:
+deps: own-target-dir
 	@command -v $(CARGO) >/dev/null || { echo "cargo is required (rustup)"; exit 1; }
 	@if ! dpkg -s libclang-dev >/dev/null 2>&1 || ! command -v c++ >/dev/null \
 		|| ! command -v curl >/dev/null || ! command -v jq >/dev/null \
@@ -61,8 +82,8 @@ lint: deps
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
 # Each linked test binary links all of librocksdb (about 18 GB for the
-# whole set, librocksdb built without debug info: Cargo.toml), and a clone
-# in another folder links a second set. When
+# whole set, librocksdb built without debug info: Cargo.toml); a clone in
+# another folder links over the same names (own-target-dir). When
 # less than 50 GB is free, the linked executables of earlier builds (tests
 # and examples) and the incremental caches are removed first: cargo links
 # them again; the compiled crates and librocksdb stay. `make test` does this
