@@ -11,9 +11,8 @@ mod common;
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 
-use opentelemetry::trace::{SpanId, TraceId, TracerProvider as _};
-use opentelemetry::Value;
-use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
+use opentelemetry::trace::{SpanId, TraceId};
+use opentelemetry_sdk::trace::SpanData;
 use serde_json::json;
 use subagent_core::telemetry::{attr, span};
 use subagent_core::{Delivery, Event, SessionId, SubagentActivationSpec, SubagentStopReason};
@@ -25,9 +24,8 @@ use subagent_runtime::{
 };
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
-use tracing_subscriber::layer::SubscriberExt;
 
-use common::{records, Harness};
+use common::{records, string_attr, Harness};
 
 /// A scripted host whose `delegate` tool starts a child of the calling
 /// session (labelled by the call's `label` input): delegation from inside
@@ -155,16 +153,6 @@ fn say(text: &str) -> Script {
     }
 }
 
-fn string_attr(span: &SpanData, key: &str) -> Option<String> {
-    span.attributes
-        .iter()
-        .find(|kv| kv.key.as_str() == key)
-        .map(|kv| match &kv.value {
-            Value::String(text) => text.as_str().to_owned(),
-            other => other.to_string(),
-        })
-}
-
 fn agent_id(span: &SpanData) -> Option<String> {
     string_attr(span, attr::AGENT_ID)
 }
@@ -188,13 +176,7 @@ fn owning_session<'a>(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_exports_one_trace_per_root_shaped_like_its_tree() {
-    let exporter = InMemorySpanExporter::default();
-    let provider = SdkTracerProvider::builder()
-        .with_simple_exporter(exporter.clone())
-        .build();
-    let subscriber = tracing_subscriber::registry()
-        .with(tracing_opentelemetry::layer().with_tracer(provider.tracer("subagents-test")));
-    tracing::subscriber::set_global_default(subscriber).expect("the only subscriber");
+    let (exporter, provider) = common::export_in_memory();
 
     // "lead" delegates to "digger" from inside its turn; the host starts
     // "late" below lead itself; "broken" fails; a second root has "solo".

@@ -8,51 +8,22 @@
 
 mod common;
 
-use opentelemetry::trace::{SpanId, TraceContextExt as _, TracerProvider as _};
-use opentelemetry::Value;
-use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
+use opentelemetry::trace::{SpanId, TraceContextExt as _};
+use opentelemetry_sdk::trace::SpanData;
 use subagent_core::telemetry::{attr, span};
 use subagent_core::{ContentBlock, Delivery};
-use subagent_runtime::{Script, ScriptedHost};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
-use tracing_subscriber::layer::SubscriberExt;
 
-use common::{records, spec, Harness};
-
-fn string_attr(span: &SpanData, key: &str) -> Option<String> {
-    span.attributes
-        .iter()
-        .find(|kv| kv.key.as_str() == key)
-        .and_then(|kv| match &kv.value {
-            Value::String(text) => Some(text.as_str().to_owned()),
-            _ => None,
-        })
-}
+use common::{records, spec, string_attr, Harness};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deliveries_join_their_trees_trace_whatever_span_sends_them() {
-    let exporter = InMemorySpanExporter::default();
-    let provider = SdkTracerProvider::builder()
-        .with_simple_exporter(exporter.clone())
-        .build();
-    let subscriber = tracing_subscriber::registry()
-        .with(tracing_opentelemetry::layer().with_tracer(provider.tracer("subagents-test")));
-    tracing::subscriber::set_global_default(subscriber).expect("the only subscriber");
-
-    // A child that stays in its first turn: its deliveries are parented
-    // on that turn by the rule.
-    let host = ScriptedHost::new(Script::reply("ok")).with(
-        "slow",
-        Script {
-            turns: vec![vec![
-                subagent_runtime::scripted::Step::Say("working".into()),
-                subagent_runtime::scripted::Step::SleepMs(60_000),
-            ]],
-        },
-    );
-    let h = Harness::open(host).await;
+    let (exporter, provider) = common::export_in_memory();
+    // `slow` stays in its first turn: its deliveries are parented on that
+    // turn by the rule.
+    let h = Harness::open(common::delegation_host()).await;
     let child = h
         .runtime
         .start_activation(

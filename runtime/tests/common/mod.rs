@@ -10,7 +10,8 @@
 //! - `fixtures.rs`: what several test files share: the standard start specs,
 //!   text content, and the delegation host and providers of the activation
 //!   tests;
-//! - `probe.rs`: [`Probe`], a scripted host that records every agent spec.
+//! - `probe.rs`: [`Probe`], a scripted host that records every agent spec;
+//! - `spans.rs`: the in-memory span exporter of the telemetry tests.
 //!
 //! Each test binary uses only some of it: dead code and unused re-exports are
 //! allowed here, and only here.
@@ -20,6 +21,7 @@ mod fixtures;
 mod harness;
 mod probe;
 mod reads;
+mod spans;
 mod wait;
 
 #[allow(unused_imports)]
@@ -30,5 +32,7 @@ pub(crate) use harness::{start, Harness, HarnessBuilder, IntoHost, ROOT_LABEL};
 pub(crate) use probe::Probe;
 #[allow(unused_imports)]
 pub(crate) use reads::{assert_inbox_invariants, count, events, fold, records, stream_events};
+#[allow(unused_imports)]
+pub(crate) use spans::{export_in_memory, string_attr};
 #[allow(unused_imports)]
 pub(crate) use wait::until;
