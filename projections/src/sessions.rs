@@ -30,10 +30,12 @@ pub struct SessionRecord {
     pub agent_options: Option<AgentOptions>,
     /// Log position of the `SessionCreated`.
     pub created_at: u64,
-    /// The span the `SessionCreated` was recorded in: for a root, its
+    /// The trace context the `SessionCreated` kept: for a root, its
     /// `create_agent` span, the parent of every activation of its tree
-    /// that no in-tree span started (telemetry's
-    /// `activation_parent`). Absent when no span was exported.
+    /// that no in-tree span started (`Projections::span_parent`), and the
+    /// tree's trace (`Projections::tree_trace`). A child's keeps one only
+    /// when it was recorded outside its tree's trace
+    /// (`subagent_core::kept_trace`). Absent when no span was exported.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace: Option<subagent_core::TraceContext>,
 }

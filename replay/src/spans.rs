@@ -2,13 +2,13 @@
 //! contexts its events keep, without the exporter and without running an
 //! agent.
 //!
-//! The rule is the runtime's own: [`subagent_core::Event::named_span`] says which events
-//! name a span (a root's `SessionCreated`, an `ActivationRequested` or
-//! `RunRequested`, a `TurnStarted`, a `ToolCalled`), and only those need to
-//! keep a trace context for this (`subagent_core::kept_trace`). An
-//! activation's or run's parent is [`Projections::span_parent`] just before
-//! its request; a turn's is the live activation's span; a tool call's is
-//! the turn's.
+//! The rule is the runtime's own: [`subagent_core::Event::named_span`]
+//! says which events name a span (a root's `SessionCreated`, an
+//! `ActivationRequested` or `RunRequested`, a `TurnStarted`, a
+//! `ToolCalled`), and only those need to keep a trace context for this
+//! (`subagent_core::kept_trace`). An activation's or run's parent is
+//! [`Projections::span_parent`] just before its request; a turn's is the
+//! live activation's span; a tool call's is the turn's.
 
 use subagent_core::{NamedSpan, RecordedEvent, SessionId, TraceContext};
 use subagent_projections::Projections;
