@@ -31,18 +31,26 @@ SOAK_CORRUPTION_FLIPS ?= 200
 # taken as built: the next build links the other checkout's code. When the
 # last build here through make was another checkout's, this one's files are
 # touched first, so cargo rebuilds its own crates (a few minutes; the
-# dependencies, librocksdb among them, are kept).
+# dependencies, librocksdb among them, are kept). A git checkout touches the
+# files git tracks; any other folder, every file but its .git, target,
+# subagents-data and the target directory. (The fuzz targets build into
+# FUZZ_TARGET_DIR, which this does not guard.)
 own-target-dir:
-	@mkdir -p $(CARGO_TARGET_DIR)
-	@if [ "$$(cat $(CARGO_TARGET_DIR)/.checkout 2>/dev/null)" != "$(CURDIR)" ]; then \
-		if [ -f $(CARGO_TARGET_DIR)/.checkout ]; then \
-			echo "the target directory was last built from $$(cat $(CARGO_TARGET_DIR)/.checkout): touching this checkout's files so cargo rebuilds its crates"; fi; \
-		if git -C $(CURDIR) rev-parse --is-inside-work-tree >/dev/null 2>&1; then \
-			git -C $(CURDIR) ls-files -z | (cd $(CURDIR) && xargs -0 -r touch -c); \
+	@t="$(CARGO_TARGET_DIR)"; d="$(CURDIR)"; mkdir -p "$$t"; \
+	last="$$(cat "$$t/.checkout" 2>/dev/null)"; \
+	if [ "$$last" != "$$d" ]; then \
+		if [ -n "$$last" ]; then \
+			echo "the target directory was last built from $$last: touching this checkout's files so cargo rebuilds its crates"; \
 		else \
-			find $(CURDIR) -path $(CURDIR)/.git -prune -o -type f -print0 | xargs -0 -r touch -c; \
+			echo "the target directory names no checkout yet: touching this checkout's files so cargo builds its own crates"; \
 		fi; \
-		echo "$(CURDIR)" > $(CARGO_TARGET_DIR)/.checkout; \
+		if [ "$$(git -C "$$d" rev-parse --show-toplevel 2>/dev/null)" = "$$d" ]; then \
+			git -C "$$d" ls-files -z | (cd "$$d" && xargs -0 -r touch -c); \
+		else \
+			find "$$d" \( -path "$$d/.git" -o -path "$$t" -o -path "$$d/target" -o -path "$$d/subagents-data" \) -prune \
+				-o -type f -print0 | xargs -0 -r touch -c; \
+		fi; \
+		printf '%s\n' "$$d" > "$$t/.checkout"; \
 	fi
 
 # System packages: libclang for the RocksDB bindings, a C++ compiler for

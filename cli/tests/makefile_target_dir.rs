@@ -9,8 +9,10 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, SystemTime};
 
-/// A git checkout at `dir` holding the project's Makefile and one source.
-fn checkout(dir: &Path) {
+/// A checkout at `dir` holding the project's Makefile and one source: a
+/// git checkout when `git` is set, else a plain folder (an unpacked
+/// tarball).
+fn checkout(dir: &Path, git: bool) {
     std::fs::create_dir_all(dir.join("core/src")).unwrap();
     std::fs::copy(
         concat!(env!("CARGO_MANIFEST_DIR"), "/../Makefile"),
@@ -18,10 +20,16 @@ fn checkout(dir: &Path) {
     )
     .unwrap();
     std::fs::write(dir.join("core/src/lib.rs"), "// a source\n").unwrap();
+    if !git {
+        return;
+    }
     let git = |args: &[&str]| {
         let status = Command::new("git")
             .args(args)
             .current_dir(dir)
+            // The user's and the system's settings (signing, hooks) stay out.
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_CONFIG_NOSYSTEM", "1")
             .env("GIT_AUTHOR_NAME", "t")
             .env("GIT_AUTHOR_EMAIL", "t@example.com")
             .env("GIT_COMMITTER_NAME", "t")
@@ -35,11 +43,16 @@ fn checkout(dir: &Path) {
     git(&["commit", "-q", "-m", "checkout"]);
 }
 
-/// Runs `make own-target-dir` in `dir` against `target`; its stdout.
+/// Runs `make own-target-dir` in `dir` against `target`; its stdout. An
+/// outer make's flags (`make unit` runs this test) stay out: a variable
+/// given on its command line would beat `CARGO_TARGET_DIR` here.
 fn guard(dir: &Path, target: &Path) -> String {
     let output = Command::new("make")
         .args(["-s", "own-target-dir"])
         .current_dir(dir)
+        .env_remove("MAKEFLAGS")
+        .env_remove("MFLAGS")
+        .env_remove("MAKELEVEL")
         .env("CARGO_TARGET_DIR", target)
         .output()
         .expect("make runs");
@@ -66,28 +79,35 @@ fn age(file: &Path) {
         .unwrap();
 }
 
+/// The directory's record of the checkout it was last built from.
+fn last_built_from(target: &Path) -> String {
+    std::fs::read_to_string(target.join(".checkout"))
+        .unwrap()
+        .trim_end_matches('\n')
+        .to_owned()
+}
+
 #[test]
 fn another_checkouts_build_makes_this_one_touch_its_files() {
     let root = tempfile::tempdir().unwrap();
+    // A git checkout, and a plain folder whose path has a space.
     let (one, two, target) = (
         root.path().join("one"),
-        root.path().join("two"),
-        root.path().join("target"),
+        root.path().join("two x"),
+        root.path().join("target dir"),
     );
-    checkout(&one);
-    checkout(&two);
-    let source = one.join("core/src/lib.rs");
+    checkout(&one, true);
+    checkout(&two, false);
+    let (source, other) = (one.join("core/src/lib.rs"), two.join("core/src/lib.rs"));
 
-    // A first build from `one`: remembered.
-    guard(&one, &target);
-    assert_eq!(
-        std::fs::read_to_string(target.join(".checkout"))
-            .unwrap()
-            .trim(),
-        one.to_str().unwrap()
-    );
+    // A first build from `one`: its files are touched, and it is remembered.
+    age(&source);
+    let aged = modified(&source);
+    assert!(guard(&one, &target).contains("names no checkout yet"));
+    assert!(modified(&source) > aged);
+    assert_eq!(last_built_from(&target), one.to_str().unwrap());
 
-    // Built from `one` again: nothing is touched.
+    // Built from `one` again: nothing is touched, nothing said.
     age(&source);
     let before = modified(&source);
     assert_eq!(guard(&one, &target), "");
@@ -97,18 +117,22 @@ fn another_checkouts_build_makes_this_one_touch_its_files() {
         "the same checkout touches nothing"
     );
 
-    // `two` builds; then `one` again: its files are touched, and it says so.
-    assert!(guard(&two, &target).contains("last built from"));
+    // The plain folder builds: its files are touched too.
+    age(&other);
+    let other_before = modified(&other);
+    assert!(guard(&two, &target).contains(one.to_str().unwrap()));
+    assert!(
+        modified(&other) > other_before,
+        "a plain folder's files are touched"
+    );
+    assert_eq!(last_built_from(&target), two.to_str().unwrap());
+
+    // Then `one` again: its files are touched, and it says from where.
     let said = guard(&one, &target);
     assert!(said.contains(two.to_str().unwrap()), "{said}");
     assert!(
         modified(&source) > before,
         "the checkout's sources are touched"
     );
-    assert_eq!(
-        std::fs::read_to_string(target.join(".checkout"))
-            .unwrap()
-            .trim(),
-        one.to_str().unwrap()
-    );
+    assert_eq!(last_built_from(&target), one.to_str().unwrap());
 }

@@ -21,9 +21,12 @@
 //! Which events keep a trace context ([`kept_trace`]): an event that names
 //! a span keeps it, and so does an event recorded in a span outside its
 //! tree's trace (a host's request, say). Every other event was recorded in
-//! one of its tree's own spans, which another event names: it keeps
-//! none, so the span's identity is written once, not on every event
-//! recorded in it.
+//! a span of its tree's trace and keeps none: a span's identity is written
+//! once, by the event that begins it, not on every event recorded in it.
+//! Only spans a naming event begins are rebuilt from the log; which span
+//! of its tree's trace any other event was recorded in (a turn, a tool
+//! call, a message delivery, a host's span inside the trace) is not
+//! written down.
 
 use std::fmt;
 use std::str::FromStr;
@@ -168,8 +171,8 @@ impl Event {
 /// The trace context `event` keeps when it is recorded in the span `span`,
 /// in a tree whose trace is `tree` (its root's, `None` when the root kept
 /// none): `span` when the event names a span, or when `span` is outside
-/// the tree's trace; otherwise none, because another event of the log
-/// names the tree's span it was recorded in.
+/// the tree's trace; otherwise none (the module's doc says what that
+/// leaves unwritten).
 #[must_use]
 pub fn kept_trace(
     event: &Event,
@@ -375,6 +378,24 @@ mod tests {
             child.named_span(),
             None,
             "a child's creation is its parent's"
+        );
+        assert_eq!(
+            Event::ActivationRequested {
+                epoch: 2,
+                delivery: crate::Delivery::Caller,
+                output_schema: None,
+            }
+            .named_span(),
+            Some(NamedSpan::Activation { epoch: 2 })
+        );
+        assert_eq!(
+            Event::RunRequested {
+                run_id: crate::SubagentRunId::new(),
+                provider: "process".into(),
+                delivery: crate::Delivery::Caller,
+            }
+            .named_span(),
+            Some(NamedSpan::Run)
         );
         assert_eq!(
             Event::TurnStarted { turn: 3, epoch: 1 }.named_span(),

@@ -361,8 +361,8 @@ pub(crate) fn execute_tool_span(name: &str, call_id: &str) -> Span {
 /// with the caller's span, if any, as a link. So a host that sends from a
 /// request of its own, or from no span at all, adds a delivery to the
 /// tree's trace, not a trace of its own. `state` is called (the engine's
-/// lock taken) only when a subscriber builds spans, and released before the
-/// span is built.
+/// lock taken) only when a subscriber takes `info` spans, and released
+/// before the span is built.
 pub(crate) fn deliver_message_span<State: std::ops::Deref<Target = Projections>>(
     state: impl FnOnce() -> State,
     sender: SessionId,
@@ -380,9 +380,7 @@ pub(crate) fn deliver_message_span<State: std::ops::Deref<Target = Projections>>
         )
     };
     let caller = current_trace();
-    let in_tree =
-        tree.is_some_and(|tree| caller.is_some_and(|caller| caller.trace_id == tree.trace_id));
-    let by_rule = !in_tree && parent.is_some();
+    let by_rule = parented_by_rule(tree, parent, caller);
     let span = tracing::info_span!(
         parent: if by_rule { None } else { Span::current().id() },
         span::DELIVER_MESSAGE,
@@ -395,6 +393,23 @@ pub(crate) fn deliver_message_span<State: std::ops::Deref<Target = Projections>>
         parent_on(&span, parent, caller);
     }
     span
+}
+
+/// Whether a delivery sent from the span `caller` is parented by the rule
+/// on `parent` rather than on `caller`: when the rule names a parent and
+/// `caller` is not in the tree's trace, which is the root's (`tree`), or
+/// `parent`'s when the root kept none (a root opened before spans were
+/// exported).
+fn parented_by_rule(
+    tree: Option<TraceContext>,
+    parent: Option<TraceContext>,
+    caller: Option<TraceContext>,
+) -> bool {
+    let Some(parent) = parent else {
+        return false;
+    };
+    let trace = tree.unwrap_or(parent).trace_id;
+    caller.is_none_or(|caller| caller.trace_id != trace)
 }
 
 /// A span's display name as the GenAI conventions form it: the operation,
@@ -529,6 +544,23 @@ mod tests {
             Some(context(1, 3)),
         );
         assert_eq!(kept(&events), [Some(context(1, 3))]);
+    }
+
+    #[test]
+    fn a_delivery_is_parented_by_the_rule_unless_its_caller_is_in_the_trees_trace() {
+        let (root, turn) = (context(1, 1), context(1, 2));
+        let (tool, host) = (context(1, 3), context(9, 9));
+        // From a host's span, or from none: by the rule.
+        assert!(parented_by_rule(Some(root), Some(turn), Some(host)));
+        assert!(parented_by_rule(Some(root), Some(turn), None));
+        // From a span of the tree's trace (a tool call): the caller's child.
+        assert!(!parented_by_rule(Some(root), Some(turn), Some(tool)));
+        // A root that kept no trace: the parent's trace is the tree's.
+        assert!(!parented_by_rule(None, Some(turn), Some(tool)));
+        assert!(parented_by_rule(None, Some(turn), Some(host)));
+        // No parent to name: the caller's, whatever it is.
+        assert!(!parented_by_rule(Some(root), None, Some(host)));
+        assert!(!parented_by_rule(None, None, None));
     }
 
     #[test]

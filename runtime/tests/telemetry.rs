@@ -438,7 +438,7 @@ async fn a_run_exports_one_trace_per_root_shaped_like_its_tree() {
 
     // The run's span nests under the root's; the provider's own steps and
     // the run's commands (issued with the run's span, not entered around
-    // them) are its children, and its events keep its context.
+    // them) are its children; its request names it.
     let run_spans = of_session(run.child_id(), span::RUN);
     assert_eq!(run_spans.len(), 1, "one run span");
     let run_span = run_spans[0];

@@ -11,7 +11,7 @@ mod common;
 use opentelemetry::trace::{SpanId, TraceContextExt as _};
 use opentelemetry_sdk::trace::SpanData;
 use subagent_core::telemetry::{attr, span};
-use subagent_core::{ContentBlock, Delivery};
+use subagent_core::{ContentBlock, Delivery, Event};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
@@ -66,7 +66,10 @@ async fn deliveries_join_their_trees_trace_whatever_span_sends_them() {
     // as the log names it.
     let root_trace = records(&h.log)
         .into_iter()
-        .find_map(|record| record.trace)
+        .find_map(|record| match record.event {
+            Event::SessionCreated { parent: None, .. } => record.trace,
+            _ => None,
+        })
         .expect("the root's creation keeps its span");
     let in_tree = tracing::info_span!(parent: None, "in.tree");
     let _ = in_tree.set_parent(opentelemetry::Context::new().with_remote_span_context(
@@ -133,11 +136,24 @@ async fn deliveries_join_their_trees_trace_whatever_span_sends_them() {
         1,
         "the host's request is a link of its delivery"
     );
+    assert_eq!(
+        by_rule.iter().filter(|d| d.links.is_empty()).count(),
+        1,
+        "the delivery sent from no span links nothing"
+    );
     // The one from inside: the caller's child, with no link.
     let inside = deliveries
         .iter()
         .find(|d| d.parent_span_id == in_tree.span_context.span_id())
         .expect("a delivery sent inside the tree is its caller's child");
     assert!(inside.links.is_empty());
+    // Each delivery was recorded in its span, of the tree's trace: the
+    // accepted messages keep no context of their own.
+    let accepted: Vec<_> = records(&h.log)
+        .into_iter()
+        .filter(|record| matches!(record.event, Event::MessageAccepted { .. }))
+        .collect();
+    assert!(accepted.len() >= 3, "{accepted:#?}");
+    assert!(accepted.iter().all(|record| record.trace.is_none()));
     child.dispose().await.ok();
 }
