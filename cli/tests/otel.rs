@@ -1,9 +1,9 @@
 //! `demo --otel-endpoint`: the real binary exports its spans over OTLP/HTTP
 //! to a collector this test runs on 127.0.0.1, and the spans it receives
 //! are the demo's tree: one trace for the root, every activation under its
-//! parent session's span and every message delivery in the same trace,
-//! exactly the tree the log alone rebuilds (`subagent_replay::spans`).
-//! Without the flag nothing is sent.
+//! parent session's span, exactly the tree the log alone rebuilds
+//! (`subagent_replay::spans`), and every message delivery in the same
+//! trace. Without the flag nothing is sent.
 
 mod common;
 
