@@ -178,11 +178,15 @@ fuzz: deps
 # Long runs of what `make test` runs briefly: the corruption attack with
 # SOAK_CORRUPTION_FLIPS flips per file, the runtime crash harness for
 # SOAK_ROUNDS SIGKILL rounds, and the model-based test for SOAK_MODEL_CASES
-# sequences over memory (a fifth of that over RocksDB).
+# sequences over memory (a fifth of that over RocksDB). Built for the whole
+# workspace, as `make test` is, so the runs share its librocksdb (a `-p`
+# build resolves features for one package and builds librocksdb again, 12
+# minutes); `--test crash` also runs the store's own crash test, which takes
+# no rounds variable.
 soak: deps
-	SUBAGENTS_CORRUPTION_FLIPS=$(SOAK_CORRUPTION_FLIPS) $(CARGO) test -p subagent-store --test corruption -- --nocapture
-	SUBAGENTS_CRASH_ROUNDS=$(SOAK_ROUNDS) $(CARGO) test -p subagent-runtime --test crash -- --nocapture
-	SUBAGENTS_MODEL_CASES=$(SOAK_MODEL_CASES) $(CARGO) test -p subagent-runtime --test model -- --nocapture
+	SUBAGENTS_CORRUPTION_FLIPS=$(SOAK_CORRUPTION_FLIPS) $(CARGO) test --workspace --test corruption -- --nocapture
+	SUBAGENTS_CRASH_ROUNDS=$(SOAK_ROUNDS) $(CARGO) test --workspace --test crash -- --nocapture
+	SUBAGENTS_MODEL_CASES=$(SOAK_MODEL_CASES) $(CARGO) test --workspace --test model -- --nocapture
 
 # schemathesis (from PyPI, installed here when missing) against a live
 # `subagents serve` on 127.0.0.1, generating requests from the served OpenAPI
@@ -191,6 +195,6 @@ soak: deps
 API_FUZZ_EXAMPLES ?= 100
 api-fuzz: deps
 	@command -v schemathesis >/dev/null || pip install --quiet schemathesis
-	$(CARGO) build -q -p subagent-cli --bin subagents
+	$(CARGO) build -q --workspace --bins
 	scripts/api-fuzz.sh "$$($(CARGO) metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')/$$(rustc -vV | sed -n 's/host: //p')/debug/subagents" $(API_FUZZ_EXAMPLES)
 
