@@ -5,9 +5,9 @@
 //! ([`CheckpointCadence`]), so each event pays a bounded share of the saves
 //! however large the state grows. A checkpoint that does not decode, has
 //! an unknown version or claims a position past the head is discarded and
-//! the state rebuilt from the log; it is never trusted. Beside each checkpoint the sizes of its
-//! maps are saved, and an open that refolds, `state_at` and `verify` start
-//! from them ([`presized_state`]).
+//! the state rebuilt from the log; it is never trusted. Beside each
+//! checkpoint the sizes of its maps are saved, and an open that refolds,
+//! `state_at` and `verify` start from them ([`presized_state`]).
 
 use std::ops::ControlFlow;
 

@@ -7,8 +7,7 @@ use common::{lines, runtime, sample};
 use std::io::Cursor;
 
 use proptest::prelude::*;
-use subagent_core::RecordedEvent;
-use subagent_core::SessionMode;
+use subagent_core::{RecordedEvent, SessionMode};
 use subagent_projections::testing::{history, steps, HistoryBuilder};
 use subagent_projections::{HistoryCheck, MapSizes, Projections, MAP_SIZES_NAME};
 use subagent_replay::{

@@ -140,7 +140,7 @@ pub(crate) struct Inner {
 
 /// The fewest committed events between two periodic projections
 /// checkpoints; a larger state waits for as many events as it has entries
-/// (`engine::cadence`).
+/// ([`subagent_projections::CheckpointCadence`]).
 pub(crate) const CHECKPOINT_EVERY: u64 = 10_000;
 
 /// The runtime. Cheap to clone.
