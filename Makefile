@@ -22,27 +22,28 @@ SOAK_MODEL_CASES ?= 4096
 # Byte flips per file of the corruption attack for `make soak` (make test: 12).
 SOAK_CORRUPTION_FLIPS ?= 200
 
-.PHONY: deps own-target-dir demo test lint unit docs package install install-check bench fuzz soak api-fuzz prune-binaries
+.PHONY: deps own-target-dir own-fuzz-target-dir demo test lint unit docs package install install-check bench fuzz soak api-fuzz prune-binaries
 
 # Cargo names a workspace's own crates' artifacts by their paths inside the
 # workspace, not by where the checkout is, so two checkouts (a clone, a git
-# worktree) that build into this one target directory replace each other's
+# worktree) that build into one target directory replace each other's
 # artifacts, and a source file older than the other checkout's artifact is
 # taken as built: the next build links the other checkout's code. When the
-# last build here through make was another checkout's, this one's files are
-# touched first, so cargo rebuilds its own crates (a few minutes; the
-# dependencies, librocksdb among them, are kept). A git checkout touches the
-# files git tracks; any other folder, every file but its .git, target,
-# subagents-data and the target directory. (The fuzz targets build into
-# FUZZ_TARGET_DIR, which this does not guard.)
-own-target-dir:
-	@t="$(CARGO_TARGET_DIR)"; d="$(CURDIR)"; mkdir -p "$$t"; \
+# last build into a directory through make was another checkout's, this
+# one's files are touched first, so cargo rebuilds its own crates (a few
+# minutes; the dependencies, librocksdb among them, are kept). A git
+# checkout touches the files git tracks; any other folder, every file but
+# its .git, target, subagents-data and the target directory. Each target
+# directory remembers its own last checkout: CARGO_TARGET_DIR
+# (own-target-dir) and FUZZ_TARGET_DIR (own-fuzz-target-dir).
+define guard_target_dir
+	@t="$(1)"; d="$(CURDIR)"; mkdir -p "$$t"; \
 	last="$$(cat "$$t/.checkout" 2>/dev/null)"; \
 	if [ "$$last" != "$$d" ]; then \
 		if [ -n "$$last" ]; then \
-			echo "the target directory was last built from $$last: touching this checkout's files so cargo rebuilds its crates"; \
+			echo "$$t was last built from $$last: touching this checkout's files so cargo rebuilds its crates"; \
 		else \
-			echo "the target directory names no checkout yet: touching this checkout's files so cargo builds its own crates"; \
+			echo "$$t names no checkout yet: touching this checkout's files so cargo builds its own crates"; \
 		fi; \
 		if [ "$$(git -C "$$d" rev-parse --show-toplevel 2>/dev/null)" = "$$d" ]; then \
 			git -C "$$d" ls-files -z | (cd "$$d" && xargs -0 -r touch -c); \
@@ -52,6 +53,13 @@ own-target-dir:
 		fi; \
 		printf '%s\n' "$$d" > "$$t/.checkout"; \
 	fi
+endef
+
+own-target-dir:
+	$(call guard_target_dir,$(CARGO_TARGET_DIR))
+
+own-fuzz-target-dir:
+	$(call guard_target_dir,$(FUZZ_TARGET_DIR))
 
 # System packages: libclang for the RocksDB bindings, a C++ compiler for
 # librocksdb, curl and jq for the README's gateway session (a test runs it),
@@ -168,7 +176,7 @@ bench: deps
 # Each cargo-fuzz target for FUZZ_SECONDS, growing the committed corpora
 # (fuzz/corpus/<target>); `make test` replays them. `-s none` runs without a
 # sanitizer, which works on the stable toolchain (see TESTING.md).
-fuzz: deps
+fuzz: deps own-fuzz-target-dir
 	@command -v cargo-fuzz >/dev/null || $(CARGO) install cargo-fuzz --locked
 	for target in $(FUZZ_TARGETS); do \
 		CARGO_TARGET_DIR=$(FUZZ_TARGET_DIR) $(CARGO) fuzz run -s none $$target fuzz/corpus/$$target -- \

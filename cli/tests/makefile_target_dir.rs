@@ -3,7 +3,9 @@
 //! checkout, this checkout's files are touched (so cargo, which names a
 //! workspace's crates by their paths inside it, rebuilds them instead of
 //! linking the other checkout's), and the directory remembers this
-//! checkout; the same checkout again touches nothing.
+//! checkout; the same checkout again touches nothing. `make
+//! own-fuzz-target-dir`, which `make fuzz` runs first, does the same for
+//! the fuzz builds' directory, which remembers its own checkout.
 
 use std::path::Path;
 use std::process::Command;
@@ -43,17 +45,24 @@ fn checkout(dir: &Path, git: bool) {
     git(&["commit", "-q", "-m", "checkout"]);
 }
 
-/// Runs `make own-target-dir` in `dir` against `target`; its stdout. An
-/// outer make's flags (`make unit` runs this test) stay out: a variable
-/// given on its command line would beat `CARGO_TARGET_DIR` here.
+/// Runs `make own-target-dir` in `dir` against `target`; its stdout.
 fn guard(dir: &Path, target: &Path) -> String {
+    guard_with(dir, "own-target-dir", "CARGO_TARGET_DIR", target)
+}
+
+/// Runs `make <rule>` in `dir` with `variable` naming `target`; its
+/// stdout. An outer make's flags (`make unit` runs this test) stay out: a
+/// variable given on its command line would beat `variable` here.
+fn guard_with(dir: &Path, rule: &str, variable: &str, target: &Path) -> String {
     let output = Command::new("make")
-        .args(["-s", "own-target-dir"])
+        .args(["-s", rule])
         .current_dir(dir)
         .env_remove("MAKEFLAGS")
         .env_remove("MFLAGS")
         .env_remove("MAKELEVEL")
-        .env("CARGO_TARGET_DIR", target)
+        .env_remove("CARGO_TARGET_DIR")
+        .env_remove("FUZZ_TARGET_DIR")
+        .env(variable, target)
         .output()
         .expect("make runs");
     assert!(
@@ -134,5 +143,36 @@ fn another_checkouts_build_makes_this_one_touch_its_files() {
         modified(&source) > before,
         "the checkout's sources are touched"
     );
+    assert_eq!(last_built_from(&target), one.to_str().unwrap());
+}
+
+#[test]
+fn the_fuzz_directory_is_guarded_on_its_own() {
+    let root = tempfile::tempdir().unwrap();
+    let (one, two) = (root.path().join("one"), root.path().join("two"));
+    let (target, fuzz) = (root.path().join("target"), root.path().join("fuzz target"));
+    checkout(&one, true);
+    checkout(&two, true);
+    let source = one.join("core/src/lib.rs");
+    let fuzz_guard = |dir: &Path| guard_with(dir, "own-fuzz-target-dir", "FUZZ_TARGET_DIR", &fuzz);
+
+    // `one` builds both; then `two` builds only the fuzz targets.
+    guard(&one, &target);
+    fuzz_guard(&one);
+    assert_eq!(last_built_from(&fuzz), one.to_str().unwrap());
+    assert!(fuzz_guard(&two).contains(one.to_str().unwrap()));
+    assert_eq!(last_built_from(&fuzz), two.to_str().unwrap());
+
+    // `one`'s main directory is still its own: nothing touched there.
+    age(&source);
+    let before = modified(&source);
+    assert_eq!(guard(&one, &target), "");
+    assert_eq!(modified(&source), before);
+
+    // Its fuzz directory is not: `one` touches its files before fuzzing.
+    let said = fuzz_guard(&one);
+    assert!(said.contains(two.to_str().unwrap()), "{said}");
+    assert!(modified(&source) > before, "the checkout's sources are touched");
+    assert_eq!(last_built_from(&fuzz), one.to_str().unwrap());
     assert_eq!(last_built_from(&target), one.to_str().unwrap());
 }
