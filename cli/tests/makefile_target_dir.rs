@@ -172,7 +172,10 @@ fn the_fuzz_directory_is_guarded_on_its_own() {
     // Its fuzz directory is not: `one` touches its files before fuzzing.
     let said = fuzz_guard(&one);
     assert!(said.contains(two.to_str().unwrap()), "{said}");
-    assert!(modified(&source) > before, "the checkout's sources are touched");
+    assert!(
+        modified(&source) > before,
+        "the checkout's sources are touched"
+    );
     assert_eq!(last_built_from(&fuzz), one.to_str().unwrap());
     assert_eq!(last_built_from(&target), one.to_str().unwrap());
 }
