@@ -353,31 +353,46 @@ pub(crate) fn execute_tool_span(name: &str, call_id: &str) -> Span {
     )
 }
 
-/// The span of one message delivery from `sender` to `target`, in their
-/// tree's one trace: a child of the caller's span when that span is in the
-/// tree's trace (a tool call that sends it); otherwise parented by the
-/// log's rule on the sender ([`Projections::span_parent`]: its turn in
-/// progress, else its live activation, else its root's `create_agent`),
-/// with the caller's span, if any, as a link. So a host that sends from a
-/// request of its own, or from no span at all, adds a delivery to the
-/// tree's trace, not a trace of its own. `state` is called (the engine's
-/// lock taken) only when a subscriber takes `info` spans, and released
-/// before the span is built.
-pub(crate) fn deliver_message_span<State: std::ops::Deref<Target = Projections>>(
-    state: impl FnOnce() -> State,
-    sender: SessionId,
-    target: SessionId,
-) -> Span {
-    if !tracing::enabled!(tracing::Level::INFO) {
-        return Span::none();
+/// What a delivery's span is parented and named by, read from the
+/// projections in the same hold of the engine's lock as the rest of the
+/// delivery's reads ([`DeliveryParents::of`]), so the span itself is built
+/// after the lock is released.
+pub(crate) struct DeliveryParents {
+    /// The tree's trace ([`Projections::tree_trace`]).
+    tree: Option<TraceContext>,
+    /// The log's rule on the sender ([`Projections::span_parent`]).
+    parent: Option<TraceContext>,
+    /// The sender's root, the conversation.
+    root: SessionId,
+}
+
+impl DeliveryParents {
+    /// Read for a delivery from `sender`, or `None` when no subscriber
+    /// takes `info` spans (then nothing is read).
+    pub(crate) fn of(state: &Projections, sender: SessionId) -> Option<DeliveryParents> {
+        if !tracing::enabled!(tracing::Level::INFO) {
+            return None;
+        }
+        Some(DeliveryParents {
+            tree: state.tree_trace(sender),
+            parent: state.span_parent(sender),
+            root: root_of(state, sender),
+        })
     }
-    let (tree, parent, root) = {
-        let state = state();
-        (
-            state.tree_trace(sender),
-            state.span_parent(sender),
-            root_of(&state, sender),
-        )
+}
+
+/// The span of one message delivery to `target`, in its tree's one trace:
+/// a child of the caller's span when that span is in the tree's trace (a
+/// tool call that sends it); otherwise parented by the log's rule on the
+/// sender ([`Projections::span_parent`]: its turn in progress, else its
+/// live activation, else its root's `create_agent`), with the caller's
+/// span, if any, as a link. So a host that sends from a request of its
+/// own, or from no span at all, adds a delivery to the tree's trace, not a
+/// trace of its own. No span (`Span::none`) without `parents`, which
+/// [`DeliveryParents::of`] reads only when a subscriber takes `info` spans.
+pub(crate) fn deliver_message_span(parents: Option<DeliveryParents>, target: SessionId) -> Span {
+    let Some(DeliveryParents { tree, parent, root }) = parents else {
+        return Span::none();
     };
     let caller = current_trace();
     let by_rule = parented_by_rule(tree, parent, caller);

@@ -235,10 +235,18 @@ impl SubagentRuntime {
         command: Command,
         attachments: Vec<Attachment>,
     ) -> Result<bool, SubagentError> {
-        let span =
-            crate::telemetry::deliver_message_span(|| self.inner.engine.state(), sender, target);
+        // One hold of the engine's lock for both reads; the span is built
+        // after it.
+        let (resumes, parents) = {
+            let state = self.inner.engine.state();
+            (
+                cold_resumes(&state, sender, target),
+                crate::telemetry::DeliveryParents::of(&state, sender),
+            )
+        };
+        let span = crate::telemetry::deliver_message_span(parents, target);
         let delivered = self
-            .deliver_traced(sender, target, command, attachments)
+            .deliver_traced(sender, target, resumes, command, attachments)
             .instrument(span.clone())
             .await;
         match &delivered {
@@ -250,15 +258,16 @@ impl SubagentRuntime {
         delivered.map(|how| how != Delivered::Nothing)
     }
 
-    /// [`deliver`](Self::deliver) inside its span.
+    /// [`deliver`](Self::deliver) inside its span; `resumes` is whether the
+    /// message cold-resumes `target` ([`cold_resumes`]).
     async fn deliver_traced(
         &self,
         sender: SessionId,
         target: SessionId,
+        resumes: bool,
         command: Command,
         attachments: Vec<Attachment>,
     ) -> Result<Delivered, SubagentError> {
-        let resumes = cold_resumes(&self.inner.engine.state(), sender, target);
         let permits = if resumes {
             Some(self.inner.capacity.try_admit(sender)?)
         } else {
