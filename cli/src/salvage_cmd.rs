@@ -122,6 +122,12 @@ fn print(
                 "the prefix ends: position {position} is impossible: {reason}"
             )?;
         }
+        PrefixEnd::AttachmentUnreadable { position, reason } => {
+            writeln!(
+                out,
+                "the prefix ends: position {position} names an attachment that is lost: {reason}"
+            )?;
+        }
     }
     if report.prefix.incomplete_decision > 0 {
         writeln!(

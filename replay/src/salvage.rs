@@ -8,11 +8,12 @@
 //!    first damaged record ([`SalvageRecovery::UpToDamage`]);
 //! 2. it reads records from position 1 and keeps the longest prefix that is
 //!    readable, gap-free and numbered in order, is a history `decide` could
-//!    have produced ([`HistoryCheck`]), and ends on a complete decision (never
-//!    half of an atomic append);
-//! 3. it copies that prefix into the new directory through
-//!    [`import_directory`], all or nothing, so the copy passes every check an
-//!    import makes;
+//!    have produced ([`HistoryCheck`]), whose attachments all read intact
+//!    from the blob store, and ends on a complete decision (never half of an
+//!    atomic append);
+//! 3. it copies that prefix, with its attachments, into the new directory
+//!    through [`import_directory`], all or nothing, so the copy passes every
+//!    check an import makes;
 //! 4. it reopens the source skipping damaged write-ahead records
 //!    ([`SalvageRecovery::PastDamage`]) to see what the log held beyond the
 //!    prefix: the last position it knew of, and every record past the prefix
@@ -25,13 +26,14 @@ use std::io::{BufReader, Read, Write};
 use std::path::Path;
 
 use serde::Serialize;
+use subagent_core::attachment::stored_attachments;
 use subagent_core::{RecordedEvent, StreamId};
 use subagent_projections::HistoryCheck;
 use subagent_store::rocks::SalvageRecovery;
 use subagent_store::{EventLog, EventLogExt, RocksLog, StoreError};
 
 use crate::error::ReplayError;
-use crate::transfer::{import_directory, Numbering};
+use crate::transfer::{import_directory, ExportLines, Numbering};
 
 /// At most this many records left behind are listed in a report; the rest
 /// are counted (and all are written out when a file is given).
@@ -64,6 +66,14 @@ pub enum PrefixEnd {
         /// The broken rule.
         reason: String,
     },
+    /// The record at `position` names an attachment the blob store does not
+    /// hold, or whose bytes no longer hash to its id.
+    AttachmentUnreadable {
+        /// Its position.
+        position: u64,
+        /// Which attachment, and what is wrong with it.
+        reason: String,
+    },
 }
 
 /// The longest trustworthy prefix of a sequence of records.
@@ -85,6 +95,15 @@ pub struct Prefix {
 #[must_use]
 pub fn longest_prefix(
     records: impl IntoIterator<Item = Result<RecordedEvent, StoreError>>,
+) -> Prefix {
+    prefix_where(records, |_| Ok(()))
+}
+
+/// [`longest_prefix`], also ending before the first record whose
+/// attachments `attachments_intact` refuses (the reason it gives).
+fn prefix_where(
+    records: impl IntoIterator<Item = Result<RecordedEvent, StoreError>>,
+    mut attachments_intact: impl FnMut(&RecordedEvent) -> Result<(), String>,
 ) -> Prefix {
     let mut numbering = Numbering::default();
     let mut history = HistoryCheck::new();
@@ -112,6 +131,10 @@ pub fn longest_prefix(
                 position,
                 reason: violation.to_string(),
             };
+            break;
+        }
+        if let Err(reason) = attachments_intact(&record) {
+            end = PrefixEnd::AttachmentUnreadable { position, reason };
             break;
         }
         if history.finish().is_ok() {
@@ -177,9 +200,11 @@ pub async fn salvage(
 ) -> Result<SalvageReport, ReplayError> {
     crate::transfer::require_empty(target)?;
     let up_to = RocksLog::open_damaged(source, SalvageRecovery::UpToDamage)?;
-    let prefix = longest_prefix(up_to.log.read_all(1));
+    let prefix = prefix_where(up_to.log.read_all(1), |record| {
+        attachments_intact(&up_to.log, record)
+    });
     let limit = usize::try_from(prefix.kept).unwrap_or(usize::MAX);
-    let lines = ExportLines::new(up_to.log.read_all(1).take(limit));
+    let lines = PrefixLines::new(&up_to.log, up_to.log.read_all(1).take(limit));
     let copied = import_directory(target, BufReader::new(lines)).await?;
     if copied != prefix.kept {
         // The same read-only snapshot read twice: cannot differ.
@@ -210,6 +235,20 @@ pub async fn salvage(
         Err(err) => report.beyond_unreadable = Some(err.to_string()),
     }
     Ok(report)
+}
+
+/// Whether every attachment `record` names reads from `log`, and hashes to
+/// its id (the store checks that as it reads); the first that does not, as a
+/// reason.
+fn attachments_intact(log: &RocksLog, record: &RecordedEvent) -> Result<(), String> {
+    for id in stored_attachments(&record.event) {
+        match log.attachment(&id) {
+            Ok(Some(_)) => {}
+            Ok(None) => return Err(format!("attachment {id} is not in the blob store")),
+            Err(err) => return Err(format!("attachment {id} does not read: {err}")),
+        }
+    }
+    Ok(())
 }
 
 /// Lists (and writes out) every readable record of `log` past the prefix.
@@ -245,31 +284,37 @@ fn left_behind(
     Ok(())
 }
 
-/// Records as export lines, read lazily: the copy never holds the log in
-/// memory.
-struct ExportLines<I> {
+/// The prefix's records as export lines, with their attachments, read
+/// lazily: the copy never holds the log in memory.
+struct PrefixLines<'a, I> {
+    log: &'a RocksLog,
     records: I,
+    writer: ExportLines,
     line: VecDeque<u8>,
 }
 
-impl<I> ExportLines<I> {
-    fn new(records: I) -> Self {
-        ExportLines {
+impl<'a, I> PrefixLines<'a, I> {
+    fn new(log: &'a RocksLog, records: I) -> Self {
+        PrefixLines {
+            log,
             records,
+            writer: ExportLines::default(),
             line: VecDeque::new(),
         }
     }
 }
 
-impl<I: Iterator<Item = Result<RecordedEvent, StoreError>>> Read for ExportLines<I> {
+impl<I: Iterator<Item = Result<RecordedEvent, StoreError>>> Read for PrefixLines<'_, I> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         if self.line.is_empty() {
             match self.records.next() {
                 None => return Ok(0),
                 Some(record) => {
                     let record = record.map_err(std::io::Error::other)?;
-                    let mut bytes = serde_json::to_vec(&record).map_err(std::io::Error::other)?;
-                    bytes.push(b'\n');
+                    let mut bytes = Vec::new();
+                    self.writer
+                        .write(self.log, &record, &mut bytes)
+                        .map_err(std::io::Error::other)?;
                     self.line = bytes.into();
                 }
             }

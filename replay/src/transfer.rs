@@ -80,11 +80,39 @@ pub fn export_with_progress<L: EventLog + ?Sized, P: Progress + ?Sized>(
 ) -> Result<u64, ReplayError> {
     progress.set_total(log.head());
     let mut count = 0;
-    let mut written = HashSet::new();
+    let mut lines = ExportLines::default();
     for record in log.read_all(1) {
-        let record = record?;
+        lines.write(log, &record?, out)?;
+        count += 1;
+        progress.reached(count);
+    }
+    out.flush()?;
+    Ok(count)
+}
+
+/// The lines of an export, written a record at a time: each attachment once,
+/// as its own line before the first record that names it, then the record.
+/// The one writer of the export form ([`export`], and `salvage`'s copy).
+#[derive(Default)]
+pub(crate) struct ExportLines {
+    /// The attachments already written.
+    written: HashSet<AttachmentId>,
+}
+
+impl ExportLines {
+    /// Writes `record`'s lines, reading its attachments from `log`.
+    ///
+    /// # Errors
+    /// A read or write failure; [`StoreError::Damaged`] when `record` names
+    /// an attachment `log` does not hold.
+    pub(crate) fn write<L: EventLog + ?Sized>(
+        &mut self,
+        log: &L,
+        record: &RecordedEvent,
+        out: &mut impl Write,
+    ) -> Result<(), ReplayError> {
         for id in stored_attachments(&record.event) {
-            if !written.insert(id) {
+            if !self.written.insert(id) {
                 continue;
             }
             let bytes = log.attachment(&id)?.ok_or_else(|| StoreError::Damaged {
@@ -101,13 +129,10 @@ pub fn export_with_progress<L: EventLog + ?Sized, P: Progress + ?Sized>(
             serde_json::to_writer(&mut *out, &line).map_err(std::io::Error::other)?;
             out.write_all(b"\n")?;
         }
-        serde_json::to_writer(&mut *out, &record).map_err(std::io::Error::other)?;
+        serde_json::to_writer(&mut *out, record).map_err(std::io::Error::other)?;
         out.write_all(b"\n")?;
-        count += 1;
-        progress.reached(count);
+        Ok(())
     }
-    out.flush()?;
-    Ok(count)
 }
 
 /// The attachments an import has read and not yet stored, and those it

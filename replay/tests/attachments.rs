@@ -5,53 +5,11 @@
 
 mod common;
 
-use common::{lines, runtime};
+use common::{attachment_line, history_with_image as history, lines, runtime, PNG};
 use serde_json::json;
-use subagent_core::content::ImageBlock;
-use subagent_core::{AttachmentId, ContentBlock, ErrorCode, Event, MessageSource, RecordedEvent};
-use subagent_projections::testing::{self, Step};
+use subagent_core::{AttachmentId, ErrorCode, RecordedEvent};
 use subagent_replay::{export, import, ReplayError};
 use subagent_store::{EventLog, MemoryLog};
-
-const PNG: &[u8] = b"\x89PNG\r\n\x1a\n not really, but sniffed as one";
-
-/// An admissible history whose last record is a prompt (a browser-sourced
-/// message from the parent) to a continuable child, naming `PNG` by id.
-fn history() -> (Vec<RecordedEvent>, AttachmentId) {
-    let id = AttachmentId::of(PNG);
-    let mut records = testing::history(&[
-        Step::Child {
-            parent: 0,
-            continuable: true,
-        },
-        Step::Message { target: 1 },
-    ]);
-    let image = ContentBlock::Image(ImageBlock {
-        mime_type: "image/png".into(),
-        data: None,
-        attachment: Some(id.to_string()),
-        extra: serde_json::Map::new(),
-    });
-    let last = records.last_mut().unwrap();
-    let Event::MessageAccepted {
-        source, content, ..
-    } = &mut last.event
-    else {
-        panic!("the history ends with a message: {last:?}")
-    };
-    *source = MessageSource::Browser {
-        request_id: "r".into(),
-        zone: None,
-    };
-    *content = vec![ContentBlock::text("look"), image];
-    (records, id)
-}
-
-fn attachment_line(id: &str, bytes: &[u8]) -> String {
-    use base64::Engine as _;
-    let encoded = base64::engine::general_purpose::STANDARD.encode(bytes);
-    format!("{}\n", json!({"attachment": id, "bytes": encoded}))
-}
 
 /// The export of `records` with `inserted` placed before the record at
 /// index `before` (and after the last one when `before` is past the end).

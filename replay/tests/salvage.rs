@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{append_raw, runtime};
+use common::{append_raw, attachment_line, history_with_image, lines, runtime, PNG};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -12,9 +12,10 @@ use subagent_core::{ErrorCode, RecordedEvent};
 use subagent_projections::testing::{history, impossible_histories, steps, Step};
 use subagent_projections::HistoryCheck;
 use subagent_replay::{
-    export, longest_prefix, salvage, verify, PrefixEnd, ReplayError, SalvageReport,
+    export, import_directory, longest_prefix, salvage, verify, PrefixEnd, ReplayError,
+    SalvageReport,
 };
-use subagent_store::{EventLogExt, RocksLog, RocksOptions, StoreError};
+use subagent_store::{EventLog, EventLogExt, RocksLog, RocksOptions, StoreError};
 
 fn ok(records: &[RecordedEvent]) -> impl Iterator<Item = Result<RecordedEvent, StoreError>> + '_ {
     records.iter().cloned().map(Ok)
@@ -284,4 +285,58 @@ fn a_salvaged_export_matches_the_original_export_up_to_the_prefix() {
     let mut copied = Vec::new();
     export(&RocksLog::open_read_only(&target).unwrap(), &mut copied).unwrap();
     assert_eq!(original, copied);
+}
+
+// ---- attachments -------------------------------------------------------------------
+
+#[test]
+fn a_log_with_an_attachment_is_salvaged_with_it() {
+    let (records, id) = history_with_image();
+    let dir = tempfile::tempdir().unwrap();
+    let (source, target) = (dir.path().join("source"), dir.path().join("copy"));
+    // Written through an import, which stores the image with the prompt
+    // that names it, as the gateway does.
+    let last = records.len() - 1;
+    let text =
+        lines(&records[..last]) + &attachment_line(&id.to_string(), PNG) + &lines(&records[last..]);
+    runtime()
+        .block_on(import_directory(&source, std::io::Cursor::new(text)))
+        .unwrap();
+
+    let report = runtime().block_on(salvage(&source, &target, None)).unwrap();
+    assert_eq!(report.prefix.end, PrefixEnd::Whole);
+    assert_eq!(report.prefix.kept, records.len() as u64);
+    let copy = RocksLog::open_read_only(&target).unwrap();
+    assert_eq!(copy.attachment(&id).unwrap().as_deref(), Some(PNG));
+    let verified = verify(&copy).unwrap();
+    assert!(verified.is_ok(), "{verified:?}");
+    let (mut original, mut copied) = (Vec::new(), Vec::new());
+    export(&RocksLog::open_read_only(&source).unwrap(), &mut original).unwrap();
+    export(&copy, &mut copied).unwrap();
+    assert_eq!(original, copied, "the image travels with the prompt");
+}
+
+#[test]
+fn a_record_whose_attachment_is_lost_ends_the_prefix_before_it() {
+    let (records, id) = history_with_image();
+    let dir = tempfile::tempdir().unwrap();
+    let (source, target) = (dir.path().join("source"), dir.path().join("copy"));
+    // The records without the image's bytes: the blob store lost them.
+    write_log(&source, &records);
+
+    let report = runtime().block_on(salvage(&source, &target, None)).unwrap();
+    let named_at = records.len() as u64;
+    assert!(
+        matches!(&report.prefix.end, PrefixEnd::AttachmentUnreadable { position, reason }
+            if *position == named_at
+                && reason.contains(&id.to_string())
+                && reason.contains("not in the blob store")),
+        "{report:?}"
+    );
+    assert!(report.prefix.kept < named_at, "{report:?}");
+    assert_eq!(report.lost, named_at - report.prefix.kept);
+    let kept = usize::try_from(report.prefix.kept).unwrap();
+    assert_eq!(read_back(&target), records[..kept]);
+    let verified = verify(&RocksLog::open_read_only(&target).unwrap()).unwrap();
+    assert!(verified.is_ok(), "{verified:?}");
 }

@@ -2,7 +2,9 @@
 // Each test binary uses only some of them.
 #![allow(dead_code)]
 
-use subagent_core::{NewEvent, RecordedEvent};
+use serde_json::json;
+use subagent_core::content::ImageBlock;
+use subagent_core::{AttachmentId, ContentBlock, Event, MessageSource, NewEvent, RecordedEvent};
 use subagent_projections::testing::{history, Step};
 use subagent_store::{EventLog, ExpectedVersion};
 
@@ -61,4 +63,46 @@ pub(crate) fn sample() -> Vec<RecordedEvent> {
         continuable: false,
     });
     history(&steps)
+}
+
+/// Bytes sniffed as a PNG image.
+pub(crate) const PNG: &[u8] = b"\x89PNG\r\n\x1a\n not really, but sniffed as one";
+
+/// An admissible history whose last record is a prompt (a browser-sourced
+/// message from the parent) to a continuable child, naming `PNG` by id.
+pub(crate) fn history_with_image() -> (Vec<RecordedEvent>, AttachmentId) {
+    let id = AttachmentId::of(PNG);
+    let mut records = history(&[
+        Step::Child {
+            parent: 0,
+            continuable: true,
+        },
+        Step::Message { target: 1 },
+    ]);
+    let image = ContentBlock::Image(ImageBlock {
+        mime_type: "image/png".into(),
+        data: None,
+        attachment: Some(id.to_string()),
+        extra: serde_json::Map::new(),
+    });
+    let last = records.last_mut().unwrap();
+    let Event::MessageAccepted {
+        source, content, ..
+    } = &mut last.event
+    else {
+        panic!("the history ends with a message: {last:?}")
+    };
+    *source = MessageSource::Browser {
+        request_id: "r".into(),
+        zone: None,
+    };
+    *content = vec![ContentBlock::text("look"), image];
+    (records, id)
+}
+
+/// An export's line carrying `bytes` as attachment `id`.
+pub(crate) fn attachment_line(id: &str, bytes: &[u8]) -> String {
+    use base64::Engine as _;
+    let encoded = base64::engine::general_purpose::STANDARD.encode(bytes);
+    format!("{}\n", json!({"attachment": id, "bytes": encoded}))
 }
