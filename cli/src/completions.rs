@@ -18,7 +18,10 @@ pub(crate) enum Shell {
     Fish,
 }
 
-/// Writes the completion script of `shell` for `command` to `out`.
+/// Writes the completion script of `shell` for `command` to `out`. The
+/// script is generated in memory first: `clap_complete` panics on a failed
+/// write, and a closed pipe or a full disk must end this as they end every
+/// other command (`output`).
 ///
 /// # Errors
 /// A write failure of `out`.
@@ -29,7 +32,9 @@ pub(crate) fn write(shell: Shell, mut command: clap::Command, out: &mut impl Wri
         Shell::Fish => clap_complete::Shell::Fish,
     };
     let name = command.get_name().to_owned();
-    clap_complete::generate(generator, &mut command, name, out);
+    let mut script = Vec::new();
+    clap_complete::generate(generator, &mut command, name, &mut script);
+    out.write_all(&script)?;
     out.flush()?;
     Ok(())
 }

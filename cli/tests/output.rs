@@ -26,6 +26,10 @@ fn commands<'a>(data: &'a str, root: &'a str) -> Vec<Vec<&'a str>> {
         vec!["log", data],
         vec!["log", data, "--json"],
         vec!["export", data],
+        vec!["completions", "bash"],
+        vec!["completions", "zsh"],
+        vec!["completions", "fish"],
+        vec!["manpage"],
     ]
 }
 
