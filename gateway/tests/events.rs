@@ -1,7 +1,7 @@
 //! `GET /v1/events` over real HTTP: the history with log positions as ids,
 //! one `caught-up` marker, live events after it, resumption with
 //! `Last-Event-ID` (no gap, no duplicate), one root's tree only, and a bad
-//! resume position refused.
+//! resume position or root refused.
 
 mod common;
 
@@ -145,4 +145,62 @@ async fn a_resume_position_that_is_not_a_number_is_a_bad_request() {
         (status, body["code"].as_str().unwrap()),
         (400, "gateway/bad-request")
     );
+}
+
+#[tokio::test]
+async fn a_resume_position_past_the_head_is_refused_not_invented() {
+    let server = Server::start().await;
+    server.open_root().await;
+    let head = server.head();
+    for (header, query) in [
+        (Some((head + 1).to_string()), String::new()),
+        (None, format!("?after={}", head + 1000)),
+    ] {
+        let mut request = server.request(reqwest::Method::GET, &format!("/v1/events{query}"));
+        if let Some(header) = &header {
+            request = request.header("last-event-id", header);
+        }
+        let (status, body) = common::answer(request.send().await.unwrap()).await;
+        assert_eq!(
+            (status, body["code"].as_str().unwrap()),
+            (400, "replay/position-past-head"),
+            "{header:?} {query}: {body}"
+        );
+    }
+    // At the head itself: nothing to replay, and the head as it is.
+    let mut stream = server
+        .request(reqwest::Method::GET, &format!("/v1/events?after={head}"))
+        .send()
+        .await
+        .unwrap();
+    let frames = read_sse(&mut stream, |frames| {
+        frames.iter().any(|frame| frame.event == "caught-up")
+    })
+    .await;
+    assert_eq!(frames.len(), 1, "{frames:?}");
+    assert_eq!(frames[0].data["head"], head);
+}
+
+#[tokio::test]
+async fn a_root_filter_names_a_root_the_log_knows() {
+    let server = Server::start().await;
+    let root = server.open_root().await;
+    let child = server.start_child(&root, "worker").await;
+    let unknown = "01a24843-c8b8-74d3-9316-a669bcdfb920";
+    for (id, expected) in [
+        (unknown, (404, "replay/unknown-session")),
+        (child.as_str(), (400, "gateway/bad-request")),
+    ] {
+        let response = server
+            .request(reqwest::Method::GET, &format!("/v1/events?root={id}"))
+            .send()
+            .await
+            .unwrap();
+        let (status, body) = common::answer(response).await;
+        assert_eq!(
+            (status, body["code"].as_str().unwrap()),
+            expected,
+            "{id}: {body}"
+        );
+    }
 }

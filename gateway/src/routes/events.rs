@@ -6,7 +6,9 @@
 //! `Last-Event-ID: N` (or `?after=N`) resumes at position N + 1: positions
 //! are durable, so there is no gap and no duplicate, across a restart of
 //! the server too. After the history the stream sends one `caught-up`
-//! event (`{"head": N}`, no id), then follows live.
+//! event (`{"head": N}`, no id), then follows live. A resume position past
+//! the head is `replay/position-past-head`; a `root` the log does not know
+//! is `replay/unknown-session`, and a child's id there a bad request.
 //!
 //! A slow consumer does not stall the runtime: the subscription reads from
 //! the log at the consumer's pace, behind whatever the runtime appends.
@@ -26,6 +28,7 @@ use axum::http::{HeaderMap, Uri};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use serde::Deserialize;
 use subagent_core::{SessionId, StreamId};
+use subagent_replay::ReplayError;
 use subagent_store::SubscriptionItem;
 use tokio_stream::{Stream, StreamExt};
 use tokio_util::sync::WaitForCancellationFutureOwned;
@@ -60,6 +63,24 @@ pub(crate) async fn stream(
             .ok_or_else(|| GatewayError::bad_request("Last-Event-ID must be a log position"))?,
         None => after.unwrap_or(0),
     };
+    // A resume point past the head names events this log never held (a
+    // client of another log): refused as every read past the head is,
+    // rather than a `caught-up` at a head the log does not have.
+    let head = gateway.runtime.log().head();
+    if after > head {
+        return Err(ReplayError::PositionPastHead { at: after, head }.into());
+    }
+    if let Some(root) = root {
+        match gateway.runtime.root_of(root) {
+            None => return Err(ReplayError::UnknownSession(root).into()),
+            Some(actual) if actual != root => {
+                return Err(GatewayError::bad_request(format!(
+                    "{root} is not a root: it is in the tree of {actual}"
+                )))
+            }
+            Some(_) => {}
+        }
+    }
     let subscription = gateway.runtime.log().subscribe(after.saturating_add(1));
     let mut tree = TreeFilter {
         root,
