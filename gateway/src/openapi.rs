@@ -147,7 +147,11 @@ fn paths() -> Value {
             vec![
                 id_parameter("session"),
                 query_parameter("after", "The last stream version already read."),
-                query_parameter("limit", "At most this many records (capped by the server)."),
+                json!({
+                    "name": "limit", "in": "query", "required": false,
+                    "description": "At most this many records, at least one (capped by the server).",
+                    "schema": {"type": "integer", "minimum": 1},
+                }),
             ],
             None, ("200", answer("One page.", Some("TranscriptPage"))))},
         "/v1/state": {"get": operation(

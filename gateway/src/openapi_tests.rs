@@ -43,7 +43,7 @@ fn the_committed_document_is_the_served_one() {
     let committed = std::fs::read_to_string(path).unwrap_or_default();
     assert!(
         committed == generated,
-        "gateway/openapi.json is stale: run SUBAGENTS_BLESS=1 cargo test -p subagent-gateway openapi"
+        "gateway/openapi.json is stale: run SUBAGENTS_BLESS=1 cargo test --workspace --lib openapi"
     );
 }
 

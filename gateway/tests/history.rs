@@ -1,7 +1,8 @@
 //! The console's reads over real HTTP on 127.0.0.1: the roots, a root's
 //! tree with each session's state (live, and at a past position from
 //! replay), the changes between two positions, the log's verification; and
-//! the console's page and assets, the only answers without the token.
+//! the console's page and assets, the only answers without the token; a
+//! transcript read a page at a time.
 
 mod common;
 
@@ -287,4 +288,49 @@ async fn the_console_is_served_without_the_token_under_a_strict_policy_and_nothi
         .await
         .unwrap();
     assert_eq!(response.status(), 401);
+}
+
+#[tokio::test]
+async fn a_transcript_is_read_a_page_at_a_time_and_a_page_of_none_is_refused() {
+    let server = Server::start().await;
+    let root = server.open_root().await;
+    let child = server.start_child(&root, "worker").await;
+    let whole = server
+        .until_transcript(&child, "its first turn", |records| {
+            has(records, "TurnEnded")
+        })
+        .await;
+    assert!(whole.len() > 2, "{whole:?}");
+
+    // Pages of two, each `next` the `after` of the one that follows.
+    let (mut after, mut paged) = (0, Vec::new());
+    loop {
+        let (status, page) = server
+            .get(&format!(
+                "/v1/sessions/{child}/transcript?after={after}&limit=2"
+            ))
+            .await;
+        assert_eq!(status, 200, "{page}");
+        let records = page["records"].as_array().unwrap().clone();
+        assert!(records.len() <= 2, "{page}");
+        paged.extend(records);
+        match page["next"].as_u64() {
+            Some(next) => after = next,
+            None => break,
+        }
+    }
+    assert_eq!(
+        paged[..whole.len()],
+        whole[..],
+        "the pages are the transcript, in order"
+    );
+
+    let (status, body) = server
+        .get(&format!("/v1/sessions/{child}/transcript?limit=0"))
+        .await;
+    assert_eq!(
+        (status, body["code"].as_str().unwrap()),
+        (400, "gateway/bad-request"),
+        "{body}"
+    );
 }

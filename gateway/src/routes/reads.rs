@@ -47,7 +47,8 @@ pub(crate) struct PageQuery {
     /// The last stream version already read (0: from the start).
     #[serde(default)]
     after: u64,
-    /// At most this many records (capped by the gateway's page limit).
+    /// At most this many records, at least one (capped by the gateway's
+    /// page limit).
     limit: Option<usize>,
 }
 
@@ -71,10 +72,15 @@ pub(crate) async fn transcript(
 ) -> Result<Json<TranscriptPage>, GatewayError> {
     let session = known(&gateway, &session)?;
     let page: PageQuery = query(&uri)?;
+    if page.limit == Some(0) {
+        return Err(GatewayError::bad_request(
+            "limit must be at least 1: a page of no records reads nothing",
+        ));
+    }
     let limit = page
         .limit
         .unwrap_or(gateway.limits.page_records)
-        .clamp(1, gateway.limits.page_records);
+        .min(gateway.limits.page_records);
     let log = Arc::clone(gateway.runtime.log());
     let from = page.after.saturating_add(1);
     let records = tokio::task::spawn_blocking(move || {
