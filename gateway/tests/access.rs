@@ -235,6 +235,40 @@ async fn a_bad_id_in_a_path_or_query_is_a_json_bad_request() {
         (status, body["code"].as_str().unwrap()),
         (404, "replay/unknown-session")
     );
+    // A segment that is not UTF-8 once decoded: axum's own refusal is plain
+    // text; every route with a segment answers the JSON form instead.
+    let root = server.open_root().await;
+    for (method, path) in [
+        ("GET", "/v1/sessions/%ff/children".to_owned()),
+        ("GET", "/v1/sessions/%ff/descendants".to_owned()),
+        ("GET", "/v1/sessions/%ff/transcript".to_owned()),
+        ("GET", "/v1/sessions/%ff/tree".to_owned()),
+        ("GET", "/v1/attachments/%ff".to_owned()),
+        ("DELETE", "/v1/roots/%ff".to_owned()),
+        ("POST", "/v1/roots/%ff/reopen".to_owned()),
+        ("POST", "/v1/roots/%ff/children".to_owned()),
+        ("DELETE", format!("/v1/roots/{root}/children/%ff")),
+    ] {
+        let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+        let response = server
+            .request(method.clone(), &path)
+            .header("content-type", "application/json")
+            .body("{}")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            response.headers()["content-type"].to_str().unwrap(),
+            "application/json",
+            "{method} {path}"
+        );
+        let (status, body) = answer(response).await;
+        assert_eq!(
+            (status, body["code"].as_str().unwrap()),
+            (400, "gateway/bad-request"),
+            "{method} {path}: {body}"
+        );
+    }
 }
 
 #[tokio::test]

@@ -8,7 +8,9 @@
 
 use std::sync::Arc;
 
-use axum::extract::{Path, State};
+use axum::extract::State;
+
+use super::Segments;
 use axum::http::{header, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use subagent_core::AttachmentId;
@@ -20,7 +22,7 @@ use crate::server::Gateway;
 /// under `id` (`gateway/bad-request` when `id` is not an address).
 pub(crate) async fn get(
     State(gateway): State<Arc<Gateway>>,
-    Path(id): Path<String>,
+    Segments(id): Segments<String>,
 ) -> Result<Response, GatewayError> {
     let id: AttachmentId =
         id.parse()

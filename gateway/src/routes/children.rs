@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 use serde::Serialize;
@@ -13,7 +13,7 @@ use subagent_core::{MessageId, SessionId, SubagentActivationSpec};
 use tokio_util::sync::CancellationToken;
 
 use super::roots::held;
-use super::session_id;
+use super::{session_id, Segments};
 use crate::error::GatewayError;
 use crate::limits::BoundedJson;
 use crate::server::Gateway;
@@ -34,7 +34,7 @@ pub(crate) struct ChildStarted {
 /// then abandons the start; once started, the child's work is its own.
 pub(crate) async fn start(
     State(gateway): State<Arc<Gateway>>,
-    Path(root): Path<String>,
+    Segments(root): Segments<String>,
     BoundedJson(spec): BoundedJson<SubagentActivationSpec>,
 ) -> Result<(StatusCode, Json<ChildStarted>), GatewayError> {
     let parent = held(&gateway, session_id(&root)?)?;
@@ -60,7 +60,7 @@ pub(crate) async fn start(
 /// released. An absent child is an accepted no-op.
 pub(crate) async fn dispose(
     State(gateway): State<Arc<Gateway>>,
-    Path((root, child)): Path<(String, String)>,
+    Segments((root, child)): Segments<(String, String)>,
 ) -> Result<StatusCode, GatewayError> {
     let parent = held(&gateway, session_id(&root)?)?;
     let child = session_id(&child)?;

@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::Uri;
 use axum::Json;
 use serde::{Deserialize, Serialize};
@@ -16,7 +16,7 @@ use subagent_core::SubagentError;
 use subagent_projections::{TreeNode, TreeView};
 use subagent_replay::ReplayError;
 
-use super::{query, session_id};
+use super::{query, session_id, Segments};
 use crate::error::GatewayError;
 use crate::server::Gateway;
 
@@ -51,7 +51,7 @@ async fn blocking<T: Send + 'static>(
 /// `root`'s tree: live (as of the last acknowledged command), or at `?at=N`.
 pub(crate) async fn tree(
     State(gateway): State<Arc<Gateway>>,
-    Path(root): Path<String>,
+    Segments(root): Segments<String>,
     uri: Uri,
 ) -> Result<Json<TreeAnswer>, GatewayError> {
     let root = session_id(&root)?;

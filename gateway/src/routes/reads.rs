@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{Method, Uri};
 use axum::Json;
 use serde::{Deserialize, Serialize};
@@ -18,14 +18,14 @@ use subagent_projections::Projections;
 use subagent_replay::ReplayError;
 use subagent_store::EventLogExt;
 
-use super::{query, session_id};
+use super::{query, session_id, Segments};
 use crate::error::GatewayError;
 use crate::server::Gateway;
 
 /// A parent's direct children, in parent event order.
 pub(crate) async fn children(
     State(gateway): State<Arc<Gateway>>,
-    Path(session): Path<String>,
+    Segments(session): Segments<String>,
 ) -> Result<Json<Vec<SubagentListEntry>>, GatewayError> {
     let session = known(&gateway, &session)?;
     Ok(Json(gateway.runtime.list_children(session).await?))
@@ -34,7 +34,7 @@ pub(crate) async fn children(
 /// A session's whole subtree, in stable pre-order.
 pub(crate) async fn descendants(
     State(gateway): State<Arc<Gateway>>,
-    Path(session): Path<String>,
+    Segments(session): Segments<String>,
 ) -> Result<Json<Vec<SubagentDescendantListEntry>>, GatewayError> {
     let session = known(&gateway, &session)?;
     Ok(Json(gateway.runtime.list_descendants(session).await?))
@@ -67,7 +67,7 @@ pub(crate) struct TranscriptPage {
 /// lifecycle), a page at a time.
 pub(crate) async fn transcript(
     State(gateway): State<Arc<Gateway>>,
-    Path(session): Path<String>,
+    Segments(session): Segments<String>,
     uri: Uri,
 ) -> Result<Json<TranscriptPage>, GatewayError> {
     let session = known(&gateway, &session)?;

@@ -6,13 +6,13 @@
 
 use std::sync::Arc;
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 use serde::{Deserialize, Serialize};
 use subagent_core::{AgentOptions, SessionId, SubagentError};
 
-use super::session_id;
+use super::{session_id, Segments};
 use crate::error::GatewayError;
 use crate::limits::BoundedJson;
 use crate::server::Gateway;
@@ -58,7 +58,7 @@ pub(crate) async fn open(
 /// `subagent/root-held`.
 pub(crate) async fn reopen(
     State(gateway): State<Arc<Gateway>>,
-    Path(root): Path<String>,
+    Segments(root): Segments<String>,
 ) -> Result<Json<RootOpened>, GatewayError> {
     let session_id = session_id(&root)?;
     let root = gateway.runtime.reopen_root(session_id).await?;
@@ -70,7 +70,7 @@ pub(crate) async fn reopen(
 /// `subagent/unauthorized`.
 pub(crate) async fn close(
     State(gateway): State<Arc<Gateway>>,
-    Path(root): Path<String>,
+    Segments(root): Segments<String>,
 ) -> Result<StatusCode, GatewayError> {
     let session_id = session_id(&root)?;
     let agent = held(&gateway, session_id)?;
