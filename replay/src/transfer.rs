@@ -28,7 +28,7 @@ use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 use subagent_core::attachment::stored_attachments;
 use subagent_core::{
-    Attachment, AttachmentId, NewEvent, RecordedEvent, StreamId, MAX_ATTACHMENT_BYTES,
+    Attachment, AttachmentId, EventId, NewEvent, RecordedEvent, StreamId, MAX_ATTACHMENT_BYTES,
     MAX_EVENT_BYTES,
 };
 use subagent_projections::HistoryCheck;
@@ -241,10 +241,10 @@ pub async fn import<L: EventLog + ?Sized>(
     let mut numbering = Numbering::default();
     let mut history = HistoryCheck::new();
     let mut carried = Carried::default();
-    let mut pending: Vec<(usize, u64, AppendTicket)> = Vec::new();
+    let mut pending: Vec<Submitted> = Vec::new();
     let mut batch: Vec<RecordedEvent> = Vec::new();
     let mut batch_attachments: Vec<Attachment> = Vec::new();
-    let mut batch_line = 0;
+    let mut batch_lines: BatchLines = Vec::new();
     let mut last_line = 0;
     while let Some((line, text)) = lines.next_line()? {
         last_line = line;
@@ -263,7 +263,12 @@ pub async fn import<L: EventLog + ?Sized>(
         }
         let record = decode_body(text).map_err(|err| ReplayError::BadImport {
             line,
-            reason: err.to_string(),
+            reason: match err {
+                // A line has no position until it decodes: its line number
+                // says where it is, not the `0` the decoder fills in.
+                StoreError::Corrupt { reason, .. } => format!("not a record: {reason}"),
+                other => other.to_string(),
+            },
         })?;
         numbering
             .admit(&record)
@@ -280,12 +285,13 @@ pub async fn import<L: EventLog + ?Sized>(
                 log,
                 std::mem::take(&mut batch),
                 std::mem::take(&mut batch_attachments),
-                batch_line,
+                std::mem::take(&mut batch_lines),
             ));
         }
         if batch.is_empty() {
-            batch_line = line;
+            batch_lines.clear();
         }
+        batch_lines.push((record.event_id, line));
         batch.push(record);
         batch_attachments.extend(attachments);
         if pending.len() >= IMPORT_WINDOW {
@@ -300,7 +306,7 @@ pub async fn import<L: EventLog + ?Sized>(
         })?;
     carried.finish()?;
     if !batch.is_empty() {
-        pending.push(submit(log, batch, batch_attachments, batch_line));
+        pending.push(submit(log, batch, batch_attachments, batch_lines));
     }
     settle(pending).await?;
     Ok(numbering.position)
@@ -344,12 +350,19 @@ impl Numbering {
     }
 }
 
+/// One batch submitted: the line and event id of each of its records, its
+/// first position, and the append's ticket.
+type Submitted = (BatchLines, u64, AppendTicket);
+
+/// The event id and input line of each record of a batch, in order.
+type BatchLines = Vec<(EventId, usize)>;
+
 fn submit<L: EventLog + ?Sized>(
     log: &L,
     batch: Vec<RecordedEvent>,
     attachments: Vec<Attachment>,
-    line: usize,
-) -> (usize, u64, AppendTicket) {
+    lines: BatchLines,
+) -> Submitted {
     let stream: StreamId = batch[0].stream;
     let first_position = batch[0].position;
     // `Numbering` admitted the version, so it is at least 1.
@@ -371,18 +384,34 @@ fn submit<L: EventLog + ?Sized>(
         events,
     }];
     (
-        line,
+        lines,
         first_position,
         AppendTicket::from(log.append_with_attachments(parts, attachments)),
     )
 }
 
-async fn settle(pending: Vec<(usize, u64, AppendTicket)>) -> Result<(), ReplayError> {
-    for (line, first_position, ticket) in pending {
+/// The input line an append's refusal is about: the last record of the
+/// batch with the event id it names (the reuse, when the batch repeats an
+/// id), else the batch's first line.
+fn line_of(lines: &BatchLines, err: &StoreError) -> usize {
+    let named = match err {
+        StoreError::DuplicateEventId { event_id, .. } => lines
+            .iter()
+            .rev()
+            .find(|(id, _)| id == event_id)
+            .map(|&(_, line)| line),
+        _ => None,
+    };
+    named.unwrap_or_else(|| lines.first().map_or(0, |&(_, line)| line))
+}
+
+async fn settle(pending: Vec<Submitted>) -> Result<(), ReplayError> {
+    for (lines, first_position, ticket) in pending {
         let outcome = ticket.await.map_err(|err| ReplayError::BadImport {
-            line,
+            line: line_of(&lines, &err),
             reason: err.to_string(),
         })?;
+        let line = lines.first().map_or(0, |&(_, line)| line);
         if outcome.first_position != first_position || outcome.deduplicated {
             return Err(ReplayError::BadImport {
                 line,

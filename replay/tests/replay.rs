@@ -406,6 +406,10 @@ fn malformed_or_out_of_order_imports_are_refused() {
             Err(ReplayError::BadImport { line: at, reason }) => {
                 assert_eq!(at, line);
                 assert!(reason.contains(why), "{reason}");
+                assert!(
+                    !reason.contains("position 0"),
+                    "a line has no position yet: {reason}"
+                );
             }
             other => panic!("expected BadImport, got {other:?}"),
         }
@@ -419,4 +423,29 @@ fn malformed_or_out_of_order_imports_are_refused() {
         runtime().block_on(import(&log, Cursor::new(gap_lines))),
         Err(ReplayError::BadImport { line: 2, .. })
     ));
+}
+
+#[test]
+fn an_event_id_used_again_is_refused_at_the_line_that_reuses_it() {
+    let records = sample();
+    // Two records of one stream in a row (one append of the import), and a
+    // later record of another stream.
+    let same = (0..records.len() - 1)
+        .find(|&i| records[i].stream == records[i + 1].stream)
+        .expect("the sample has a stream with two records in a row");
+    let other = (same + 2..records.len())
+        .find(|&j| records[j].stream != records[same].stream)
+        .expect("and a later record of another stream");
+    for reuse in [same + 1, other] {
+        let mut reused = records.clone();
+        reused[reuse].event_id = records[same].event_id;
+        let log = MemoryLog::new();
+        match runtime().block_on(import(&log, Cursor::new(lines(&reused)))) {
+            Err(ReplayError::BadImport { line, reason }) => {
+                assert_eq!(line, reuse + 1, "{reason}");
+                assert!(reason.contains("conflicts"), "{reason}");
+            }
+            other => panic!("expected BadImport, got {other:?}"),
+        }
+    }
 }
