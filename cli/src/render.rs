@@ -3,6 +3,11 @@
 //! write to any `io::Write` (the command's stdout, or a buffer in tests),
 //! golden-tested.
 //!
+//! Text a caller chose (labels, provider names, diagnostics) is written
+//! through [`Shown`], with its control characters escaped: a label sent over
+//! the gateway holding a terminal escape sequence, or a newline, cannot
+//! restyle an operator's terminal or forge a line of the tree.
+//!
 //! Rendering is linear in the number of sessions: the tree's guide columns
 //! come from one backward pass over the preorder listing, and at most
 //! [`DRAWN_LEVELS`] guide columns are drawn per line, so a 20,000-deep chain
@@ -17,6 +22,24 @@ use subagent_projections::{Projections, SessionStatus};
 /// keeps the first `DRAWN_LEVELS` columns and shows its depth instead of the
 /// rest: `[depth 20000] └── label ...`.
 pub(crate) const DRAWN_LEVELS: usize = 32;
+
+/// Caller-chosen text as written to a terminal: every control character
+/// (C0, DEL, C1) escaped as Rust writes it (`\u{1b}`, `\n`), the rest as
+/// it is.
+struct Shown<'a>(&'a str);
+
+impl std::fmt::Display for Shown<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for c in self.0.chars() {
+            if c.is_control() {
+                write!(f, "{}", c.escape_default())?;
+            } else {
+                write!(f, "{c}")?;
+            }
+        }
+        Ok(())
+    }
+}
 
 fn mode_word(entry: &SubagentListEntry) -> &'static str {
     match (entry.entry.mode, entry.entry.external) {
@@ -47,14 +70,14 @@ fn describe(
     write!(
         out,
         "{}  [{} · {} · {}]  {}",
-        entry.label,
+        Shown(&entry.label),
         mode_word(listed),
-        entry.provider,
+        Shown(&entry.provider),
         status(state, entry.child_id),
         entry.child_id
     )?;
     if let Some(diagnostic) = &listed.diagnostic {
-        write!(out, "  ! {diagnostic}")?;
+        write!(out, "  ! {}", Shown(diagnostic))?;
     }
     Ok(())
 }
@@ -90,7 +113,7 @@ pub(crate) fn tree(out: &mut dyn Write, state: &Projections, root: SessionId) ->
         .sessions
         .get(&root)
         .map_or("(unknown session)", |s| s.label.as_str());
-    writeln!(out, "{label}  [{}]  {root}", status(state, root))?;
+    writeln!(out, "{}  [{}]  {root}", Shown(label), status(state, root))?;
     let entries = state.list_descendants(root);
     let has_later = later_siblings(&entries);
     // guides[l - 1]: whether the current ancestor at depth l has a later
@@ -178,7 +201,11 @@ pub(crate) fn summary(out: &mut dyn Write, state: &Projections) -> io::Result<()
             inbox.claimed.len()
         )?;
     }
-    let names: Vec<&str> = state.providers.iter().map(|p| p.name.as_str()).collect();
+    let names: Vec<String> = state
+        .providers
+        .iter()
+        .map(|p| Shown(&p.name).to_string())
+        .collect();
     writeln!(
         out,
         "providers: {}",
@@ -298,6 +325,35 @@ root  [inactive]  ROOT
         assert_eq!(aliased(&listed, &ids), expected);
         let none = rendered(|out| children(out, &state, ids[4].0));
         assert_eq!(none, "(no children)\n");
+    }
+
+    #[test]
+    fn control_characters_in_labels_are_escaped_not_sent_to_the_terminal() {
+        let mut history = HistoryBuilder::new();
+        let root = history.root("root\u{1b}]0;owned\u{7}");
+        let child = history.child(
+            root,
+            1,
+            "a\nforged  [continuable · spawn · inactive]  line\u{9b}31m",
+            SessionMode::Continuable,
+            false,
+        );
+        let state = Projections::fold(&history.records);
+        let drawn = rendered(|out| tree(out, &state, root));
+        assert!(
+            !drawn.chars().any(|c| c.is_control() && c != '\n'),
+            "{drawn:?}"
+        );
+        assert_eq!(drawn.lines().count(), 2, "one line a session: {drawn:?}");
+        assert!(
+            drawn.starts_with("root\\u{1b}]0;owned\\u{7}  [inactive]"),
+            "{drawn:?}"
+        );
+        assert!(drawn.contains("a\\nforged  ["), "{drawn:?}");
+        assert!(drawn.contains("line\\u{9b}31m"), "{drawn:?}");
+        let listed = rendered(|out| children(out, &state, root));
+        assert_eq!(listed.lines().count(), 1, "{listed:?}");
+        assert!(listed.contains(&child.to_string()));
     }
 
     /// A chain `depth` sessions deep below one root, labelled `c1`, `c2`, ...
