@@ -78,6 +78,13 @@ pub(crate) fn run(args: &ServeArgs, out: &mut dyn Write) -> CliResult {
     if !args.listen.ip().is_loopback() && !args.allow_remote {
         return Err(Box::new(CliError::NotLoopback(args.listen)));
     }
+    // Bound before anything is created: an address in use refuses the
+    // start with nothing written, and names the address.
+    let listener = std::net::TcpListener::bind(args.listen)
+        .and_then(|listener| listener.set_nonblocking(true).map(|()| listener))
+        .map_err(|err| {
+            std::io::Error::new(err.kind(), format!("listening on {}: {err}", args.listen))
+        })?;
     let target = args
         .store
         .clone()
@@ -101,7 +108,7 @@ pub(crate) fn run(args: &ServeArgs, out: &mut dyn Write) -> CliResult {
             .await?;
         crate::shipped::register_providers(&runtime).await?;
         runtime.set_persona_variables(args.persona_vars.iter().cloned().collect())?;
-        let listener = tokio::net::TcpListener::bind(args.listen).await?;
+        let listener = tokio::net::TcpListener::from_std(listener)?;
         let address = listener.local_addr()?;
         let mut allowed_origins = vec![
             format!("http://{address}"),

@@ -218,6 +218,30 @@ fn serve_refuses_a_public_address_without_allow_remote() {
     assert!(!dir.path().join("d").exists(), "nothing was created");
 }
 
+#[test]
+fn serve_on_an_address_in_use_names_it_and_creates_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = taken.local_addr().unwrap().to_string();
+    let output = Command::new(env!("CARGO_BIN_EXE_subagents"))
+        .args([
+            "serve",
+            "--data",
+            dir.path().join("d").to_str().unwrap(),
+            "--listen",
+            &address,
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains(&format!("listening on {address}: ")) && stderr.contains("in use"),
+        "{stderr}"
+    );
+    assert!(!dir.path().join("d").exists(), "nothing was created");
+}
+
 /// A real 2x2 RGB PNG (75 bytes), as base64.
 const PNG_BASE64: &str = "iVBORw0KGgoAAAANSUhEUgAAAAIAAAACCAIAAAD91JpzAAAAEklEQVR4nGP4z8DAAMIM/4EAAB/uBfsL2WiLAAAAAElFTkSuQmCC";
 
