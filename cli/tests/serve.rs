@@ -196,20 +196,27 @@ async fn serve_survives_a_restart_and_its_event_stream_resumes_without_gap_or_du
     client.until_turns(&child, 2).await;
 }
 
-#[test]
-fn serve_refuses_a_public_address_without_allow_remote() {
-    let dir = tempfile::tempdir().unwrap();
+/// `serve` on `dir/d` listening on `listen`, run to its end, which must be
+/// a refusal (exit 1).
+fn serve_refused(dir: &std::path::Path, listen: &str) -> std::process::Output {
     let output = Command::new(env!("CARGO_BIN_EXE_subagents"))
         .args([
             "serve",
             "--data",
-            dir.path().join("d").to_str().unwrap(),
+            dir.join("d").to_str().unwrap(),
             "--listen",
-            "0.0.0.0:0",
+            listen,
         ])
         .output()
         .unwrap();
-    assert_eq!(output.status.code(), Some(1));
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    output
+}
+
+#[test]
+fn serve_refuses_a_public_address_without_allow_remote() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = serve_refused(dir.path(), "0.0.0.0:0");
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
         stderr.contains("refusing to listen beyond loopback without --allow-remote"),
@@ -223,17 +230,7 @@ fn serve_on_an_address_in_use_names_it_and_creates_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let address = taken.local_addr().unwrap().to_string();
-    let output = Command::new(env!("CARGO_BIN_EXE_subagents"))
-        .args([
-            "serve",
-            "--data",
-            dir.path().join("d").to_str().unwrap(),
-            "--listen",
-            &address,
-        ])
-        .output()
-        .unwrap();
-    assert_eq!(output.status.code(), Some(1));
+    let output = serve_refused(dir.path(), &address);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
         stderr.contains(&format!("listening on {address}: ")) && stderr.contains("in use"),

@@ -5,7 +5,20 @@
 
 mod common;
 
-use common::{read_sse, Server};
+use common::{read_sse, Server, Sse};
+
+/// The frames of `GET path` up to and including its `caught-up` marker.
+async fn until_caught_up(server: &Server, path: &str) -> Vec<Sse> {
+    let mut stream = server
+        .request(reqwest::Method::GET, path)
+        .send()
+        .await
+        .unwrap();
+    read_sse(&mut stream, |frames| {
+        frames.iter().any(|frame| frame.event == "caught-up")
+    })
+    .await
+}
 
 #[tokio::test]
 async fn the_stream_replays_the_log_by_position_then_follows_live() {
@@ -82,15 +95,7 @@ async fn a_reconnect_with_last_event_id_resumes_with_no_gap_and_no_duplicate() {
     let ids: Vec<u64> = rest.iter().filter_map(|frame| frame.id).collect();
     assert_eq!(ids, (last + 1..=head).collect::<Vec<_>>());
     // `?after=` is the same resume point for a client that cannot set headers.
-    let mut by_query = server
-        .request(reqwest::Method::GET, &format!("/v1/events?after={last}"))
-        .send()
-        .await
-        .unwrap();
-    let again = read_sse(&mut by_query, |frames| {
-        frames.iter().any(|frame| frame.event == "caught-up")
-    })
-    .await;
+    let again = until_caught_up(&server, &format!("/v1/events?after={last}")).await;
     assert_eq!(
         again
             .iter()
@@ -107,15 +112,7 @@ async fn a_root_filter_streams_only_that_tree() {
     let other = server.open_root().await;
     let child = server.start_child(&mine, "mine").await;
     server.start_child(&other, "theirs").await;
-    let mut stream = server
-        .request(reqwest::Method::GET, &format!("/v1/events?root={mine}"))
-        .send()
-        .await
-        .unwrap();
-    let frames = read_sse(&mut stream, |frames| {
-        frames.iter().any(|frame| frame.event == "caught-up")
-    })
-    .await;
+    let frames = until_caught_up(&server, &format!("/v1/events?root={mine}")).await;
     let streams: std::collections::BTreeSet<String> = frames
         .iter()
         .filter(|frame| frame.id.is_some())
@@ -168,15 +165,7 @@ async fn a_resume_position_past_the_head_is_refused_not_invented() {
         );
     }
     // At the head itself: nothing to replay, and the head as it is.
-    let mut stream = server
-        .request(reqwest::Method::GET, &format!("/v1/events?after={head}"))
-        .send()
-        .await
-        .unwrap();
-    let frames = read_sse(&mut stream, |frames| {
-        frames.iter().any(|frame| frame.event == "caught-up")
-    })
-    .await;
+    let frames = until_caught_up(&server, &format!("/v1/events?after={head}")).await;
     assert_eq!(frames.len(), 1, "{frames:?}");
     assert_eq!(frames[0].data["head"], head);
 }
