@@ -300,3 +300,35 @@ async fn every_route_of_the_document_is_served_with_its_method() {
     assert_eq!(status, 200);
     assert_eq!(document, subagent_gateway::openapi::document());
 }
+
+#[tokio::test]
+async fn a_label_empty_or_holding_a_control_character_is_refused_with_nothing_recorded() {
+    let server = Server::start().await;
+    let root = server.open_root().await;
+    let head = server.head();
+    for label in ["", "a\nforged", "x\u{1b}[31m", "nul\u{0}"] {
+        let (status, body) = server.post("/v1/roots", &json!({"label": label})).await;
+        assert_eq!(
+            (status, body["code"].as_str().unwrap()),
+            (400, "gateway/bad-request"),
+            "root {label:?}: {body}"
+        );
+        let (status, body) = server
+            .post(
+                &format!("/v1/roots/{root}/children"),
+                &json!({
+                    "provider": "spawn",
+                    "label": label,
+                    "request": {"prompt": [{"type": "text", "text": "begin"}]},
+                    "delivery": "parent",
+                }),
+            )
+            .await;
+        assert_eq!(
+            (status, body["code"].as_str().unwrap()),
+            (400, "gateway/bad-request"),
+            "child {label:?}: {body}"
+        );
+    }
+    assert_eq!(server.head(), head, "nothing was recorded");
+}

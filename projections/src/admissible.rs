@@ -32,9 +32,9 @@ use thiserror::Error;
 use crate::activation::RunPhase;
 use crate::machine::{
     abandonable_live, check_registration, child_depth, child_mode, interrupt_authorized, live,
-    new_session, next_turn, nonempty_label, registered, requested_live, route_message,
-    route_prompt, run_in, running_turn, runs_live_work, settlement_notice_id, settlement_summary,
-    start_parent, transcript_turn, unpublished_live, unsettled_live, unused_child_id,
+    new_session, next_turn, registered, requested_live, route_message, route_prompt, run_in,
+    running_turn, runs_live_work, settlement_notice_id, settlement_summary, start_parent,
+    transcript_turn, unpublished_live, unsettled_live, unused_child_id, valid_label,
 };
 use crate::sessions::SessionRecord;
 use crate::state::Projections;
@@ -218,12 +218,14 @@ fn rule(
         Event::SessionCreated {
             parent: None,
             depth,
+            label,
             provider,
             mode,
             external,
             ..
         } => {
             new_session(state, session)?;
+            valid_label(label)?;
             if *depth != 0 || provider.is_some() || *mode != SessionMode::Continuable || *external {
                 return broken("a root is continuable, at depth 0, with no provider");
             }
@@ -250,7 +252,7 @@ fn rule(
                 ));
             }
             unused_child_id(state, *child)?;
-            nonempty_label(label)?;
+            valid_label(label)?;
             Ok(Expectation::Creation {
                 parent: session,
                 child: *child,

@@ -16,7 +16,7 @@ use subagent_core::{
     ContentBlock, Delivery, ErrorCode, Event, MessageDelivery, MessageId, MessageSource,
     OutOfOrder, SessionId, SessionMode, StreamId, SubagentError, SubagentRunId,
 };
-use subagent_projections::testing::{history, impossible_histories, steps, HistoryBuilder};
+use subagent_projections::testing::{history, impossible_histories, steps, HistoryBuilder, Step};
 use subagent_projections::{decide, fuzzing, Command, HistoryCheck, HistoryViolation, Projections};
 
 proptest! {
@@ -103,6 +103,36 @@ fn every_impossible_history_fails_at_its_first_impossible_record() {
             "{violation}"
         );
     }
+}
+
+#[test]
+fn a_label_decide_would_refuse_is_an_impossible_record() {
+    for label in ["", "forged\nline", "x\u{1b}[2J"] {
+        let mut built = HistoryBuilder::new();
+        built.root(label);
+        let violation = HistoryCheck::history(&built.records).expect_err(label);
+        assert_eq!(violation.position, 1, "{label:?}: {violation}");
+        assert!(violation.reason.contains("label"), "{label:?}: {violation}");
+    }
+    let mut records = history(&[Step::Child {
+        parent: 0,
+        continuable: true,
+    }]);
+    let cataloged = records
+        .iter_mut()
+        .find(|record| matches!(record.event, Event::ChildCataloged { .. }))
+        .expect("a start catalogs its child");
+    let Event::ChildCataloged { label, .. } = &mut cataloged.event else {
+        unreachable!()
+    };
+    *label = "bad\u{7}".into();
+    let at = cataloged.position;
+    let violation = HistoryCheck::history(&records).expect_err("a child's label");
+    assert_eq!(violation.position, at, "{violation}");
+    assert!(
+        violation.reason.contains("control character"),
+        "{violation}"
+    );
 }
 
 /// A root, the spawn provider, and a published child whose activation state

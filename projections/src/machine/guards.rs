@@ -134,10 +134,19 @@ pub(crate) fn unused_child_id(state: &Projections, child: SessionId) -> Result<(
     Ok(())
 }
 
-/// A catalog label is not empty.
-pub(crate) fn nonempty_label(label: &str) -> Result<(), SubagentError> {
+/// A session's label (a root's or a child's catalog label) is not empty and
+/// holds no control character: it is shown on terminals and in the console,
+/// where a newline or an escape sequence would forge or restyle what an
+/// operator reads.
+pub(crate) fn valid_label(label: &str) -> Result<(), SubagentError> {
     if label.is_empty() {
         return Err(SubagentError::BadRequest("label is empty".into()));
+    }
+    if let Some(control) = label.chars().find(|c| c.is_control()) {
+        return Err(SubagentError::BadRequest(format!(
+            "label holds the control character {}",
+            control.escape_unicode()
+        )));
     }
     Ok(())
 }

@@ -15,8 +15,8 @@ use crate::state::Projections;
 
 use super::command::{push_to, single, Decision, StartChild};
 use super::guards::{
-    abandonable_live, child_depth, child_mode, live, nonempty_label, registered, requested_live,
-    start_parent, unpublished_live, unsettled_live, unused_child_id,
+    abandonable_live, child_depth, child_mode, live, registered, requested_live, start_parent,
+    unpublished_live, unsettled_live, unused_child_id, valid_label,
 };
 
 pub(super) fn start_child(
@@ -58,7 +58,7 @@ pub(super) fn start_child(
     }
     let depth = child_depth(parent, start.options.max_depth)?;
     unused_child_id(state, start.child)?;
-    nonempty_label(&start.label)?;
+    valid_label(&start.label)?;
     let (mode, external) = child_mode(provider);
     let descriptor = SubagentDescriptor {
         version: subagent_core::DESCRIPTOR_VERSION,

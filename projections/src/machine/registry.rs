@@ -7,7 +7,7 @@ use crate::ownership::{home_stream, TreeClaim};
 use crate::state::Projections;
 
 use super::command::{single, Decision};
-use super::guards::{check_registration, new_session, registered};
+use super::guards::{check_registration, new_session, registered, valid_label};
 
 /// Records the host's own root session; on a shared log with the opening
 /// host's claim on its tree (`claim`, required there).
@@ -20,6 +20,7 @@ pub(super) fn open_root(
     claim: Option<TreeClaim>,
 ) -> Result<Decision, SubagentError> {
     new_session(state, session)?;
+    valid_label(&label)?;
     if let Some(options) = &agent_options {
         options.validate()?;
     }

@@ -1,7 +1,8 @@
 //! Roots and providers (`machine/registry.rs`): a provider name is
 //! registered once and removed only while registered; route defaults need
 //! the agent-options capability and a model; only a session the log knows
-//! as a root is reopened, and reopening records nothing.
+//! as a root is reopened, and reopening records nothing; a root's or a
+//! child's label is not empty and holds no control character.
 
 use subagent_core::{AgentRoute, Delivery, ErrorCode, Event, SessionId, SubagentCapabilities};
 use subagent_projections::machine::{decide, Command};
@@ -88,4 +89,42 @@ fn only_a_known_root_session_is_reopened_and_reopening_records_nothing() {
         }),
         ErrorCode::ParentUnavailable
     );
+}
+
+#[test]
+fn a_label_is_not_empty_and_holds_no_control_character() {
+    let mut world = World::new();
+    let root = world.root();
+    for label in ["", "a\nforged line", "title\u{1b}]0;x\u{7}", "c1\u{9b}"] {
+        assert_eq!(
+            world.reject(Command::OpenRoot {
+                session: SessionId::new(),
+                label: label.into(),
+                agent_options: None,
+                claim: None,
+            }),
+            ErrorCode::BadRequest,
+            "root {label:?}"
+        );
+        let mut child = start(root, "spawn", Delivery::Parent);
+        child.label = label.into();
+        assert_eq!(
+            world.reject(Command::StartChild(child)),
+            ErrorCode::BadRequest,
+            "child {label:?}"
+        );
+    }
+    // Any other text is a label: spaces, punctuation, any script.
+    for label in ["research · 2", "résumé 検索", "a\u{200b}b"] {
+        let decided = decide(
+            &world.state,
+            Command::OpenRoot {
+                session: SessionId::new(),
+                label: label.into(),
+                agent_options: None,
+                claim: None,
+            },
+        );
+        assert!(decided.is_ok(), "{label:?}: {decided:?}");
+    }
 }
