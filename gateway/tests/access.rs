@@ -332,3 +332,31 @@ async fn a_label_empty_or_holding_a_control_character_is_refused_with_nothing_re
     }
     assert_eq!(server.head(), head, "nothing was recorded");
 }
+
+#[tokio::test]
+async fn a_start_with_an_empty_prompt_is_refused_as_an_empty_prompt_is() {
+    let server = Server::start().await;
+    let root = server.open_root().await;
+    let head = server.head();
+    let (status, body) = server
+        .post(
+            &format!("/v1/roots/{root}/children"),
+            &json!({
+                "provider": "spawn",
+                "label": "worker",
+                "request": {"prompt": []},
+                "delivery": "parent",
+            }),
+        )
+        .await;
+    assert_eq!(
+        (status, body["code"].as_str().unwrap()),
+        (400, "gateway/bad-request"),
+        "{body}"
+    );
+    assert!(body["message"]
+        .as_str()
+        .unwrap()
+        .contains("at least one content block"));
+    assert_eq!(server.head(), head, "nothing was recorded");
+}

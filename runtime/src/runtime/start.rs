@@ -37,9 +37,10 @@ impl SubagentRuntime {
     /// [`SubagentActivation::result`] with stop reason `error`.
     ///
     /// # Errors
-    /// `subagent/unauthorized` for a stale parent, the start rejections of
-    /// the state machine, `gateway/cancelled`, `subagent/closed`, or the
-    /// provider's failure.
+    /// `subagent/unauthorized` for a stale parent, `gateway/bad-request` for
+    /// a prompt with no content block, the start rejections of the state
+    /// machine, `gateway/cancelled`, `subagent/closed`, or the provider's
+    /// failure.
     pub async fn start_activation(
         &self,
         parent: &LiveAgent,
@@ -52,6 +53,13 @@ impl SubagentRuntime {
             let provider = self
                 .provider(&spec.provider)
                 .ok_or_else(|| SubagentError::UnknownProvider(spec.provider.clone()))?;
+            if spec.request.prompt.is_empty() {
+                // As `prompt` refuses an empty message: the child's first
+                // turn would have nothing to answer.
+                return Err(SubagentError::BadRequest(
+                    "a start's prompt needs at least one content block".into(),
+                ));
+            }
             refuse_oversized_prompt(&spec.request.prompt)?;
             Ok(provider)
         });
