@@ -11,10 +11,8 @@ mod common;
 use std::path::Path;
 
 use common::{subagents, text};
-use subagent_core::content::ImageBlock;
-use subagent_core::{AttachmentId, ContentBlock, Event, MessageSource};
 use subagent_pg::testing::{unique_schema, TestServer};
-use subagent_projections::testing::{self, Step};
+use subagent_projections::testing;
 
 fn url(server: &TestServer, schema: &str) -> String {
     format!(
@@ -29,34 +27,7 @@ fn url(server: &TestServer, schema: &str) -> String {
 fn export_with_an_attachment() -> String {
     use base64::Engine as _;
     const PNG: &[u8] = b"\x89PNG\r\n\x1a\n sniffed as one";
-    let id = AttachmentId::of(PNG);
-    let mut records = testing::history(&[
-        Step::Child {
-            parent: 0,
-            continuable: true,
-        },
-        Step::Message { target: 1 },
-    ]);
-    let last = records.last_mut().unwrap();
-    let Event::MessageAccepted {
-        source, content, ..
-    } = &mut last.event
-    else {
-        panic!("the history ends with a message: {last:?}")
-    };
-    *source = MessageSource::Browser {
-        request_id: "r".into(),
-        zone: None,
-    };
-    *content = vec![
-        ContentBlock::text("look"),
-        ContentBlock::Image(ImageBlock {
-            mime_type: "image/png".into(),
-            data: None,
-            attachment: Some(id.to_string()),
-            extra: serde_json::Map::new(),
-        }),
-    ];
+    let (records, id) = testing::history_with_image(PNG);
     let mut text = String::new();
     for (index, record) in records.iter().enumerate() {
         if index + 1 == records.len() {

@@ -136,6 +136,21 @@ pub fn plain_text(blocks: &[ContentBlock]) -> String {
     blocks.iter().filter_map(ContentBlock::as_text).collect()
 }
 
+/// Refuses a message of no content block (`what` names it in the refusal,
+/// e.g. "a prompt"): the one rule for every message a caller sends, a
+/// `prompt` and a start's prompt alike.
+///
+/// # Errors
+/// `gateway/bad-request` when `blocks` is empty.
+pub fn require_content(blocks: &[ContentBlock], what: &str) -> Result<(), crate::SubagentError> {
+    if blocks.is_empty() {
+        return Err(crate::SubagentError::BadRequest(format!(
+            "{what} needs at least one content block"
+        )));
+    }
+    Ok(())
+}
+
 /// The wire form of a known block on its way out: `type` first, then the
 /// block's own fields and its preserved unknown ones, written straight to
 /// the serializer (no intermediate `Value`).

@@ -100,11 +100,7 @@ impl PromptRequest {
     /// `gateway/bad-request` or `subagent/invalid-time-zone`.
     pub fn validate(&self, is_time_zone: impl Fn(&str) -> bool) -> Result<(), SubagentError> {
         check_request_id(&self.request_id)?;
-        if self.content.is_empty() {
-            return Err(SubagentError::BadRequest(
-                "a prompt needs at least one content block".into(),
-            ));
-        }
+        crate::content::require_content(&self.content, "a prompt")?;
         if let Some(other) = self
             .content
             .iter()

@@ -6,9 +6,10 @@ use serde_json::json;
 use crate::activation::{ActivationPhase, RunPhase};
 use crate::machine;
 use crate::state::Projections;
+use subagent_core::content::ImageBlock;
 use subagent_core::{
-    ContentBlock, Delivery, Event, MessageDelivery, MessageId, MessageSource, RecordedEvent,
-    SessionId, SessionMode, StreamId, SubagentResult, SubagentRunId,
+    AttachmentId, ContentBlock, Delivery, Event, MessageDelivery, MessageId, MessageSource,
+    RecordedEvent, SessionId, SessionMode, StreamId, SubagentResult, SubagentRunId,
 };
 
 use super::HistoryBuilder;
@@ -384,4 +385,45 @@ impl LegalHistory {
             },
         );
     }
+}
+
+/// An admissible history whose last record is a prompt from the browser
+/// (a message from the parent) to a continuable child, naming `image` (the
+/// bytes of a PNG) by its attachment id, which is returned with it. The
+/// image's bytes are not in the history: an export carries them on a line
+/// of their own.
+#[must_use]
+pub fn history_with_image(image: &[u8]) -> (Vec<RecordedEvent>, AttachmentId) {
+    let id = AttachmentId::of(image);
+    let mut records = history(&[
+        Step::Child {
+            parent: 0,
+            continuable: true,
+        },
+        Step::Message { target: 1 },
+    ]);
+    let last = records
+        .last_mut()
+        .expect("a child and a message record events");
+    if let Event::MessageAccepted {
+        source, content, ..
+    } = &mut last.event
+    {
+        *source = MessageSource::Browser {
+            request_id: "r".into(),
+            zone: None,
+        };
+        *content = vec![
+            ContentBlock::text("look"),
+            ContentBlock::Image(ImageBlock {
+                mime_type: "image/png".into(),
+                data: None,
+                attachment: Some(id.to_string()),
+                extra: serde_json::Map::new(),
+            }),
+        ];
+    } else {
+        unreachable!("the history ends with a message: {last:?}");
+    }
+    (records, id)
 }

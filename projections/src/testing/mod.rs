@@ -15,7 +15,7 @@ mod impossible;
 mod legal;
 
 pub use impossible::{impossible_histories, ImpossibleHistory};
-pub use legal::{history, steps, Step};
+pub use legal::{history, history_with_image, steps, Step};
 
 use serde_json::json;
 

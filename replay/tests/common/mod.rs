@@ -3,8 +3,7 @@
 #![allow(dead_code)]
 
 use serde_json::json;
-use subagent_core::content::ImageBlock;
-use subagent_core::{AttachmentId, ContentBlock, Event, MessageSource, NewEvent, RecordedEvent};
+use subagent_core::{AttachmentId, NewEvent, RecordedEvent};
 use subagent_projections::testing::{history, Step};
 use subagent_store::{EventLog, ExpectedVersion};
 
@@ -68,36 +67,9 @@ pub(crate) fn sample() -> Vec<RecordedEvent> {
 /// Bytes sniffed as a PNG image.
 pub(crate) const PNG: &[u8] = b"\x89PNG\r\n\x1a\n not really, but sniffed as one";
 
-/// An admissible history whose last record is a prompt (a browser-sourced
-/// message from the parent) to a continuable child, naming `PNG` by id.
+/// [`subagent_projections::testing::history_with_image`] of [`PNG`].
 pub(crate) fn history_with_image() -> (Vec<RecordedEvent>, AttachmentId) {
-    let id = AttachmentId::of(PNG);
-    let mut records = history(&[
-        Step::Child {
-            parent: 0,
-            continuable: true,
-        },
-        Step::Message { target: 1 },
-    ]);
-    let image = ContentBlock::Image(ImageBlock {
-        mime_type: "image/png".into(),
-        data: None,
-        attachment: Some(id.to_string()),
-        extra: serde_json::Map::new(),
-    });
-    let last = records.last_mut().unwrap();
-    let Event::MessageAccepted {
-        source, content, ..
-    } = &mut last.event
-    else {
-        panic!("the history ends with a message: {last:?}")
-    };
-    *source = MessageSource::Browser {
-        request_id: "r".into(),
-        zone: None,
-    };
-    *content = vec![ContentBlock::text("look"), image];
-    (records, id)
+    subagent_projections::testing::history_with_image(PNG)
 }
 
 /// An export's line carrying `bytes` as attachment `id`.

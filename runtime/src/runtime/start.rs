@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use serde_json::Value;
+use subagent_core::content::require_content;
 use subagent_core::{
     AbandonReason, Diagnostic, ErrorCode, MessageId, SessionId, StreamId, SubagentActivationSpec,
     SubagentError, SubagentRunId, SubagentRunInfo,
@@ -53,13 +54,9 @@ impl SubagentRuntime {
             let provider = self
                 .provider(&spec.provider)
                 .ok_or_else(|| SubagentError::UnknownProvider(spec.provider.clone()))?;
-            if spec.request.prompt.is_empty() {
-                // As `prompt` refuses an empty message: the child's first
-                // turn would have nothing to answer.
-                return Err(SubagentError::BadRequest(
-                    "a start's prompt needs at least one content block".into(),
-                ));
-            }
+            // As `prompt` refuses an empty message: the child's first turn
+            // would have nothing to answer.
+            require_content(&spec.request.prompt, "a start's prompt")?;
             refuse_oversized_prompt(&spec.request.prompt)?;
             Ok(provider)
         });
