@@ -49,12 +49,13 @@ pub struct ActivationArgs {
     #[arg(long, default_value = "rocksdb", value_parser = super::append::store)]
     store: super::append::Store,
     /// How the tracing-overhead table's "on" side collects spans: through
-    /// an OpenTelemetry layer, `default` (the layer's defaults, as a host
-    /// first runs it) or `lean` (no busy/idle timings, no OpenTelemetry
-    /// context attached on enter); or `registry` (no OpenTelemetry layer:
-    /// `tracing-subscriber`'s registry alone, the runtime's own
-    /// instrumentation).
-    #[arg(long, value_enum, default_value_t = super::tracing_overhead::LayerSetup::Default)]
+    /// an OpenTelemetry layer, `subagents` (the default: the layer the
+    /// project installs, `subagent_runtime::otel::layer`), `activating`
+    /// (the project's, with OpenTelemetry's context attached on every
+    /// enter) or `defaults` (the layer's own defaults, as a host first runs
+    /// it); or `registry` (no OpenTelemetry layer: `tracing-subscriber`'s
+    /// registry alone, the runtime's own instrumentation).
+    #[arg(long, value_enum, default_value_t = super::tracing_overhead::LayerSetup::Subagents)]
     tracing_layer: super::tracing_overhead::LayerSetup,
     /// Which sides of the tracing-overhead table to run: `both` (the
     /// default, alternating), or `off` or `on` alone (to profile one side,

@@ -32,14 +32,19 @@ use crate::BenchResult;
 /// How the OpenTelemetry layer is set up (`--tracing-layer`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub(crate) enum LayerSetup {
-    /// `tracing_opentelemetry::layer()` as it comes: each span records its
-    /// busy and idle time, and every enter attaches its OpenTelemetry
-    /// context (so OpenTelemetry-instrumented code inside it sees the span).
-    Default,
-    /// Neither: `with_tracked_inactivity(false)` and
-    /// `with_context_activation(false)`. Spans, parents, links and the
-    /// events' trace context are the same.
-    Lean,
+    /// The layer the project installs and recommends,
+    /// [`subagent_runtime::otel::layer`]: no code location, no thread, no
+    /// busy and idle times, no OpenTelemetry context attached on enter.
+    Subagents,
+    /// The project's layer with OpenTelemetry's context attached on every
+    /// enter (`with_context_activation(true)`, the layer's default), so
+    /// OpenTelemetry-native code inside a provider's step sees the span as
+    /// `Context::current()`.
+    Activating,
+    /// `tracing_opentelemetry::layer()` as it comes: each span also carries
+    /// its code location and thread, records its busy and idle time, and
+    /// attaches its context on every enter.
+    Defaults,
     /// No OpenTelemetry layer: every `info` span is built, entered and
     /// closed in `tracing-subscriber`'s registry alone, so no event keeps
     /// a trace context. What the runtime's own instrumentation costs a
@@ -101,19 +106,31 @@ fn install(provider: &SdkTracerProvider, setup: LayerSetup) -> BenchResult {
     let on = || {
         filter_fn(|metadata| TRACING_ON.load(Ordering::Relaxed) && *metadata.level() <= Level::INFO)
     };
-    let installed = if setup == LayerSetup::Registry {
+    let tracer = || provider.tracer("subagents-bench");
+    let registry = tracing_subscriber::registry();
+    let installed = match setup {
         // A layer that only counts, filtered: the registry builds what it
         // lets through, and nothing else looks at it.
-        let layer = CountSpans.with_filter(on());
-        tracing::subscriber::set_global_default(tracing_subscriber::registry().with(layer))
-    } else {
-        let defaults = setup == LayerSetup::Default;
-        let layer = tracing_opentelemetry::layer()
-            .with_tracer(provider.tracer("subagents-bench"))
-            .with_tracked_inactivity(defaults)
-            .with_context_activation(defaults)
-            .with_filter(on());
-        tracing::subscriber::set_global_default(tracing_subscriber::registry().with(layer))
+        LayerSetup::Registry => {
+            tracing::subscriber::set_global_default(registry.with(CountSpans.with_filter(on())))
+        }
+        LayerSetup::Subagents => tracing::subscriber::set_global_default(
+            registry.with(subagent_runtime::otel::layer(tracer()).with_filter(on())),
+        ),
+        LayerSetup::Defaults => tracing::subscriber::set_global_default(
+            registry.with(
+                tracing_opentelemetry::layer()
+                    .with_tracer(tracer())
+                    .with_filter(on()),
+            ),
+        ),
+        LayerSetup::Activating => tracing::subscriber::set_global_default(
+            registry.with(
+                subagent_runtime::otel::layer(tracer())
+                    .with_context_activation(true)
+                    .with_filter(on()),
+            ),
+        ),
     };
     installed.map_err(|err| format!("installing the tracing subscriber: {err}"))?;
     Ok(())
@@ -136,11 +153,14 @@ pub(super) fn run(
     out: &mut dyn Write,
 ) -> BenchResult {
     let layer = match setup {
-        LayerSetup::Default => {
+        LayerSetup::Subagents => {
+            "spans built as OpenTelemetry does, the project's layer (subagent_runtime::otel), no exporter"
+        }
+        LayerSetup::Defaults => {
             "spans built as OpenTelemetry does, the layer's defaults, no exporter"
         }
-        LayerSetup::Lean => {
-            "spans built as OpenTelemetry does, a lean layer: no timings, no context activation, no exporter"
+        LayerSetup::Activating => {
+            "spans built as OpenTelemetry does, the project's layer with context activation, no exporter"
         }
         LayerSetup::Registry => "spans built in tracing-subscriber's registry, no OpenTelemetry layer",
     };

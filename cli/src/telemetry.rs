@@ -9,8 +9,9 @@
 //! (`OTEL_EXPORTER_OTLP_HEADERS`, `OTEL_SERVICE_NAME`,
 //! `OTEL_RESOURCE_ATTRIBUTES`, ...) apply as the SDK reads them; the
 //! service name defaults to `subagents`. Spans at `info` and above are
-//! exported, in batches from a thread of the SDK's; [`Exporting`] flushes
-//! what is left when dropped, so a command's last spans are not lost.
+//! exported, in batches from a thread of the SDK's, through the layer
+//! [`subagent_runtime::otel::layer`] sets up; [`Exporting`] flushes what is
+//! left when dropped, so a command's last spans are not lost.
 
 use std::error::Error;
 
@@ -140,8 +141,7 @@ pub(crate) fn install(
                 .with_batch_exporter(exporter)
                 .with_resource(resource.build())
                 .build();
-            let layer = tracing_opentelemetry::layer()
-                .with_tracer(provider.tracer("subagents"))
+            let layer = subagent_runtime::otel::layer(provider.tracer("subagents"))
                 .with_filter(LevelFilter::INFO);
             (Some(Exporting { provider }), Some(layer))
         }

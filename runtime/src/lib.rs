@@ -12,7 +12,8 @@
 //!
 //! Telemetry: every command, activation, turn, tool call and message
 //! delivery is a `tracing` span named by `subagent_core::telemetry`
-//! (exported when the host installs `tracing-opentelemetry`), and the
+//! (exported when the host installs `tracing-opentelemetry`, as [`otel::layer`]
+//! sets it up), and the
 //! engine counts starts, settlements, refusals and append latency through
 //! the `metrics` facade.
 
@@ -24,6 +25,7 @@ pub mod conformance;
 mod drivers;
 mod engine;
 mod metrics;
+pub mod otel;
 pub mod provider;
 pub mod providers;
 mod runtime;

@@ -26,31 +26,65 @@ use subagent_projections::Projections;
 use tracing::Span;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
+/// The trace of one session's tree, read once from the projections when
+/// a span was opened for that session: what [`recorded_events`] would
+/// otherwise look up for every command on the session's stream, a walk of
+/// its lineage through maps too large to stay in cache, under the
+/// engine's lock. A tree's trace never changes (it is what its root's
+/// `SessionCreated` kept), so reading it once is reading it every time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct KnownTree {
+    /// The session the span was opened for.
+    pub(crate) session: SessionId,
+    /// Its tree's trace id; `None` when the root kept none.
+    pub(crate) trace: Option<[u8; 16]>,
+}
+
+/// The span a command's events are recorded in: its trace context, and,
+/// when it is a driver's span, the tree it was opened in.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct RecordedIn {
+    /// The span's trace context; `None` when it is not exported.
+    pub(crate) trace: Option<TraceContext>,
+    /// The tree of the session the span was opened for, when known.
+    pub(crate) tree: Option<KnownTree>,
+}
+
+impl RecordedIn {
+    /// The span whose trace context is `trace`, in no known tree.
+    #[must_use]
+    pub(crate) fn span(trace: Option<TraceContext>) -> RecordedIn {
+        RecordedIn { trace, tree: None }
+    }
+}
+
 /// `events`, decided for `stream`, as the engine appends them, each keeping
 /// the trace context [`subagent_core::kept_trace`] gives it when it is
-/// recorded in `span`: the span, when the event names one or `span` is
-/// outside the event's tree's trace; none otherwise. The tree is the
-/// stream's session's, read from `state`, the projections the decision was
-/// made on. A session the decision creates is not in them yet: a child's
-/// tree is its parent's, and a root's is the trace of `span`, which its
-/// `SessionCreated` keeps.
+/// recorded in the span `within`: the span, when the event names one or
+/// the span is outside the event's tree's trace; none otherwise. The tree
+/// is the stream's session's: `within`'s known tree when the stream is
+/// that session's, else read from `state`, the projections the decision
+/// was made on. A session the decision creates is not in them yet: a
+/// child's tree is its parent's, and a root's is the trace of the span,
+/// which its `SessionCreated` keeps.
 pub(crate) fn recorded_events(
     state: &Projections,
     stream: StreamId,
     events: Vec<Event>,
-    span: Option<TraceContext>,
+    within: RecordedIn,
 ) -> Vec<NewEvent> {
-    let Some(span) = span else {
+    let Some(span) = within.trace else {
         return events.into_iter().map(NewEvent::new).collect();
     };
     let created_below = events.iter().find_map(|event| match event {
         Event::SessionCreated { parent, .. } => Some(*parent),
         _ => None,
     });
-    let tree_of = |session: Option<SessionId>| {
-        session
+    let tree_of = |session: Option<SessionId>| match (session, within.tree) {
+        (Some(session), Some(known)) if known.session == session => known.trace,
+        _ => session
             .and_then(|session| state.tree_trace(session))
-            .map(|root| root.trace_id)
+            .map(|root| root.trace_id),
     };
     let tree = match created_below {
         // A root created here: its `SessionCreated` keeps `span`, which
@@ -79,16 +113,23 @@ pub(crate) fn recorded_events(
 pub(crate) struct TracedSpan {
     /// The span.
     pub(crate) span: Span,
-    /// Its trace context, when an OpenTelemetry layer exports it.
-    pub(crate) trace: Option<TraceContext>,
+    /// Its trace context (when an OpenTelemetry layer exports it) and the
+    /// tree of the session it was opened for.
+    pub(crate) recorded_in: RecordedIn,
 }
 
 impl TracedSpan {
-    /// `span` with its trace context, read now.
+    /// `span`, opened in `tree`, with its trace context, read now.
     #[must_use]
-    pub(crate) fn new(span: Span) -> TracedSpan {
+    pub(crate) fn new(span: Span, tree: KnownTree) -> TracedSpan {
         let trace = trace_of(&span);
-        TracedSpan { span, trace }
+        TracedSpan {
+            span,
+            recorded_in: RecordedIn {
+                trace,
+                tree: Some(tree),
+            },
+        }
     }
 
     /// No span: commands issued in it are recorded in no trace.
@@ -96,7 +137,7 @@ impl TracedSpan {
     pub(crate) fn none() -> TracedSpan {
         TracedSpan {
             span: Span::none(),
-            trace: None,
+            recorded_in: RecordedIn::default(),
         }
     }
 }
@@ -257,6 +298,7 @@ pub(crate) fn requested_activation_span(
                 return None;
             }
             let parent = parent.unwrap_or(child);
+            let root = state.lineage(parent).last();
             let span = ActivationSpan {
                 child,
                 parent,
@@ -265,9 +307,13 @@ pub(crate) fn requested_activation_span(
                 epoch,
                 external,
             }
-            .create(root_of(state, parent));
+            .create(root.map_or(parent, |root| root.id));
             parent_on(&span, state.span_parent(parent), caller);
-            return Some(TracedSpan::new(span));
+            let tree = KnownTree {
+                session: child,
+                trace: root.and_then(|root| root.trace).map(|trace| trace.trace_id),
+            };
+            return Some(TracedSpan::new(span, tree));
         }
     }
     None
@@ -505,14 +551,14 @@ mod tests {
                     output_schema: None,
                 },
             ],
-            Some(activation),
+            RecordedIn::span(Some(activation)),
         );
         assert_eq!(kept(&events), [None, None, Some(activation)]);
         let events = recorded_events(
             &state,
             StreamId::Session(root),
             vec![unnamed()],
-            Some(activation),
+            RecordedIn::span(Some(activation)),
         );
         assert_eq!(kept(&events), [None]);
     }
@@ -526,7 +572,7 @@ mod tests {
             &state,
             StreamId::Session(root),
             vec![Event::root_created(root, "new"), unnamed()],
-            Some(create_agent),
+            RecordedIn::span(Some(create_agent)),
         );
         assert_eq!(kept(&events), [Some(create_agent), None]);
     }
@@ -539,7 +585,7 @@ mod tests {
             &state,
             StreamId::Session(root),
             vec![unnamed(), unnamed()],
-            Some(host),
+            RecordedIn::span(Some(host)),
         );
         assert_eq!(kept(&events), [Some(host), Some(host)]);
         // The `runtime` stream is in no tree.
@@ -547,7 +593,7 @@ mod tests {
             &state,
             StreamId::Runtime,
             vec![unnamed()],
-            Some(context(1, 3)),
+            RecordedIn::span(Some(context(1, 3))),
         );
         assert_eq!(kept(&events), [Some(context(1, 3))]);
         // A root that kept no trace has no tree's trace to name its spans.
@@ -556,7 +602,7 @@ mod tests {
             &untraced,
             StreamId::Session(untraced_root),
             vec![unnamed()],
-            Some(context(1, 3)),
+            RecordedIn::span(Some(context(1, 3))),
         );
         assert_eq!(kept(&events), [Some(context(1, 3))]);
     }
@@ -579,13 +625,63 @@ mod tests {
     }
 
     #[test]
+    fn a_known_tree_stands_for_its_own_sessions_stream_only() {
+        let tree = context(1, 1);
+        let (mut state, root) = traced_root(Some(tree));
+        let child = SessionId::new();
+        state.apply(&NewEvent::new(child_of(root, child)).into_record(
+            2,
+            StreamId::Session(child),
+            1,
+            0,
+        ));
+        let run = context(1, 2);
+        // What the lookup gives: the run's span is in the tree's trace.
+        let looked_up = kept(&recorded_events(
+            &state,
+            StreamId::Session(child),
+            vec![unnamed()],
+            RecordedIn::span(Some(run)),
+        ));
+        assert_eq!(looked_up, [None]);
+        // A known tree for the stream's session is taken as it is: one
+        // that disagrees with the projections shows it was not looked up.
+        let known = |session, trace: u8| RecordedIn {
+            trace: Some(run),
+            tree: Some(KnownTree {
+                session,
+                trace: Some([trace; 16]),
+            }),
+        };
+        let on_child = |within| {
+            kept(&recorded_events(
+                &state,
+                StreamId::Session(child),
+                vec![unnamed()],
+                within,
+            ))
+        };
+        assert_eq!(on_child(known(child, 1)), looked_up);
+        assert_eq!(on_child(known(child, 5)), [Some(run)]);
+        // Another session's known tree is not the stream's: looked up.
+        assert_eq!(on_child(known(root, 5)), looked_up);
+        let on_root = kept(&recorded_events(
+            &state,
+            StreamId::Session(root),
+            vec![unnamed()],
+            known(child, 5),
+        ));
+        assert_eq!(on_root, [None]);
+    }
+
+    #[test]
     fn nothing_is_kept_without_a_span() {
         let (state, root) = traced_root(Some(context(1, 1)));
         let events = recorded_events(
             &state,
             StreamId::Session(root),
             vec![Event::TurnStarted { turn: 1, epoch: 1 }, unnamed()],
-            None,
+            RecordedIn::span(None),
         );
         assert_eq!(kept(&events), [None, None]);
     }

@@ -334,6 +334,22 @@ async fn a_run_exports_one_trace_per_root_shaped_like_its_tree() {
         format!("{} {}", span::CREATE_AGENT, common::ROOT_LABEL)
     );
 
+    // The project's layer (`subagent_runtime::otel`) adds no attribute of
+    // its own: no code location, no thread, no busy and idle times.
+    for span_data in &exported {
+        let added: Vec<&str> = span_data
+            .attributes
+            .iter()
+            .map(|kv| kv.key.as_str())
+            .filter(|key| {
+                key.starts_with("code.")
+                    || key.starts_with("thread.")
+                    || ["busy_ns", "idle_ns"].contains(key)
+            })
+            .collect();
+        assert!(added.is_empty(), "{} carries {added:?}", span_data.name);
+    }
+
     // Every runtime span of a tree is in its root's trace.
     for span_data in &exported {
         if let Some(conversation) = string_attr(span_data, attr::CONVERSATION_ID) {

@@ -39,12 +39,12 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use foldhash::HashMap;
 
-use crate::telemetry::TracedSpan;
+use crate::telemetry::{RecordedIn, TracedSpan};
 use subagent_core::record::{encoded_body_len, json_len};
 use subagent_core::telemetry::{attr, span};
 use subagent_core::{
     Attachment, ContentBlock, Event, MessageId, NewEvent, RecordedEvent, SessionId, StreamId,
-    SubagentError, TraceContext, MAX_CONTENT_BYTES, MAX_EVENT_BYTES,
+    SubagentError, MAX_CONTENT_BYTES, MAX_EVENT_BYTES,
 };
 use subagent_projections::{
     checkpoint, decide, CheckpointCadence, Command, MapSizes, Projections, MAP_SIZES_NAME,
@@ -496,8 +496,8 @@ impl Engine {
         // The span the events are recorded in, before the command's own is
         // entered.
         let caller = match within {
-            Some(within) => within.trace,
-            None => crate::telemetry::current_trace(),
+            Some(within) => within.recorded_in,
+            None => RecordedIn::span(crate::telemetry::current_trace()),
         };
         let name = command.name();
         // The parent is read only when the span is enabled.
@@ -534,7 +534,7 @@ impl Engine {
         &self,
         command: Command,
         attachments: Vec<Attachment>,
-        caller: Option<TraceContext>,
+        caller: RecordedIn,
     ) -> Step<'static> {
         if self.failed.load(Ordering::Acquire) {
             return Step::Answered(Err(self.refusal()));
@@ -553,14 +553,15 @@ impl Engine {
         if decision.is_empty() {
             return Step::Answered(Ok(Committed::default()));
         }
-        opened = crate::telemetry::requested_activation_span(&pipeline.state, &decision, caller);
-        let trace = opened.as_ref().map_or(caller, |opened| opened.trace);
+        opened =
+            crate::telemetry::requested_activation_span(&pipeline.state, &decision, caller.trace);
+        let within = opened.as_ref().map_or(caller, |opened| opened.recorded_in);
         let mut parts = Vec::with_capacity(decision.len());
         let mut records = Vec::with_capacity(decision.iter().map(|(_, events)| events.len()).sum());
         let mut next_versions = Vec::with_capacity(decision.len());
         let mut position = pipeline.state.position;
         for (stream, events) in decision {
-            let events = crate::telemetry::recorded_events(&pipeline.state, stream, events, trace);
+            let events = crate::telemetry::recorded_events(&pipeline.state, stream, events, within);
             // A stream untouched since opening has nothing in flight, so
             // its durable version is the current one. A session's stream
             // that this decision creates has none (`decide` refused an id
@@ -743,7 +744,7 @@ enum Step<'a> {
         shared: &'a shared::Shared,
         command: Box<Command>,
         attachments: Vec<Attachment>,
-        caller: Option<TraceContext>,
+        caller: RecordedIn,
     },
 }
 

@@ -27,7 +27,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use subagent_core::telemetry::{attr, span};
 use subagent_core::{
-    Attachment, HostId, NewEvent, RecordedEvent, SessionId, StreamId, SubagentError, TraceContext,
+    Attachment, HostId, NewEvent, RecordedEvent, SessionId, StreamId, SubagentError,
 };
 use subagent_projections::{decide_as, tree_fences, Command};
 use subagent_store::{
@@ -39,7 +39,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, Instrument};
 
 use super::{refuse_oversized, Committed, Engine, Pipeline};
-use crate::telemetry::TracedSpan;
+use crate::telemetry::{RecordedIn, TracedSpan};
 
 /// A host's part of a shared log: who it is, and the follower that folds
 /// the log for it.
@@ -260,7 +260,7 @@ impl Engine {
         shared: &Shared,
         command: Command,
         attachments: Vec<Attachment>,
-        caller: Option<TraceContext>,
+        caller: RecordedIn,
     ) -> Result<Committed, SubagentError> {
         let _turn = self.turn(shared, &command).await;
         if self.failed() {
@@ -276,9 +276,12 @@ impl Engine {
             if decision.is_empty() {
                 return Ok(Committed::default());
             }
-            opened =
-                crate::telemetry::requested_activation_span(&pipeline.state, &decision, caller);
-            let trace = opened.as_ref().map_or(caller, |opened| opened.trace);
+            opened = crate::telemetry::requested_activation_span(
+                &pipeline.state,
+                &decision,
+                caller.trace,
+            );
+            let within = opened.as_ref().map_or(caller, |opened| opened.recorded_in);
             let fences: Vec<Fence> = tree_fences(&pipeline.state, &decision)
                 .into_iter()
                 .map(|(root, token)| Fence { root, token })
@@ -287,7 +290,7 @@ impl Engine {
                 .into_iter()
                 .map(|(stream, events)| {
                     let events =
-                        crate::telemetry::recorded_events(&pipeline.state, stream, events, trace);
+                        crate::telemetry::recorded_events(&pipeline.state, stream, events, within);
                     (stream, events)
                 })
                 .collect();

@@ -8,15 +8,17 @@ use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData
 use tracing_subscriber::layer::SubscriberExt as _;
 
 /// Installs, as the process's default, a subscriber that exports every
-/// span through `tracing-opentelemetry` to an in-memory exporter, as each
-/// span ends; the exporter, and the provider to flush before reading it.
+/// span through the layer the project installs (`subagent_runtime::otel`)
+/// to an in-memory exporter, as each span ends; the exporter, and the
+/// provider to flush before reading it.
 pub(crate) fn export_in_memory() -> (InMemorySpanExporter, SdkTracerProvider) {
     let exporter = InMemorySpanExporter::default();
     let provider = SdkTracerProvider::builder()
         .with_simple_exporter(exporter.clone())
         .build();
-    let subscriber = tracing_subscriber::registry()
-        .with(tracing_opentelemetry::layer().with_tracer(provider.tracer("subagents-test")));
+    let subscriber = tracing_subscriber::registry().with(subagent_runtime::otel::layer(
+        provider.tracer("subagents-test"),
+    ));
     tracing::subscriber::set_global_default(subscriber).expect("the only subscriber");
     (exporter, provider)
 }
