@@ -112,6 +112,18 @@ async fn the_demo_exports_its_tree_of_spans_over_otlp() {
     }
     let by_id: HashMap<Vec<u8>, &Span> = spans.iter().map(|s| (s.span_id.clone(), s)).collect();
 
+    // The binary exports through the project's layer
+    // (`subagent_runtime::otel`): no attribute the layer adds by itself.
+    for s in &spans {
+        let added: Vec<&str> = s
+            .attributes
+            .iter()
+            .map(|kv| kv.key.as_str())
+            .filter(|key| subagent_runtime::otel::added_by_layer_defaults(key))
+            .collect();
+        assert!(added.is_empty(), "{} carries {added:?}", s.name);
+    }
+
     // One trace for the root, its create_agent span at the top.
     let root_spans: Vec<&Span> = spans
         .iter()

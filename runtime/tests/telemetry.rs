@@ -341,11 +341,7 @@ async fn a_run_exports_one_trace_per_root_shaped_like_its_tree() {
             .attributes
             .iter()
             .map(|kv| kv.key.as_str())
-            .filter(|key| {
-                key.starts_with("code.")
-                    || key.starts_with("thread.")
-                    || ["busy_ns", "idle_ns"].contains(key)
-            })
+            .filter(|key| subagent_runtime::otel::added_by_layer_defaults(key))
             .collect();
         assert!(added.is_empty(), "{} carries {added:?}", span_data.name);
     }

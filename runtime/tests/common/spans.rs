@@ -13,6 +13,7 @@ use tracing_subscriber::layer::SubscriberExt as _;
 /// provider to flush before reading it.
 pub(crate) fn export_in_memory() -> (InMemorySpanExporter, SdkTracerProvider) {
     let exporter = InMemorySpanExporter::default();
+    // ANCHOR: otel_layer
     let provider = SdkTracerProvider::builder()
         .with_simple_exporter(exporter.clone())
         .build();
@@ -20,6 +21,7 @@ pub(crate) fn export_in_memory() -> (InMemorySpanExporter, SdkTracerProvider) {
         provider.tracer("subagents-test"),
     ));
     tracing::subscriber::set_global_default(subscriber).expect("the only subscriber");
+    // ANCHOR_END: otel_layer
     (exporter, provider)
 }
 
