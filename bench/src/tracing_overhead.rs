@@ -33,8 +33,9 @@ use crate::BenchResult;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub(crate) enum LayerSetup {
     /// The layer the project installs and recommends,
-    /// [`subagent_runtime::otel::layer`]: no code location, no thread, no
-    /// busy and idle times, no OpenTelemetry context attached on enter.
+    /// [`subagent_runtime::otel::layer`]: no code location, target or
+    /// thread, no busy and idle times, no OpenTelemetry context attached on
+    /// enter.
     Subagents,
     /// The project's layer with OpenTelemetry's context attached on every
     /// enter (`with_context_activation(true)`, the layer's default), so
@@ -42,8 +43,8 @@ pub(crate) enum LayerSetup {
     /// `Context::current()`.
     Activating,
     /// `tracing_opentelemetry::layer()` as it comes: each span also carries
-    /// its code location and thread, records its busy and idle time, and
-    /// attaches its context on every enter.
+    /// its code location, target and thread, records its busy and idle
+    /// time, and attaches its context on every enter.
     Defaults,
     /// No OpenTelemetry layer: every `info` span is built, entered and
     /// closed in `tracing-subscriber`'s registry alone, so no event keeps

@@ -89,7 +89,7 @@ fn bench_numbers_outside_their_range_are_refused_before_measuring() {
         (vec!["acp", "--turns", "0"], "0 is not in 1..=1000000"),
         (
             vec!["activations", "--tracing-layer", "fast"],
-            "[possible values: default, lean, registry]",
+            "[possible values: subagents, activating, defaults, registry]",
         ),
         (
             vec!["activations", "--tracing-sides", "neither"],
@@ -271,6 +271,29 @@ fn the_tracing_table_with_the_registry_alone_builds_spans_only_when_on() {
             );
         }
         assert!(row[12].parse::<f64>().is_ok(), "{row:?}");
+    }
+}
+
+/// Each OpenTelemetry layer the table measures runs, its header says which,
+/// and the run's own check passed: the events keep a trace context exactly
+/// when tracing was on.
+#[test]
+fn the_tracing_table_names_each_opentelemetry_layer_it_measures() {
+    for (layer, header) in [
+        (
+            None,
+            "the project's layer (subagent_runtime::otel), no exporter",
+        ),
+        (
+            Some("activating"),
+            "the project's layer with context activation, no exporter",
+        ),
+        (Some("defaults"), "the layer's defaults, no exporter"),
+    ] {
+        let args: Vec<&str> = layer.map_or_else(Vec::new, |layer| vec!["--tracing-layer", layer]);
+        let stdout = tracing_table(&args);
+        assert!(stdout.contains(header), "{layer:?}: {stdout}");
+        assert_eq!(table_rows(&stdout).len(), 2, "{stdout}");
     }
 }
 

@@ -12,10 +12,9 @@
 //!
 //! Telemetry: every command, activation, turn, tool call and message
 //! delivery is a `tracing` span named by `subagent_core::telemetry`
-//! (exported when the host installs `tracing-opentelemetry`, as [`otel::layer`]
-//! sets it up), and the
-//! engine counts starts, settlements, refusals and append latency through
-//! the `metrics` facade.
+//! (exported when the host installs `tracing-opentelemetry`, as
+//! [`otel::layer`] sets it up), and the engine counts starts, settlements,
+//! refusals and append latency through the `metrics` facade.
 
 mod activation;
 pub mod agent;

@@ -2,7 +2,6 @@
 //! `serve` with `--otel-endpoint`, and the tests and the bench that check
 //! or measure what they export), and the one it recommends to a host.
 //!
-//!
 //! It is `tracing-opentelemetry`'s layer with five of its defaults off:
 //! four attributes or clock readings that say nothing about a delegation,
 //! and one per-enter cost.
@@ -27,8 +26,8 @@
 //!   span either way. Attaching the context on each of the three enters of
 //!   a one-shot run was most of what the layer added to an activation.
 //!
-//! What each costs is in BENCHMARKS.md ("Tracing overhead", "The project's
-//! layer"). Span names, attributes, parents, links and the trace context
+//! What they cost is in BENCHMARKS.md ("Tracing overhead", "Where the
+//! overhead line stands"). Span names, attributes, parents, links and the trace context
 //! the events keep are the same as with the layer's defaults. A host that
 //! wants any of them back sets it on the layer this returns (it is
 //! `tracing-opentelemetry`'s own type), e.g.

@@ -119,16 +119,14 @@ pub(crate) struct TracedSpan {
 }
 
 impl TracedSpan {
-    /// `span`, opened in `tree`, with its trace context, read now.
+    /// `span`, opened in `tree` (when the projections knew it), with its
+    /// trace context, read now.
     #[must_use]
-    pub(crate) fn new(span: Span, tree: KnownTree) -> TracedSpan {
+    pub(crate) fn new(span: Span, tree: Option<KnownTree>) -> TracedSpan {
         let trace = trace_of(&span);
         TracedSpan {
             span,
-            recorded_in: RecordedIn {
-                trace,
-                tree: Some(tree),
-            },
+            recorded_in: RecordedIn { trace, tree },
         }
     }
 
@@ -309,10 +307,13 @@ pub(crate) fn requested_activation_span(
             }
             .create(root.map_or(parent, |root| root.id));
             parent_on(&span, state.span_parent(parent), caller);
-            let tree = KnownTree {
+            // Known only when the root is in the projections already: a
+            // root created by this very decision has its tree's trace on
+            // its `SessionCreated`, which later commands look up.
+            let tree = root.map(|root| KnownTree {
                 session: child,
-                trace: root.and_then(|root| root.trace).map(|trace| trace.trace_id),
-            };
+                trace: root.trace.map(|trace| trace.trace_id),
+            });
             return Some(TracedSpan::new(span, tree));
         }
     }
