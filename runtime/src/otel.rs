@@ -14,7 +14,8 @@
 //! - No busy and idle times (`busy_ns`, `idle_ns`): an activation's span is
 //!   entered only around its provider's steps, so "busy" would be the
 //!   time spent polling them, not the child's work. The span's start and
-//!   end are its times.
+//!   end are its times (the layer ends a span at its last exit, whatever
+//!   its settings: for a run, the end of its `dispose`).
 //! - No OpenTelemetry context attached on enter
 //!   (`with_context_activation(false)`): entering a span does not make it
 //!   OpenTelemetry's `Context::current()`. Code inside a provider's step
@@ -23,12 +24,19 @@
 //!   from the `tracing` span it runs in, `tracing::Span::current().context()`
 //!   (`tracing_opentelemetry::OpenTelemetrySpanExt`), as `tracing-opentelemetry`
 //!   documents; `tracing` spans and events it emits nest under the run's
-//!   span either way. Attaching the context on each of the three enters of
-//!   a one-shot run was most of what the layer added to an activation.
+//!   span either way. Two consequences: inside a span this layer does not
+//!   export (a `debug` span under an `info` filter) that context is empty,
+//!   where `Context::current()` would have been the nearest exported span;
+//!   and a `tracing` span opened inside an OpenTelemetry span that the
+//!   provider's own code attached is the run's child, not that span's.
+//!   Attaching the context on each of the three enters of a one-shot run
+//!   cost an activation about 2 to 7 points of throughput (two series),
+//!   against about 4 for the attributes and timings above.
 //!
 //! What they cost is in BENCHMARKS.md ("Tracing overhead", "Where the
-//! overhead line stands"). Span names, attributes, parents, links and the trace context
-//! the events keep are the same as with the layer's defaults. A host that
+//! overhead line stands"). Span names, the runtime's own attributes,
+//! parents, links and the trace context the events keep are the same as
+//! with the layer's defaults. A host that
 //! wants any of them back sets it on the layer this returns (it is
 //! `tracing-opentelemetry`'s own type), e.g.
 //! `layer(tracer).with_context_activation(true)`.

@@ -104,11 +104,11 @@ pub(crate) fn recorded_events(
 
 /// A span and its trace context, read once when it was opened: what a
 /// driver issues its commands in. The engine records the events in
-/// `trace` and parents the command's own span on `span`, without asking
-/// the subscriber for the current span and its context on every command,
-/// and without the driver entering the span around its own steps (which a
-/// subscriber pays on every poll). `trace` is `None` when the span is not
-/// exported.
+/// `recorded_in` and parents the command's own span on `span`, without
+/// asking the subscriber for the current span and its context on every
+/// command, and without the driver entering the span around its own steps
+/// (which a subscriber pays on every poll). `recorded_in.trace` is `None`
+/// when the span is not exported.
 #[derive(Clone, Debug)]
 pub(crate) struct TracedSpan {
     /// The span.

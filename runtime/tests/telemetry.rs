@@ -335,7 +335,7 @@ async fn a_run_exports_one_trace_per_root_shaped_like_its_tree() {
     );
 
     // The project's layer (`subagent_runtime::otel`) adds no attribute of
-    // its own: no code location, no thread, no busy and idle times.
+    // its own: no code location, target or thread, no busy and idle times.
     for span_data in &exported {
         let added: Vec<&str> = span_data
             .attributes
