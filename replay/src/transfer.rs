@@ -402,7 +402,12 @@ fn line_of(lines: &BatchLines, err: &StoreError) -> usize {
             .map(|&(_, line)| line),
         _ => None,
     };
-    named.unwrap_or_else(|| lines.first().map_or(0, |&(_, line)| line))
+    named.unwrap_or_else(|| first_line(lines))
+}
+
+/// The input line of a batch's first record.
+fn first_line(lines: &BatchLines) -> usize {
+    lines.first().map_or(0, |&(_, line)| line)
 }
 
 async fn settle(pending: Vec<Submitted>) -> Result<(), ReplayError> {
@@ -411,7 +416,7 @@ async fn settle(pending: Vec<Submitted>) -> Result<(), ReplayError> {
             line: line_of(&lines, &err),
             reason: err.to_string(),
         })?;
-        let line = lines.first().map_or(0, |&(_, line)| line);
+        let line = first_line(&lines);
         if outcome.first_position != first_position || outcome.deduplicated {
             return Err(ReplayError::BadImport {
                 line,

@@ -420,10 +420,12 @@ impl DeliveryParents {
         if !tracing::enabled!(tracing::Level::INFO) {
             return None;
         }
+        // One walk to the root gives both the tree's trace and the root.
+        let root = state.lineage(sender).last();
         Some(DeliveryParents {
-            tree: state.tree_trace(sender),
+            tree: root.and_then(|root| root.trace),
             parent: state.span_parent(sender),
-            root: root_of(state, sender),
+            root: root.map_or(sender, |root| root.id),
         })
     }
 }

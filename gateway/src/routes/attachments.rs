@@ -9,12 +9,11 @@
 use std::sync::Arc;
 
 use axum::extract::State;
-
-use super::Segments;
 use axum::http::{header, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use subagent_core::AttachmentId;
 
+use super::Segments;
 use crate::error::GatewayError;
 use crate::server::Gateway;
 
