@@ -29,7 +29,7 @@ use crate::command::AcpCommand;
 use crate::connection::{Connection, Offer};
 use crate::error::AcpError;
 use crate::mapping::{self, TurnStep, READ_TEXT_FILE, WRITE_TEXT_FILE};
-use crate::turn::{aborted, drive, failed, Live, TurnSink};
+use crate::turn::{aborted, drive, failed, failed_with, Limits, Live, TurnSink};
 
 /// A live agent over ACP.
 pub struct AcpAgent {
@@ -230,7 +230,7 @@ impl AcpAgent {
     /// turn starts a new process); a refused prompt keeps it.
     async fn run(&mut self, input: TurnInput) -> (TurnEnd, String) {
         let Some(mut connected) = self.live.take() else {
-            return (failed("the ACP agent is not connected"), String::new());
+            return (failed_with("the ACP agent is not connected"), String::new());
         };
         let prompt = self.prompt(&mut connected, &input.messages);
         let mut sink = PortSink {
@@ -241,7 +241,7 @@ impl AcpAgent {
             &mut connected.live,
             prompt,
             &input.cancel,
-            self.command.timeouts.cancel_grace,
+            Limits::from(&self.command.timeouts),
             self.output_schema.as_ref(),
             &mut sink,
         )
@@ -318,7 +318,7 @@ impl Agent for AcpAgent {
                     () = input.cancel.cancelled() => return aborted("cancelled while the ACP agent was starting"),
                 };
                 if let Err(err) = connected {
-                    return failed(&err.to_string());
+                    return failed(&err);
                 }
             }
             if input.cancel.is_cancelled() {

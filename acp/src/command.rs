@@ -17,6 +17,11 @@ pub struct AcpTimeouts {
     /// `session/cancel` before the process group is killed and the turn
     /// settles `error`.
     pub cancel_grace: Duration,
+    /// How long an agent may send nothing during a turn (no update, no
+    /// request, no answer) before the turn is cancelled as above and
+    /// settles `error` (`acp/idle-timeout`). Time the client spends on the
+    /// agent's own requests is not counted.
+    pub idle: Duration,
 }
 
 impl Default for AcpTimeouts {
@@ -25,6 +30,7 @@ impl Default for AcpTimeouts {
             initialize: Duration::from_secs(30),
             session: Duration::from_secs(30),
             cancel_grace: Duration::from_secs(5),
+            idle: Duration::from_secs(600),
         }
     }
 }

@@ -2,35 +2,34 @@
 //! process, runs the protocol over its stdio on a task of its own,
 //! initializes it within the command's limit, and hands what the agent
 //! sends (updates, permission and file requests) to whoever runs the
-//! current turn through one ordered channel ([`Inbound`]).
+//! current turn through one ordered, bounded channel ([`Inbound`]).
 //!
-//! The handlers only forward: the SDK dispatches one message at a time, so
-//! a handler that waited on the runtime would stall every other message.
-//! Updates sent before a response are queued before that response is
-//! delivered, so once `session/prompt` answers, every update of the turn
-//! is already in the channel.
+//! Nothing the agent sends is dropped for want of room: updates are taken
+//! out of its stdout by [`intake`](crate::intake), which waits for room in
+//! the channel before it reads on, and the request handlers wait for room
+//! too (the protocol library then holds the agent's further messages
+//! until they have it). An update sent before a response is in the channel
+//! before that response is delivered, so once `session/prompt` answers,
+//! every update of the turn is already in the channel. Whoever awaits a
+//! response of the agent keeps reading the channel meanwhile.
 
 use std::path::Path;
 
 use agent_client_protocol::schema::ProtocolVersion;
 use agent_client_protocol::v1::{self, schema as s};
 use agent_client_protocol::{self as acp, Client, Lines};
-use futures::StreamExt as _;
 use serde_json::{Map, Value};
 use tokio::sync::{mpsc, oneshot};
-use tokio_util::codec::{FramedRead, FramedWrite, LinesCodec, LinesCodecError};
+use tokio_util::codec::{FramedWrite, LinesCodec, LinesCodecError};
 
 use crate::command::AcpCommand;
 use crate::error::AcpError;
+use crate::intake::{intake, FaultSlot};
 use crate::process::{describe_exit, AgentProcess};
 
-/// The longest line (one JSON-RPC message) read from an agent; a longer
-/// one ends the connection rather than grow without bound.
-pub const MAX_LINE_BYTES: usize = 16 * 1024 * 1024;
-
-/// How many messages of the agent wait for the turn at most; past it a
-/// request is refused and an update dropped (an agent flooding its client
-/// cannot grow the host's memory).
+/// How many of the agent's messages wait for the turn at most; past it the
+/// agent's stdout is not read until the turn takes one (an agent flooding
+/// its client cannot grow the host's memory, and loses nothing).
 pub const INBOUND_CAPACITY: usize = 4096;
 
 /// A line codec's failure as the transport's IO error.
@@ -38,7 +37,7 @@ fn line_error(err: LinesCodecError) -> std::io::Error {
     match err {
         LinesCodecError::MaxLineLengthExceeded => std::io::Error::new(
             std::io::ErrorKind::InvalidData,
-            format!("the agent sent a line over {MAX_LINE_BYTES} bytes"),
+            "a line over the codec's limit",
         ),
         LinesCodecError::Io(err) => err,
     }
@@ -83,6 +82,8 @@ pub(crate) struct Connection {
     /// What `initialize` answered.
     pub(crate) capabilities: s::AgentCapabilities,
     stop: Option<oneshot::Sender<()>>,
+    /// The fault that ended the agent's stdout, if one did.
+    fault: FaultSlot,
     program: String,
     session_limit: std::time::Duration,
 }
@@ -92,23 +93,17 @@ fn rpc_parts(err: &acp::Error) -> (i32, String) {
     (err.code.into(), err.message.clone())
 }
 
-/// Forwards `item`; once nobody reads (the agent is being torn down), or
-/// [`INBOUND_CAPACITY`] messages already wait, it is refused instead.
-fn forward(inbound: &mpsc::Sender<Inbound>, item: Inbound) {
-    match inbound.try_send(item) {
-        Ok(()) => {}
-        Err(mpsc::error::TrySendError::Full(item)) => {
-            tracing::warn!(
-                "an ACP agent sent more than {INBOUND_CAPACITY} messages unread; refusing one"
-            );
-            refuse(item);
-        }
-        Err(mpsc::error::TrySendError::Closed(item)) => refuse(item),
+/// Forwards `item`, waiting for room; once nobody reads (the agent is
+/// being torn down) it is refused instead.
+async fn forward(inbound: &mpsc::Sender<Inbound>, item: Inbound) {
+    if let Err(mpsc::error::SendError(item)) = inbound.send(item).await {
+        refuse(item);
     }
 }
 
 /// Answers a request no turn will serve: a permission is `cancelled`, a
-/// file request an internal error; an update is dropped.
+/// file request an internal error; an update (one that arrived while no
+/// turn ran, or during teardown) belongs to no turn and is dropped.
 pub(crate) fn refuse(item: Inbound) {
     match item {
         Inbound::Update(_) => {}
@@ -135,17 +130,14 @@ impl Connection {
     /// killed), [`AcpError::Exited`] or [`AcpError::Protocol`].
     pub(crate) async fn open(command: &AcpCommand, offer: Offer) -> Result<Connection, AcpError> {
         let (process, pipes) = AgentProcess::spawn(command)?;
-        let incoming = FramedRead::new(
-            pipes.stdout,
-            LinesCodec::new_with_max_length(MAX_LINE_BYTES),
-        )
-        .map(|line| line.map_err(line_error));
+        let (to_turn, inbound) = mpsc::channel(INBOUND_CAPACITY);
+        let fault = FaultSlot::default();
+        let incoming = intake(pipes.stdout, to_turn.clone(), fault.clone());
         let outgoing = futures::SinkExt::<String>::sink_map_err(
             FramedWrite::new(pipes.stdin, LinesCodec::new()),
             line_error,
         );
         let transport = Lines::new(outgoing, incoming);
-        let (to_turn, inbound) = mpsc::channel(INBOUND_CAPACITY);
         let (updates, permissions, reads, writes) =
             (to_turn.clone(), to_turn.clone(), to_turn.clone(), to_turn);
         let (connected, connection) = oneshot::channel();
@@ -155,28 +147,28 @@ impl Connection {
             .name("subagents")
             .on_receive_notification(
                 async move |notification: s::SessionNotification, _cx| {
-                    forward(&updates, Inbound::Update(notification));
+                    forward(&updates, Inbound::Update(notification)).await;
                     Ok(())
                 },
                 acp::on_receive_notification!(),
             )
             .on_receive_request(
                 async move |request: s::RequestPermissionRequest, responder, _cx| {
-                    forward(&permissions, Inbound::Permission(request, responder));
+                    forward(&permissions, Inbound::Permission(request, responder)).await;
                     Ok(())
                 },
                 acp::on_receive_request!(),
             )
             .on_receive_request(
                 async move |request: s::ReadTextFileRequest, responder, _cx| {
-                    forward(&reads, Inbound::ReadFile(request, responder));
+                    forward(&reads, Inbound::ReadFile(request, responder)).await;
                     Ok(())
                 },
                 acp::on_receive_request!(),
             )
             .on_receive_request(
                 async move |request: s::WriteTextFileRequest, responder, _cx| {
-                    forward(&writes, Inbound::WriteFile(request, responder));
+                    forward(&writes, Inbound::WriteFile(request, responder)).await;
                     Ok(())
                 },
                 acp::on_receive_request!(),
@@ -198,6 +190,14 @@ impl Connection {
                 Ok(cx) => cx,
                 Err(_) => {
                     let mut process = process;
+                    if let Some(fault) = fault.get() {
+                        process.kill().await;
+                        return Err(AcpError::Malformed {
+                            request: "initialize",
+                            fault,
+                            stderr: process.stderr_tail(),
+                        });
+                    }
                     let status =
                         tokio::time::timeout(std::time::Duration::from_millis(500), process.wait())
                             .await
@@ -214,6 +214,7 @@ impl Connection {
             process,
             capabilities: s::AgentCapabilities::new(),
             stop: Some(stop),
+            fault,
             program: command.program.clone(),
             session_limit: command.timeouts.session,
         };
@@ -264,9 +265,18 @@ impl Connection {
         }
     }
 
-    /// The process gone during `request`: its status (waited for
-    /// briefly) and stderr tail.
+    /// The connection gone during `request`: the fault that ended the
+    /// agent's stdout ([`AcpError::Malformed`]; the process is killed),
+    /// else the process's status (waited for briefly) and stderr tail.
     pub(crate) async fn exited(&mut self, request: &'static str) -> AcpError {
+        if let Some(fault) = self.fault.get() {
+            self.process.kill().await;
+            return AcpError::Malformed {
+                request,
+                fault,
+                stderr: self.process.stderr_tail(),
+            };
+        }
         let status =
             tokio::time::timeout(std::time::Duration::from_millis(500), self.process.wait())
                 .await
@@ -288,14 +298,17 @@ impl Connection {
     ) -> Result<T, AcpError> {
         match tokio::time::timeout(self.session_limit, answer).await {
             Ok(answered) => Ok(answered),
-            Err(_) => {
-                self.process.kill().await;
-                Err(AcpError::SessionTimeout {
-                    request,
-                    after: self.session_limit,
-                    stderr: self.process.stderr_tail(),
-                })
-            }
+            Err(_) => Err(self.session_timeout(request).await),
+        }
+    }
+
+    /// `request` past the session limit: the process is killed.
+    async fn session_timeout(&mut self, request: &'static str) -> AcpError {
+        self.process.kill().await;
+        AcpError::SessionTimeout {
+            request,
+            after: self.session_limit,
+            stderr: self.process.stderr_tail(),
         }
     }
 
@@ -344,7 +357,9 @@ impl Connection {
     }
 
     /// `session/load` of `session` in `cwd`; the history it replays is
-    /// drained from the channel and dropped (the log already holds it).
+    /// drained from the channel as it comes and dropped (the log already
+    /// holds it): a history longer than the channel would otherwise hold
+    /// the agent's stdout, and with it the answer, for good.
     ///
     /// # Errors
     /// As [`failure`](Self::failure).
@@ -355,9 +370,18 @@ impl Connection {
         meta: Map<String, Value>,
     ) -> Result<(), AcpError> {
         let request = s::LoadSessionRequest::new(session, cwd.to_owned()).meta(meta);
-        let answer = self
-            .limited("session/load", self.cx.send_request(request).block_task())
-            .await?;
+        let answer = self.cx.send_request(request).block_task();
+        tokio::pin!(answer);
+        let deadline = tokio::time::sleep(self.session_limit);
+        tokio::pin!(deadline);
+        let answer = loop {
+            tokio::select! {
+                biased;
+                answered = &mut answer => break answered,
+                Some(item) = self.inbound.recv() => refuse(item),
+                () = &mut deadline => return Err(self.session_timeout("session/load").await),
+            }
+        };
         while let Ok(item) = self.inbound.try_recv() {
             refuse(item);
         }

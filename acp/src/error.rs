@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use subagent_core::{ErrorCode, SubagentError};
 
+use crate::intake::LineFault;
+
 /// A failure of an agent process or of the protocol with it.
 #[derive(Debug, thiserror::Error)]
 pub enum AcpError {
@@ -69,6 +71,45 @@ pub enum AcpError {
         /// Its redacted stderr tail.
         stderr: String,
     },
+    /// The agent's stdout broke the protocol's framing (a line too long,
+    /// or not JSON); the process was killed.
+    #[error("{fault} during {request}; it was killed{}", tail(stderr))]
+    Malformed {
+        /// The request that was in flight.
+        request: &'static str,
+        /// What was wrong with the line.
+        fault: LineFault,
+        /// Its redacted stderr tail.
+        stderr: String,
+    },
+    /// A turn's assistant message grew past the content limit; the process
+    /// was killed, since nothing more of it could be recorded.
+    #[error(
+        "the ACP agent's message grew past the {limit}-byte limit; it was killed{}",
+        tail(stderr)
+    )]
+    OutputTooLarge {
+        /// The limit ([`subagent_core::MAX_CONTENT_BYTES`]).
+        limit: usize,
+        /// Its redacted stderr tail.
+        stderr: String,
+    },
+    /// The agent sent nothing for the idle limit during a turn, so the
+    /// turn was cancelled.
+    #[error(
+        "the ACP agent sent nothing for {after:?} during a turn; it was cancelled{}{}",
+        if *killed { " and, not answering, killed" } else { "" },
+        tail(stderr)
+    )]
+    IdleTimeout {
+        /// The idle limit.
+        after: Duration,
+        /// Whether it also left `session/cancel` unanswered, and its
+        /// process group was killed.
+        killed: bool,
+        /// Its redacted stderr tail.
+        stderr: String,
+    },
     /// A cancelled turn was not answered `cancelled` within the grace
     /// period; the process group was killed.
     #[error(
@@ -93,6 +134,13 @@ fn tail(stderr: &str) -> String {
 }
 
 impl AcpError {
+    /// `code: text`, as a turn that ends on this error records it in its
+    /// diagnostic.
+    #[must_use]
+    pub fn diagnostic(&self) -> String {
+        format!("{}: {self}", self.code())
+    }
+
     /// The stable code.
     #[must_use]
     pub fn code(&self) -> ErrorCode {
@@ -102,6 +150,9 @@ impl AcpError {
             AcpError::SessionTimeout { .. } => ErrorCode::AcpSessionTimeout,
             AcpError::Protocol { .. } => ErrorCode::AcpProtocol,
             AcpError::Exited { .. } => ErrorCode::AcpExited,
+            AcpError::Malformed { .. } => ErrorCode::AcpProtocol,
+            AcpError::OutputTooLarge { .. } => ErrorCode::AcpOutputTooLarge,
+            AcpError::IdleTimeout { .. } => ErrorCode::AcpIdleTimeout,
             AcpError::CancelUnanswered { .. } => ErrorCode::AcpCancelUnanswered,
         }
     }

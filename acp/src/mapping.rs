@@ -142,6 +142,17 @@ pub enum TurnStep {
 pub struct Transcriber {
     message: Vec<ContentBlock>,
     message_id: Option<String>,
+    /// The accumulated message's size: its texts' bytes, and each other
+    /// block's JSON bytes.
+    pending_bytes: usize,
+}
+
+/// The bytes a block adds to an accumulating message.
+fn block_bytes(block: &ContentBlock) -> usize {
+    match block {
+        ContentBlock::Text(text) => text.text.len(),
+        other => serde_json::to_vec(other).map_or(usize::MAX, |json| json.len()),
+    }
 }
 
 impl Transcriber {
@@ -154,6 +165,7 @@ impl Transcriber {
     /// The assistant message accumulated so far, if any, as its record
     /// step; the accumulator is emptied.
     pub fn flush(&mut self) -> Option<TurnStep> {
+        self.pending_bytes = 0;
         if self.message.is_empty() {
             None
         } else {
@@ -163,9 +175,18 @@ impl Transcriber {
         }
     }
 
+    /// The size of the assistant message accumulated so far (its texts'
+    /// bytes, and each other block's JSON bytes): what a client bounds,
+    /// since a message is held whole until it is recorded.
+    #[must_use]
+    pub fn pending_bytes(&self) -> usize {
+        self.pending_bytes
+    }
+
     /// Appends a chunk: text to the last text block, anything else as its
     /// own block.
     fn chunk(&mut self, block: ContentBlock) {
+        self.pending_bytes = self.pending_bytes.saturating_add(block_bytes(&block));
         if let (ContentBlock::Text(next), Some(ContentBlock::Text(last))) =
             (&block, self.message.last_mut())
         {

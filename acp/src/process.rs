@@ -1,7 +1,8 @@
 //! [`AgentProcess`]: one agent child process in a process group of its
 //! own, its stdin and stdout for the protocol, and a bounded tail of its
 //! stderr for diagnostics. Dropping it kills the whole group, so no process
-//! the agent started outlives it.
+//! the agent started outlives it; on Linux the agent also dies with the
+//! host (its parent-death signal).
 
 use std::os::unix::process::ExitStatusExt;
 use std::process::{ExitStatus, Stdio};
@@ -38,7 +39,8 @@ impl AgentProcess {
     /// # Errors
     /// [`AcpError::Spawn`] when the program cannot be started.
     pub(crate) fn spawn(command: &AcpCommand) -> Result<(AgentProcess, Pipes), AcpError> {
-        let mut child = Command::new(&command.program)
+        let mut builder = Command::new(&command.program);
+        builder
             .args(&command.args)
             .envs(command.env.iter().map(|(name, value)| (name, value)))
             .current_dir(&command.cwd)
@@ -46,12 +48,12 @@ impl AgentProcess {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .process_group(0)
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(|err| AcpError::Spawn {
-                program: command.program.clone(),
-                kind: err.kind(),
-            })?;
+            .kill_on_drop(true);
+        subagent_runtime::child_process::die_with_parent(&mut builder);
+        let mut child = builder.spawn().map_err(|err| AcpError::Spawn {
+            program: command.program.clone(),
+            kind: err.kind(),
+        })?;
         let group = child.id().and_then(|pid| i32::try_from(pid).ok());
         let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
             return Err(AcpError::Spawn {

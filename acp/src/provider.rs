@@ -30,7 +30,7 @@ use tokio_util::sync::CancellationToken;
 use crate::command::AcpCommand;
 use crate::connection::{Connection, Offer};
 use crate::mapping::{self, TurnStep};
-use crate::turn::{drive, Live, TurnSink};
+use crate::turn::{drive, Limits, Live, TurnSink};
 
 /// An `acp` provider.
 #[derive(Clone, Debug)]
@@ -131,7 +131,7 @@ impl SubagentProvider for AcpProvider {
                 prompt: Some(prompt),
                 filter: request.descriptor.tool_filter.clone(),
                 signal: request.signal,
-                grace: command.timeouts.cancel_grace,
+                limits: Limits::from(&command.timeouts),
             }) as Box<dyn SubagentRun>)
         })
     }
@@ -143,7 +143,7 @@ struct AcpRun {
     prompt: Option<Vec<s::ContentBlock>>,
     filter: Option<ToolRestriction>,
     signal: CancellationToken,
-    grace: std::time::Duration,
+    limits: Limits,
 }
 
 /// A run's traffic: assistant text collected, permissions decided by the
@@ -189,7 +189,7 @@ impl SubagentRun for AcpRun {
                 filter: self.filter.as_ref(),
                 output: Vec::new(),
             };
-            let driven = drive(live, prompt, &self.signal, self.grace, None, &mut sink).await;
+            let driven = drive(live, prompt, &self.signal, self.limits, None, &mut sink).await;
             if !driven.alive {
                 self.live = None;
             }

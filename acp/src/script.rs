@@ -15,6 +15,9 @@
 //!     {"readFile": {"path": "/abs/a.txt"}},
 //!     {"plan": [{"content": "step", "priority": "high", "status": "in_progress"}]},
 //!     {"usage": {"used": 10, "size": 100}},
+//!     {"flood": {"count": 100000, "text": "x"}},
+//!     {"rawLine": "not json"},
+//!     {"longLine": 50000000},
 //!     "hang"
 //!   ]]}}
 //! }
@@ -193,6 +196,20 @@ pub enum AcpStep {
     /// Answers the prompt with a JSON-RPC internal error whose message and
     /// data are this text.
     ProtocolError(String),
+    /// One assistant message streamed as `count` `agent_message_chunk`s of
+    /// `text`, all with the same message id, as fast as the client reads
+    /// them (a `session/cancel` ends the turn `cancelled`).
+    Flood {
+        /// How many chunks.
+        count: usize,
+        /// The text of each.
+        text: String,
+    },
+    /// Writes this text to stdout as one line, past the protocol (to test
+    /// a client's handling of a line that is not JSON-RPC).
+    RawLine(String),
+    /// Writes one line of this many `x` bytes to stdout, past the protocol.
+    LongLine(usize),
 }
 
 /// One entry of a [`AcpStep::Plan`].
@@ -253,7 +270,8 @@ mod tests {
                 {"crash": "bye"}, "hang", {"protocolError": "bad"},
                 {"say": "hi"}, {"tool": {"name": "read", "input": {"p": 1}, "output": "x"}},
                 {"sleepMs": 5}, {"structured": {"a": 1}}, {"fail": "boom"},
-                {"refuse": "no"}, {"maxTokens": "par"}, {"describe": "saw"}]"#,
+                {"refuse": "no"}, {"maxTokens": "par"}, {"describe": "saw"},
+                {"flood": {"count": 3, "text": "z"}}, {"rawLine": "oops"}, {"longLine": 9}]"#,
         );
         assert_eq!(
             parsed,
@@ -286,6 +304,12 @@ mod tests {
                 AgentStep::Common(Step::Refuse("no".into())),
                 AgentStep::Common(Step::MaxTokens("par".into())),
                 AgentStep::Common(Step::Describe("saw".into())),
+                AgentStep::Acp(AcpStep::Flood {
+                    count: 3,
+                    text: "z".into()
+                }),
+                AgentStep::Acp(AcpStep::RawLine("oops".into())),
+                AgentStep::Acp(AcpStep::LongLine(9)),
             ]
         );
     }

@@ -13,7 +13,7 @@ use std::time::Duration;
 use agent_client_protocol::v1::schema as s;
 use agent_client_protocol::{self as acp};
 use serde_json::{json, Value};
-use subagent_core::{Diagnostic, SubagentStopReason};
+use subagent_core::{Diagnostic, SubagentStopReason, MAX_CONTENT_BYTES};
 use subagent_runtime::TurnEnd;
 use tokio_util::sync::CancellationToken;
 
@@ -58,8 +58,14 @@ pub(crate) struct Driven {
     pub(crate) alive: bool,
 }
 
+/// A turn that ended `error` on `error`: its diagnostic is the error's
+/// code and text.
+pub(crate) fn failed(error: &AcpError) -> TurnEnd {
+    failed_with(&error.diagnostic())
+}
+
 /// A turn that ended `error` with `diagnostic`.
-pub(crate) fn failed(diagnostic: &str) -> TurnEnd {
+pub(crate) fn failed_with(diagnostic: &str) -> TurnEnd {
     TurnEnd {
         stop_reason: SubagentStopReason::Error,
         diagnostic: Some(Diagnostic::new(diagnostic)),
@@ -134,10 +140,17 @@ impl<S: TurnSink> Steps<'_, S> {
         self.sink.step(step).await;
     }
 
-    async fn update(&mut self, update: &s::SessionUpdate) {
+    /// Applies one update; `Err` once the message it accumulates is past
+    /// [`MAX_CONTENT_BYTES`] (it could never be recorded, and holding more
+    /// of it would grow without bound).
+    async fn update(&mut self, update: &s::SessionUpdate) -> Result<(), TooLarge> {
         for step in self.transcriber.update(update) {
             self.apply(step).await;
         }
+        if self.transcriber.pending_bytes() > MAX_CONTENT_BYTES {
+            return Err(TooLarge);
+        }
+        Ok(())
     }
 
     async fn flush(&mut self) {
@@ -185,16 +198,50 @@ impl<S: TurnSink> Steps<'_, S> {
     }
 }
 
+/// An assistant message past [`MAX_CONTENT_BYTES`].
+struct TooLarge;
+
+/// Why a turn's `session/cancel` was sent.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Cancelled {
+    /// The turn was cancelled (interrupt, dispose).
+    Asked,
+    /// The agent sent nothing for the idle limit.
+    Idle,
+}
+
+/// A turn's time limits.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Limits {
+    /// How long a cancelled turn may take to answer.
+    pub(crate) grace: Duration,
+    /// How long the agent may send nothing before the turn is cancelled.
+    pub(crate) idle: Duration,
+}
+
+impl From<&crate::command::AcpTimeouts> for Limits {
+    fn from(timeouts: &crate::command::AcpTimeouts) -> Limits {
+        Limits {
+            grace: timeouts.cancel_grace,
+            idle: timeouts.idle,
+        }
+    }
+}
+
 /// Runs one prompt on `live` to its end. `cancel` firing sends
-/// `session/cancel`; an answer within `grace` ends the turn as the agent
-/// says (`cancelled`: aborted), none kills the process group and ends it
-/// `error`. With `output_schema`, a completed turn's capture is its last
-/// message as JSON.
+/// `session/cancel`; an answer within the grace period ends the turn as
+/// the agent says (`cancelled`: aborted), none kills the process group and
+/// ends it `error` (`acp/cancel-unanswered`). An agent that sends nothing
+/// for the idle limit is cancelled the same way, and the turn ends `error`
+/// (`acp/idle-timeout`) whether or not it answers. An assistant message
+/// past [`MAX_CONTENT_BYTES`] kills the process and ends the turn `error`
+/// (`acp/output-too-large`). With `output_schema`, a completed turn's
+/// capture is its last message as JSON.
 pub(crate) async fn drive(
     live: &mut Live,
     prompt: Vec<s::ContentBlock>,
     cancel: &CancellationToken,
-    grace: Duration,
+    limits: Limits,
     output_schema: Option<&Value>,
     sink: &mut impl TurnSink,
 ) -> Driven {
@@ -210,7 +257,9 @@ pub(crate) async fn drive(
         transcriber: Transcriber::new(),
         last_text: String::new(),
     };
-    let mut deadline: Option<tokio::time::Instant> = None;
+    // Set once `session/cancel` is sent: why, and when the grace ends.
+    let mut cancelled: Option<(Cancelled, tokio::time::Instant)> = None;
+    let mut idle_until = tokio::time::Instant::now() + limits.idle;
     let outcome = loop {
         tokio::select! {
             // In this order: the prompt is polled (so sent) before a
@@ -219,24 +268,37 @@ pub(crate) async fn drive(
             // and the prompt would run to the grace period's kill.
             biased;
             answered = &mut answer => break Some(answered),
-            item = live.connection.inbound.recv() => match item {
-                None => break None,
-                Some(Inbound::Update(update)) if update.session_id == live.session => {
-                    steps.update(&update.update).await;
+            item = live.connection.inbound.recv() => {
+                match item {
+                    None => break None,
+                    Some(Inbound::Update(update)) if update.session_id == live.session => {
+                        if steps.update(&update.update).await.is_err() {
+                            return too_large(live, steps.last_text).await;
+                        }
+                    }
+                    Some(Inbound::Update(_)) => {}
+                    Some(item) => steps.serve(item, cancelled.is_some()).await,
                 }
-                Some(Inbound::Update(_)) => {}
-                Some(item) => steps.serve(item, deadline.is_some()).await,
-            },
-            () = cancel.cancelled(), if deadline.is_none() => {
-                live.connection.cancel(live.session.clone());
-                deadline = Some(tokio::time::Instant::now() + grace);
+                // The agent spoke; the time its request took us is not its.
+                idle_until = tokio::time::Instant::now() + limits.idle;
             }
-            () = sleep_until(deadline), if deadline.is_some() => {
+            () = cancel.cancelled(), if cancelled.is_none() => {
+                live.connection.cancel(live.session.clone());
+                cancelled = Some((Cancelled::Asked, tokio::time::Instant::now() + limits.grace));
+            }
+            () = tokio::time::sleep_until(idle_until), if cancelled.is_none() => {
+                live.connection.cancel(live.session.clone());
+                cancelled = Some((Cancelled::Idle, tokio::time::Instant::now() + limits.grace));
+            }
+            () = sleep_until(cancelled.map(|(_, until)| until)), if cancelled.is_some() => {
                 steps.flush().await;
                 live.connection.process.kill().await;
                 let stderr = live.connection.process.stderr_tail();
-                let error = AcpError::CancelUnanswered { after: grace, stderr };
-                return Driven { end: failed(&error.to_string()), last_text: steps.last_text, alive: false };
+                let error = match cancelled {
+                    Some((Cancelled::Idle, _)) => AcpError::IdleTimeout { after: limits.idle, killed: true, stderr },
+                    _ => AcpError::CancelUnanswered { after: limits.grace, stderr },
+                };
+                return Driven { end: failed(&error), last_text: steps.last_text, alive: false };
             }
         }
     };
@@ -244,7 +306,9 @@ pub(crate) async fn drive(
     while let Ok(item) = live.connection.inbound.try_recv() {
         match item {
             Inbound::Update(update) if update.session_id == live.session => {
-                steps.update(&update.update).await;
+                if steps.update(&update.update).await.is_err() {
+                    return too_large(live, steps.last_text).await;
+                }
             }
             Inbound::Update(_) => {}
             other => refuse(other),
@@ -252,6 +316,18 @@ pub(crate) async fn drive(
     }
     steps.flush().await;
     let last_text = steps.last_text;
+    if let (Some(Ok(_)), Some((Cancelled::Idle, _))) = (&outcome, cancelled) {
+        let error = AcpError::IdleTimeout {
+            after: limits.idle,
+            killed: false,
+            stderr: live.connection.process.stderr_tail(),
+        };
+        return Driven {
+            end: failed(&error),
+            last_text,
+            alive: true,
+        };
+    }
     match outcome {
         Some(Ok(answered)) => {
             let (stop_reason, diagnostic) = mapping::stop_reason(&answered.stop_reason);
@@ -273,7 +349,7 @@ pub(crate) async fn drive(
             // A refused prompt leaves the session usable; a lost process not.
             let alive = matches!(error, AcpError::Protocol { .. });
             Driven {
-                end: failed(&error.to_string()),
+                end: failed(&error),
                 last_text,
                 alive,
             }
@@ -281,10 +357,31 @@ pub(crate) async fn drive(
         None => {
             let error = live.connection.exited("session/prompt").await;
             Driven {
-                end: failed(&error.to_string()),
+                end: failed(&error),
                 last_text,
                 alive: false,
             }
         }
+    }
+}
+
+/// Ends a turn whose assistant message outgrew [`MAX_CONTENT_BYTES`]: the
+/// message is not recorded (it could not be), the process is killed (it
+/// would go on sending), and the turn ends `error`
+/// (`acp/output-too-large`).
+async fn too_large(live: &mut Live, last_text: String) -> Driven {
+    live.connection.process.kill().await;
+    tracing::warn!(
+        limit = MAX_CONTENT_BYTES,
+        "an ACP agent's message outgrew the content limit; its process was killed"
+    );
+    let error = AcpError::OutputTooLarge {
+        limit: MAX_CONTENT_BYTES,
+        stderr: live.connection.process.stderr_tail(),
+    };
+    Driven {
+        end: failed(&error),
+        last_text,
+        alive: false,
     }
 }

@@ -303,6 +303,7 @@ async fn a_hung_turn_is_killed_after_the_grace_period() {
                 initialize: Duration::from_secs(10),
                 session: Duration::from_secs(10),
                 cancel_grace: Duration::from_millis(300),
+                idle: Duration::from_secs(60),
             },
             ..common::Setup::default()
         },
@@ -334,6 +335,7 @@ async fn a_hung_initialize_times_out_with_a_clear_error() {
                 initialize: Duration::from_millis(300),
                 session: Duration::from_secs(10),
                 cancel_grace: Duration::from_millis(300),
+                idle: Duration::from_secs(60),
             },
             ..common::Setup::default()
         },
@@ -639,33 +641,6 @@ async fn a_steered_message_waits_for_the_next_turn() {
     child.dispose().await.unwrap();
 }
 
-#[tokio::test]
-async fn an_agent_line_over_the_cap_ends_the_connection_not_the_host() {
-    // Not an agent: 17 MB without a newline on stdout, then silence (a
-    // `sleep` named after the world, so it is counted).
-    let world = World::with_command(
-        "bash",
-        &[
-            "-c",
-            "head -c 17000000 /dev/zero | tr '\\0' a; exec -a \"$0\" sleep 30",
-        ],
-    )
-    .await;
-    let child = world.child(spec("flood", "go")).await;
-    until_events(&world, child.child_id(), "the turn", |events| {
-        events
-            .iter()
-            .any(|e| matches!(e, Event::TurnStarted { .. }))
-    })
-    .await;
-    let result = child.result().await.unwrap();
-    assert_eq!(result.stop_reason, SubagentStopReason::Error);
-    let diagnostic = result.diagnostic.unwrap().to_string();
-    assert!(diagnostic.contains("during initialize"), "{diagnostic}");
-    child.dispose().await.unwrap();
-    world.until_no_agent_process().await;
-}
-
 /// The README's ACP snippet, run: a host routes the `acp` provider to an
 /// agent command, and both providers run a child of the root. Here the
 /// command is the test agent; the README shows Claude Code's adapter.
@@ -688,13 +663,14 @@ async fn the_readme_setup_runs_a_continuable_child_and_a_one_shot_run(
     let token = CancellationToken::new();
     let key = "not-a-real-key".to_owned();
     // ANCHOR: acp
-    let command = AcpCommand::parse(&agent_line)? // e.g. "npx @zed-industries/claude-code-acp"
+    let command = AcpCommand::parse(&agent_line)? // e.g. "npx @zed-industries/claude-agent-acp"
         .cwd(dir.path()) // the session's cwd; file requests stay inside it
         .env("ANTHROPIC_API_KEY", &key) // removed from every diagnostic
         .timeouts(AcpTimeouts {
             initialize: Duration::from_secs(30), // initialize answered, or the process is killed
             session: Duration::from_secs(30),    // session/new or session/load answered, likewise
             cancel_grace: Duration::from_secs(5), // `cancelled` answered after session/cancel, likewise
+            idle: Duration::from_secs(600), // a turn whose agent sends nothing this long is cancelled
         });
     let host = AcpHost::new(Arc::new(my_host)).route("acp", command.clone());
     let (runtime, _) = SubagentRuntime::open(log, Arc::new(host)).await?;

@@ -80,6 +80,19 @@ pub(crate) enum CliError {
         /// The first failure the runtime or the store reported.
         cause: String,
     },
+    /// `serve`'s log failed and could not be reopened within the recovery
+    /// policy's time.
+    #[error("the store did not come back: {cause}")]
+    StoreGone {
+        /// Why the last reopen failed.
+        cause: String,
+    },
+    /// A shutdown signal ended the command; its agents were ended with it.
+    #[error("stopped by {}: every agent process was ended; the log keeps what was recorded, and the next open recovers the rest", signal.name())]
+    Stopped {
+        /// The signal.
+        signal: crate::signals::Signal,
+    },
     /// A demo step did not happen in time, and nothing reported a failure.
     #[error("timed out after {seconds} s waiting for {what} (no failure was reported)")]
     DemoTimeout {

@@ -18,6 +18,7 @@ mod render;
 mod salvage_cmd;
 mod serve_cmd;
 mod shipped;
+mod signals;
 mod target;
 mod telemetry;
 
@@ -96,6 +97,10 @@ enum Command {
         /// current directory.
         #[arg(long, value_name = "COMMAND", value_parser = acp_command)]
         acp: Option<subagent_acp::AcpCommand>,
+        /// Seconds an ACP agent may send nothing during a turn before the
+        /// turn is cancelled and settles `error` (`acp/idle-timeout`).
+        #[arg(long, value_name = "SECONDS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+        acp_idle: u64,
         /// Span export (off by default).
         #[command(flatten)]
         telemetry: telemetry::TelemetryArgs,
@@ -135,6 +140,7 @@ fn main() -> ExitCode {
             store,
             hold_ms,
             acp,
+            acp_idle,
             telemetry,
             host,
         } => demo::run(
@@ -142,7 +148,14 @@ fn main() -> ExitCode {
             store.as_ref(),
             &demo::Options {
                 hold_ms,
-                acp,
+                acp: acp.map(|command| {
+                    let idle = std::time::Duration::from_secs(acp_idle);
+                    let timeouts = subagent_acp::AcpTimeouts {
+                        idle,
+                        ..command.timeouts
+                    };
+                    command.timeouts(timeouts)
+                }),
                 telemetry,
                 host,
             },
@@ -175,7 +188,11 @@ fn acp_command(line: &str) -> Result<subagent_acp::AcpCommand, subagent_acp::Emp
 }
 
 /// Prints `error: <err>` on stderr (best effort: stderr may be closed too).
-fn fail(err: &dyn std::error::Error) -> ExitCode {
+/// A command ended by a signal exits as a shell reports it (130, 143).
+fn fail(err: &(dyn std::error::Error + 'static)) -> ExitCode {
     let _ = writeln!(std::io::stderr(), "error: {err}");
-    ExitCode::FAILURE
+    match err.downcast_ref::<error::CliError>() {
+        Some(error::CliError::Stopped { signal }) => ExitCode::from(signal.exit_status()),
+        _ => ExitCode::FAILURE,
+    }
 }

@@ -126,11 +126,21 @@ impl clap::builder::TypedValueParser for LogParser {
         argument: Option<&clap::Arg>,
         value: &std::ffi::OsStr,
     ) -> Result<LogTarget, clap::Error> {
-        let text = value.to_string_lossy();
+        // A path is kept as the OS's bytes: only a URL must be text, and
+        // a value that is not UTF-8 is no URL.
+        let Some(text) = value.to_str() else {
+            if self.postgres_only {
+                return Err(clap::Error::raw(
+                    clap::error::ErrorKind::InvalidValue,
+                    "invalid value for '--store': a postgres:// URL is UTF-8 text\n",
+                ));
+            }
+            return Ok(LogTarget::Dir(PathBuf::from(value)));
+        };
         let parsed = if self.postgres_only {
-            parse_store(&text)
+            parse_store(text)
         } else {
-            parse(&text)
+            parse(text)
         };
         parsed.map_err(|reason| {
             let name = argument.map_or_else(|| "LOG".to_owned(), ToString::to_string);
@@ -138,7 +148,7 @@ impl clap::builder::TypedValueParser for LogParser {
                 clap::error::ErrorKind::InvalidValue,
                 format!(
                     "invalid value '{}' for '{name}': {reason}\n",
-                    redact_password(&text)
+                    redact_password(text)
                 ),
             )
         })

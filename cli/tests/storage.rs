@@ -1,7 +1,7 @@
 //! The binary against damaged and foreign directories (issue 12): the
 //! inspection commands never change a log, a damaged log is refused with its
 //! cause and left as it was, and `demo` and `import` never create a new log
-//! over the remains of one.
+//! over the remains of one; a path that is not UTF-8 is kept as its bytes.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -388,4 +388,51 @@ fn salvage_refuses_what_it_must_and_leaves_no_file_behind() {
         stderr(&refused)
     );
     assert!(!copy.exists());
+}
+
+/// `subagents` with OS-string arguments (a path that is not UTF-8).
+fn subagents_os(args: &[&std::ffi::OsStr]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_subagents"))
+        .args(args)
+        .output()
+        .expect("run subagents")
+}
+
+#[test]
+fn a_directory_whose_name_is_not_utf8_is_the_same_log_to_every_command() {
+    use std::ffi::{OsStr, OsString};
+    use std::os::unix::ffi::OsStrExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    let mut name = OsString::from("log-");
+    name.push(OsStr::from_bytes(b"\xff\xfe"));
+    let data = dir.path().join(&name);
+    let data = data.as_os_str();
+    let output = subagents_os(&[OsStr::new("demo"), OsStr::new("--data"), data]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(
+        std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name())
+            .any(|written| written == name),
+        "the demo wrote to the path as given, byte for byte"
+    );
+    for command in ["verify", "tree", "log", "replay"] {
+        let output = subagents_os(&[OsStr::new(command), data]);
+        assert!(output.status.success(), "{command}: {}", stderr(&output));
+        assert!(!output.stdout.is_empty(), "{command} printed nothing");
+    }
+    let verified = subagents_os(&[OsStr::new("verify"), data]);
+    assert!(
+        String::from_utf8_lossy(&verified.stdout).contains("OK: the history is admissible"),
+        "{}",
+        String::from_utf8_lossy(&verified.stdout)
+    );
+    // A `--store` that is not UTF-8 is no URL: one clear refusal.
+    let refused = subagents_os(&[OsStr::new("demo"), OsStr::new("--store"), data]);
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(
+        stderr(&refused).contains("a postgres:// URL is UTF-8 text"),
+        "{}",
+        stderr(&refused)
+    );
 }

@@ -4,9 +4,10 @@
 //! This module owns the pure rules: the address ([`AttachmentId`], SHA-256
 //! of the bytes, written `sha256:<64 lowercase hex>`), what kind of image a
 //! byte string is ([`ImageKind::sniff`], by magic number, never by what the
-//! sender declares), and the size caps ([`AttachmentLimits`]). Storing and
-//! reading the bytes is the log's job; admitting a prompt's images is the
-//! runtime's.
+//! sender declares), whether it is one whole image of that kind
+//! ([`inspect`]: decoded by the `image` crate, under [`MAX_IMAGE_SIDE`]),
+//! and the size caps ([`AttachmentLimits`]). Storing and reading the bytes
+//! is the log's job; admitting a prompt's images is the runtime's.
 
 use std::fmt;
 use std::str::FromStr;
@@ -152,6 +153,182 @@ impl ImageKind {
         Self::ALL
             .into_iter()
             .find(|kind| kind.mime_type() == mime_type)
+    }
+}
+
+/// The widest and tallest an admitted image may be, in pixels: past the
+/// 8000 px the large hosted models take, and a bound on what decoding one
+/// can allocate.
+pub const MAX_IMAGE_SIDE: u32 = 8192;
+
+/// The most pixels an admitted image may have (32 megapixels): what
+/// bounds decoding one, whatever its shape within [`MAX_IMAGE_SIDE`].
+pub const MAX_IMAGE_PIXELS: u64 = 32 * 1024 * 1024;
+
+/// The most memory decoding one image may allocate: [`MAX_IMAGE_PIXELS`]
+/// at eight bytes each (16-bit RGBA, the widest of the four formats), and a
+/// little more.
+const MAX_DECODE_BYTES: u64 = 8 * MAX_IMAGE_PIXELS + (1 << 20);
+
+/// What [`inspect`] found an image to be.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ImageInfo {
+    /// Its format, by its bytes.
+    pub kind: ImageKind,
+    /// Its width in pixels.
+    pub width: u32,
+    /// Its height in pixels.
+    pub height: u32,
+}
+
+/// Why bytes are not one admissible image.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ImageFault {
+    /// No admitted format's magic number.
+    #[error("the bytes are not a PNG, JPEG, GIF or WebP image")]
+    NotAnImage,
+    /// Wider or taller than [`MAX_IMAGE_SIDE`], or more pixels than
+    /// [`MAX_IMAGE_PIXELS`].
+    #[error("the {kind} image is {width}x{height} pixels, over the caps of {MAX_IMAGE_SIDE} pixels a side and {MAX_IMAGE_PIXELS} in all", kind = kind.mime_type())]
+    TooLarge {
+        /// Its format.
+        kind: ImageKind,
+        /// Its width.
+        width: u32,
+        /// Its height.
+        height: u32,
+    },
+    /// The format's magic number, but not a whole image of it: cut short,
+    /// or damaged. The decoder's reason, which quotes no pixel data.
+    #[error("the bytes start as {kind} but are not a whole image of it: {reason}", kind = kind.mime_type())]
+    Malformed {
+        /// The format its magic number names.
+        kind: ImageKind,
+        /// What the decoder found wrong.
+        reason: String,
+    },
+}
+
+/// Whether `bytes` are one whole image of an admitted kind within
+/// [`MAX_IMAGE_SIDE`]: the format by its magic number, the dimensions from
+/// its header, then a full decode (bounded by the dimensions and
+/// what that many pixels take), so a truncated or damaged image is refused.
+///
+/// # Errors
+/// The [`ImageFault`].
+pub fn inspect(bytes: &[u8]) -> Result<ImageInfo, ImageFault> {
+    let kind = ImageKind::sniff(bytes).ok_or(ImageFault::NotAnImage)?;
+    let malformed = |err: image::ImageError| ImageFault::Malformed {
+        kind,
+        reason: err.to_string(),
+    };
+    let format = match kind {
+        ImageKind::Png => image::ImageFormat::Png,
+        ImageKind::Jpeg => image::ImageFormat::Jpeg,
+        ImageKind::Gif => image::ImageFormat::Gif,
+        ImageKind::Webp => image::ImageFormat::WebP,
+    };
+    let reader = || {
+        let mut reader = image::ImageReader::with_format(std::io::Cursor::new(bytes), format);
+        let mut limits = image::Limits::default();
+        limits.max_image_width = Some(MAX_IMAGE_SIDE);
+        limits.max_image_height = Some(MAX_IMAGE_SIDE);
+        limits.max_alloc = Some(MAX_DECODE_BYTES);
+        reader.limits(limits);
+        reader
+    };
+    let (width, height) = image::ImageReader::with_format(std::io::Cursor::new(bytes), format)
+        .into_dimensions()
+        .map_err(malformed)?;
+    if width > MAX_IMAGE_SIDE
+        || height > MAX_IMAGE_SIDE
+        || u64::from(width) * u64::from(height) > MAX_IMAGE_PIXELS
+    {
+        return Err(ImageFault::TooLarge {
+            kind,
+            width,
+            height,
+        });
+    }
+    if width == 0 || height == 0 {
+        return Err(ImageFault::Malformed {
+            kind,
+            reason: format!("it is {width}x{height} pixels"),
+        });
+    }
+    // The JPEG and GIF decoders fill a cut image in rather than refuse it:
+    // each format's end is checked here.
+    if kind == ImageKind::Jpeg && !jpeg_ends(bytes) {
+        return Err(ImageFault::Malformed {
+            kind,
+            reason: "its scan data has no end-of-image marker: it was cut short".into(),
+        });
+    }
+    if kind == ImageKind::Gif && bytes.last() != Some(&GIF_TRAILER) {
+        return Err(ImageFault::Malformed {
+            kind,
+            reason: "it does not end with the GIF trailer: it was cut short".into(),
+        });
+    }
+    reader().decode().map_err(malformed)?;
+    Ok(ImageInfo {
+        kind,
+        width,
+        height,
+    })
+}
+
+/// The byte every GIF ends with.
+const GIF_TRAILER: u8 = 0x3b;
+
+/// Whether a JPEG's end-of-image marker (`FF D9`) follows the image's own
+/// first scan: its segments are walked by their lengths from the start
+/// (so a thumbnail inside an `APP1` segment, scan and end included, is
+/// skipped), then the scan data is searched. Inside a scan every `FF` data
+/// byte is stuffed (`FF 00`), and no other marker is `FF D9`, so the pair
+/// found there is the image's end.
+fn jpeg_ends(bytes: &[u8]) -> bool {
+    if !bytes.starts_with(&[0xff, 0xd8]) {
+        return false;
+    }
+    let mut at = 2;
+    loop {
+        if bytes.get(at) != Some(&0xff) {
+            return false;
+        }
+        // Fill bytes may pad a marker.
+        let mut code_at = at + 1;
+        while bytes.get(code_at) == Some(&0xff) {
+            code_at += 1;
+        }
+        let Some(&code) = bytes.get(code_at) else {
+            return false;
+        };
+        let after = code_at + 1;
+        match code {
+            // The end before any scan.
+            0xd9 => return false,
+            // Markers with no length.
+            0x01 | 0xd0..=0xd7 => {
+                at = after;
+                continue;
+            }
+            _ => {}
+        }
+        let Some(length) = bytes
+            .get(after..after + 2)
+            .map(|pair| usize::from(u16::from_be_bytes([pair[0], pair[1]])))
+        else {
+            return false;
+        };
+        let end = after + length;
+        if length < 2 || end > bytes.len() {
+            return false;
+        }
+        if code == 0xda {
+            return bytes[end..].windows(2).any(|pair| pair == [0xff, 0xd9]);
+        }
+        at = end;
     }
 }
 

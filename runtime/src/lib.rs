@@ -19,6 +19,7 @@
 mod activation;
 pub mod agent;
 mod capacity;
+pub mod child_process;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 mod drivers;

@@ -158,7 +158,7 @@ async fn a_host_that_does_not_say_it_takes_images_receives_none() {
     let mut image = request(child, h.root.session(), None);
     image.content.push(
         serde_json::from_value(serde_json::json!(
-            {"type": "image", "mimeType": "image/gif", "data": "R0lGODlhAQABAAAAACw="}
+            {"type": "image", "mimeType": "image/gif", "data": "R0lGODlhAQABAIAAAAAAAP///yH5BAEAAAAALAAAAAABAAEAAAIBRAA7"}
         ))
         .unwrap(),
     );

@@ -51,6 +51,7 @@ impl Default for Setup {
                 // back: room for a loaded machine. The test of a hung turn
                 // sets a short grace of its own.
                 cancel_grace: Duration::from_secs(5),
+                idle: Duration::from_secs(60),
             },
             log: None,
             env: Vec::new(),

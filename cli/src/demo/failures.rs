@@ -66,9 +66,13 @@ impl FailureWatch {
 
 /// A `tracing` layer that turns warning and error events into
 /// `warning:` lines on stderr, and reports as a failure every error event
-/// and every warning that carries an `error` field (a driver that failed, a
-/// commit or a checkpoint that could not be written). A warning without one
-/// (e.g. a checkpoint discarded and refolded) is not a failure.
+/// of this project's crates and every such warning that carries an `error`
+/// field (a driver that failed, a commit or a checkpoint that could not be
+/// written). A warning without one (e.g. a checkpoint discarded and
+/// refolded) is not a failure, and neither is anything a library logs (the
+/// protocol library's "Sending error response" for a file request the
+/// runtime rightly refused): what such an event means for a child is
+/// settled in the log by the runtime, which reports its own failures.
 pub(super) struct FailureRecorder {
     watch: FailureWatch,
 }
@@ -129,10 +133,18 @@ impl<S: Subscriber> Layer<S> for FailureRecorder {
             format!("{} ({})", line.message, line.fields)
         };
         let _ = writeln!(std::io::stderr(), "warning: {text}");
-        if line.has_error || *event.metadata().level() == Level::ERROR {
+        let ours = is_ours(event.metadata().target());
+        if ours && (line.has_error || *event.metadata().level() == Level::ERROR) {
             self.watch.report(text);
         }
     }
+}
+
+/// Whether `target` (a module path) is one of this project's crates
+/// (`subagent_core`, `subagent_runtime`, …, and the `subagents` binary).
+fn is_ours(target: &str) -> bool {
+    let krate = target.split("::").next().unwrap_or(target);
+    krate.starts_with("subagent_") || krate == "subagents"
 }
 
 #[cfg(test)]
@@ -166,6 +178,26 @@ mod tests {
         );
         assert!(first.contains("No space left on device"), "{first}");
         assert!(first.contains("/d/000004.log"), "{first}");
+    }
+
+    #[test]
+    fn a_library_event_is_printed_but_is_no_failure() {
+        let watch = FailureWatch::default();
+        tracing::subscriber::with_default(recording(&watch), || {
+            tracing::warn!(
+                target: "agent_client_protocol::jsonrpc::outgoing_actor",
+                error = "Internal error",
+                "Sending error response"
+            );
+            tracing::error!(target: "hyper::proto", "connection error");
+        });
+        assert_eq!(watch.first(), None);
+        tracing::subscriber::with_default(recording(&watch), || {
+            tracing::error!(target: "subagent_store::rocks", "append failed");
+        });
+        assert_eq!(watch.first().as_deref(), Some("append failed"));
+        assert!(is_ours("subagents") && is_ours("subagent_runtime::drivers"));
+        assert!(!is_ours("subagentsx") && !is_ours("tokio"));
     }
 
     #[test]

@@ -31,6 +31,7 @@ use tokio_util::sync::CancellationToken;
 
 use self::failures::{FailureRecorder, FailureWatch};
 use crate::error::CliError;
+use crate::signals::Shutdown;
 use crate::target::LogTarget;
 use crate::CliResult;
 
@@ -149,14 +150,18 @@ async fn wait_for_records(
     }
 }
 
-/// Runs `demo` until it ends or a failure is reported, whichever is first.
-/// Once the log has failed the demo cannot succeed, and a runtime call may
-/// never return; this ends it with the cause instead of hanging.
+/// Runs `demo` until it ends, a failure is reported or a shutdown signal
+/// arrives, whichever is first. Once the log has failed the demo cannot
+/// succeed, and a runtime call may never return; this ends it with the
+/// cause instead of hanging. The caller then drops the tokio runtime, and
+/// with it every driver, which kills each agent's process group.
 ///
 /// # Errors
-/// `demo`'s error, or [`CliError::DemoStopped`] with the reported failure.
+/// `demo`'s error, [`CliError::DemoStopped`] with the reported failure, or
+/// [`CliError::Stopped`] with the signal.
 async fn until_failure<T>(
     failures: &FailureWatch,
+    shutdown: &mut Shutdown,
     demo: impl std::future::Future<Output = Result<T, Box<dyn std::error::Error>>>,
 ) -> Result<T, Box<dyn std::error::Error>> {
     tokio::select! {
@@ -164,6 +169,7 @@ async fn until_failure<T>(
         biased;
         outcome = demo => outcome,
         cause = failures.reported() => Err(CliError::DemoStopped { cause }.into()),
+        signal = shutdown.received() => Err(CliError::Stopped { signal }.into()),
     }
 }
 
@@ -245,6 +251,12 @@ pub(crate) fn run(
     let shared = Arc::clone(&opened);
     let log = &*opened;
     let tokio = tokio::runtime::Runtime::new()?;
+    // Before any agent starts: from here on, SIGINT and SIGTERM end the
+    // demo through its runtime, never by their default action.
+    let mut shutdown = {
+        let _entered = tokio.enter();
+        Shutdown::install()?
+    };
     let start = log.head() + 1;
     let demo = async {
         let scripted: Arc<dyn AgentHost> = Arc::new(scripts(hold_ms));
@@ -512,7 +524,7 @@ pub(crate) fn run(
         runtime.close().await?;
         Ok::<_, Box<dyn std::error::Error>>(root.session())
     };
-    let outcome = tokio.block_on(until_failure(&failures, demo));
+    let outcome = tokio.block_on(until_failure(&failures, &mut shutdown, demo));
     drop(tokio);
     let root = outcome.map_err(|err| with_reported_cause(err, &failures))?;
     let state = subagent_replay::state_at(log, None)?;

@@ -69,12 +69,16 @@ fn a_demo_stuck_after_a_reported_failure_ends_with_it() {
         .build()
         .unwrap();
     let reporter = failures.clone();
+    let mut shutdown = {
+        let _entered = runtime.enter();
+        crate::signals::Shutdown::install().unwrap()
+    };
     // A runtime call that never returns, and a failure reported meanwhile.
     let stuck = std::future::pending::<Result<(), Box<dyn std::error::Error>>>();
     let err = runtime
         .block_on(async {
             tokio::spawn(async move { reporter.report("disk full at d/000004.log".into()) });
-            until_failure(&failures, stuck).await
+            until_failure(&failures, &mut shutdown, stuck).await
         })
         .unwrap_err();
     assert_eq!(
@@ -82,7 +86,11 @@ fn a_demo_stuck_after_a_reported_failure_ends_with_it() {
         "stopped: the runtime reported a failure: disk full at d/000004.log"
     );
     // A demo that ends first keeps its own outcome.
-    let done = runtime.block_on(until_failure(&FailureWatch::default(), async { Ok(7) }));
+    let done = runtime.block_on(until_failure(
+        &FailureWatch::default(),
+        &mut shutdown,
+        async { Ok(7) },
+    ));
     assert_eq!(done.unwrap(), 7);
 }
 

@@ -16,6 +16,25 @@ pub struct Fault {
 }
 
 impl Fault {
+    /// A fault described by `text` alone (no underlying error).
+    #[must_use]
+    pub fn from_text(text: impl Into<String>) -> Fault {
+        Fault {
+            text: text.into(),
+            cause: None,
+        }
+    }
+
+    /// The same fault, its cause kept, saying `text` instead: for a
+    /// caller who may know that it failed but not why.
+    #[must_use]
+    pub fn with_text(self, text: impl Into<String>) -> Fault {
+        Fault {
+            text: text.into(),
+            cause: self.cause,
+        }
+    }
+
     /// The fault's text, which names the cause's whole chain.
     #[must_use]
     pub fn text(&self) -> &str {

@@ -248,6 +248,14 @@ declare_errors! {
     #[code = "gateway/internal"]
     #[error("internal error: {0}")]
     Internal(#[source] Fault),
+    /// The log cannot take writes now: its database server cannot be
+    /// reached, its disk is full, or its writer stopped after such a
+    /// failure. Nothing was recorded by this call. The failure is
+    /// transient: a host that supervises its runtime reopens it once the
+    /// store answers again, and a retry then works.
+    #[code = "store/unavailable"]
+    #[error("the store is unavailable: {0}")]
+    StoreUnavailable(#[source] Fault),
 
     codes of other errors:
 
@@ -285,9 +293,6 @@ declare_errors! {
     StoreIo = "store/io",
     /// `StoreError::Closed`: the log's writer has stopped.
     StoreClosed = "store/closed",
-    /// `StoreError::Unavailable`: a networked log's database server could
-    /// not be reached, or the connection was lost.
-    StoreUnavailable = "store/unavailable",
     /// `StoreError::Fenced`: an append presented a stale lease's fencing
     /// token; its writer lost the tree.
     StoreFenced = "store/fenced",
@@ -324,6 +329,13 @@ declare_errors! {
     GatewayPayloadTooLarge = "gateway/payload-too-large",
     /// `GatewayError::Timeout`: the request ran past the gateway's limit.
     GatewayTimeout = "gateway/timeout",
+    /// `GatewayError::UriTooLong`: a request URI over the HTTP server's
+    /// limit, refused before the request is routed.
+    GatewayUriTooLong = "gateway/uri-too-long",
+    /// `GatewayError::HeadersTooLarge`: too many request headers, or a
+    /// request head over the HTTP server's limit, refused before the
+    /// request is routed.
+    GatewayHeadersTooLarge = "gateway/headers-too-large",
     /// `AcpError::Spawn`: the agent's program could not be started.
     AcpSpawn = "acp/spawn",
     /// `AcpError::InitializeTimeout`: the agent never answered `initialize`.
@@ -337,6 +349,12 @@ declare_errors! {
     AcpExited = "acp/exited",
     /// `AcpError::CancelUnanswered`: a cancelled turn was not answered in time.
     AcpCancelUnanswered = "acp/cancel-unanswered",
+    /// `AcpError::OutputTooLarge`: a turn's assistant message grew past the
+    /// content limit.
+    AcpOutputTooLarge = "acp/output-too-large",
+    /// `AcpError::IdleTimeout`: the agent sent nothing for the idle limit
+    /// during a turn.
+    AcpIdleTimeout = "acp/idle-timeout",
 }
 
 impl Serialize for ErrorCode {
@@ -378,6 +396,24 @@ impl SubagentError {
     /// repeated.
     #[must_use]
     pub fn internal_from(source: impl std::error::Error + Send + Sync + 'static) -> SubagentError {
+        SubagentError::Internal(Fault::from_error(source))
+    }
+
+    /// The store unavailable (`store/unavailable`) because of `source`,
+    /// which it keeps, its text built as [`internal_from`](Self::internal_from)'s.
+    #[must_use]
+    pub fn unavailable_from(
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> SubagentError {
+        SubagentError::StoreUnavailable(Fault::from_error(source))
+    }
+}
+
+impl Fault {
+    /// A fault caused by `source`: its text is `source`'s followed by each
+    /// of its own sources (`a: b: c`), a source whose text its parent
+    /// already includes not repeated.
+    fn from_error(source: impl std::error::Error + Send + Sync + 'static) -> Fault {
         let mut text = source.to_string();
         let mut next = source.source();
         while let Some(cause) = next {
@@ -388,12 +424,14 @@ impl SubagentError {
             }
             next = cause.source();
         }
-        SubagentError::Internal(Fault {
+        Fault {
             text,
             cause: Some(Arc::new(source)),
-        })
+        }
     }
+}
 
+impl SubagentError {
     /// The same error with every free-text message passed through `clean`
     /// (codes, ids and numbers kept): how a provider's error is made safe
     /// before it reaches a caller or the log.
@@ -415,6 +453,10 @@ impl SubagentError {
             SubagentError::BadRequest(m) => SubagentError::BadRequest(clean(&m)),
             // The cause is dropped: its own text was not cleaned.
             SubagentError::Internal(fault) => SubagentError::internal(clean(&fault.text)),
+            SubagentError::StoreUnavailable(fault) => SubagentError::StoreUnavailable(Fault {
+                text: clean(&fault.text),
+                cause: None,
+            }),
             SubagentError::Aggregate(Causes(errors)) => SubagentError::Aggregate(Causes(
                 errors
                     .into_iter()

@@ -71,6 +71,7 @@ impl SubagentProvider for ProcessProvider {
             .stderr(Stdio::null())
             .process_group(0)
             .kill_on_drop(true);
+        crate::child_process::die_with_parent(&mut command);
         let program = self.program.clone();
         Box::pin(async move {
             if request.signal.is_cancelled() {

@@ -137,7 +137,9 @@ pub(crate) fn admit_images(
     Ok(admitted)
 }
 
-/// Whether `bytes` are one image of the declared type within the cap.
+/// Whether `bytes` are one whole image of the declared type within the
+/// caps (bytes, then [`subagent_core::attachment::inspect`]'s pixels and
+/// structure).
 fn check_image(bytes: &[u8], declared: &str, limits: AttachmentLimits) -> Result<(), String> {
     if bytes.len() > limits.per_image {
         return Err(format!(
@@ -146,13 +148,11 @@ fn check_image(bytes: &[u8], declared: &str, limits: AttachmentLimits) -> Result
             limits.per_image
         ));
     }
-    let Some(sniffed) = ImageKind::sniff(bytes) else {
-        return Err("the bytes are not a PNG, JPEG, GIF or WebP image".into());
-    };
-    if ImageKind::from_mime_type(declared) != Some(sniffed) {
+    let image = subagent_core::attachment::inspect(bytes).map_err(|fault| fault.to_string())?;
+    if ImageKind::from_mime_type(declared) != Some(image.kind) {
         return Err(format!(
             "declared {declared:?}, but the bytes are {}",
-            sniffed.mime_type()
+            image.kind.mime_type()
         ));
     }
     Ok(())

@@ -6,8 +6,10 @@ use subagent_store::{EventLog, ExpectedVersion, MemoryLog, StreamAppend};
 
 use super::*;
 
-const PNG: &[u8] = b"\x89PNG\r\n\x1a\n a tiny png";
-const GIF: &[u8] = b"GIF89a a tiny gif";
+/// A whole 2x2 PNG.
+const PNG: &[u8] = b"\x89\x50\x4e\x47\x0d\x0a\x1a\x0a\x00\x00\x00\x0d\x49\x48\x44\x52\x00\x00\x00\x02\x00\x00\x00\x02\x08\x02\x00\x00\x00\xfd\xd4\x9a\x73\x00\x00\x00\x12\x49\x44\x41\x54\x78\x9c\x63\xf8\xcf\xc0\xc0\x00\xc2\x0c\xff\x81\x00\x00\x1f\xee\x05\xfb\x0b\xd9\x68\x8b\x00\x00\x00\x00\x49\x45\x4e\x44\xae\x42\x60\x82";
+/// A whole 1x1 GIF.
+const GIF: &[u8] = b"\x47\x49\x46\x38\x39\x61\x01\x00\x01\x00\x80\x00\x00\x00\x00\x00\xff\xff\xff\x21\xf9\x04\x01\x00\x00\x00\x00\x2c\x00\x00\x00\x00\x01\x00\x01\x00\x00\x02\x01\x44\x00\x3b";
 
 fn image(json: serde_json::Value) -> ContentBlock {
     serde_json::from_value(json).unwrap()
@@ -134,37 +136,40 @@ fn malformed_parts_are_refused() {
 #[test]
 fn images_over_a_cap_are_refused() {
     let log = MemoryLog::new();
+    assert_eq!((PNG.len(), GIF.len()), (75, 42));
     let limits = AttachmentLimits {
-        per_image: 32,
-        per_request: 48,
+        // Not a multiple of 3, so one byte over still passes the base64
+        // length check and is refused once decoded.
+        per_image: 76,
+        per_request: 117,
     };
-    let big = [PNG, &[0u8; 32][..]].concat();
     // Far over: refused before decoding.
     let why = refusal(admit_images(
         vec![inline("image/png", &[PNG, &[0u8; 4096][..]].concat())],
         limits,
         &log,
     ));
-    assert!(why.contains("over the 32 byte cap"), "{why}");
+    assert!(why.contains("over the 76 byte cap"), "{why}");
     // Just over once decoded (the base64 alone does not show it).
-    assert_eq!(big.len(), 51);
     let why = refusal(admit_images(
-        vec![inline("image/png", &big[..33])],
+        vec![inline("image/png", &[PNG, &[0u8; 2][..]].concat())],
         limits,
         &log,
     ));
-    assert!(why.contains("33 bytes, over the 32 byte cap"), "{why}");
+    assert!(why.contains("77 bytes, over the 76 byte cap"), "{why}");
     // Each within its cap, together over the request's.
     let content = vec![
-        inline("image/png", &big[..30]),
+        inline("image/png", PNG),
         inline("image/gif", GIF),
-        inline("image/png", &big[..30]),
+        inline("image/gif", GIF),
     ];
     let why = refusal(admit_images(content, limits, &log));
-    assert!(why.contains("over the 48 byte cap of one request"), "{why}");
+    assert!(
+        why.contains("over the 117 byte cap of one request"),
+        "{why}"
+    );
     // At the caps exactly: admitted.
-    let content = vec![inline("image/png", &big[..31]), inline("image/gif", GIF)];
-    assert_eq!(GIF.len() + 31, 48);
+    let content = vec![inline("image/png", PNG), inline("image/gif", GIF)];
     assert_eq!(
         admit_images(content, limits, &log)
             .unwrap()
@@ -172,6 +177,22 @@ fn images_over_a_cap_are_refused() {
             .len(),
         2
     );
+}
+
+#[test]
+fn an_image_cut_short_is_refused_and_nothing_is_kept_to_store() {
+    let log = MemoryLog::new();
+    // After the header (33), into the image data (37), before the end
+    // chunk (63): each loses pixels.
+    for cut in [33, 37, 63] {
+        let why = refusal(admit(vec![inline("image/png", &PNG[..cut])], &log));
+        assert!(
+            why.contains("the bytes start as image/png but are not a whole image of it"),
+            "{cut}: {why}"
+        );
+    }
+    let why = refusal(admit(vec![inline("image/gif", &GIF[..30])], &log));
+    assert!(why.contains("not a whole image"), "{why}");
 }
 
 #[tokio::test]

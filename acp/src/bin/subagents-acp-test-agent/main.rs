@@ -26,8 +26,11 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use agent_client_protocol::schema::ProtocolVersion;
 use agent_client_protocol::v1::{self, schema};
-use agent_client_protocol::{Agent, Client, Error, Stdio};
+use agent_client_protocol::{Agent, Client, Error, Lines};
+use futures::{SinkExt as _, StreamExt as _};
 use subagent_acp::script::AgentScript;
+use tokio::io::AsyncWriteExt as _;
+use tokio_util::codec::{FramedRead, LinesCodec};
 use tokio_util::sync::CancellationToken;
 
 use crate::store::{Entry, Role, SessionRecord, SessionStore};
@@ -63,7 +66,9 @@ async fn main() -> ExitCode {
             ));
         }
     }
-    match TestAgent::new(script, SessionStore::new(options.sessions))
+    let (raw, lines) = futures::channel::mpsc::unbounded();
+    tokio::spawn(write_lines(lines));
+    match TestAgent::new(script, SessionStore::new(options.sessions), raw)
         .serve()
         .await
     {
@@ -135,6 +140,43 @@ struct Shared {
     sessions: Mutex<HashMap<String, LiveSession>>,
     /// The counter session ids are minted from.
     minted: AtomicU64,
+    /// Stdout's lines, in order: the protocol's messages and the raw lines
+    /// of `rawLine` and `longLine` steps.
+    raw: RawLines,
+}
+
+/// Where lines for stdout go, in order.
+pub(crate) type RawLines = futures::channel::mpsc::UnboundedSender<String>;
+
+/// The protocol over stdio, its outgoing lines through `raw`'s channel
+/// (written to stdout by a task of their own), so a script can write lines
+/// the protocol library would never send, in order with its messages.
+fn stdio_lines(
+    raw: RawLines,
+) -> Lines<
+    impl futures::Sink<String, Error = std::io::Error> + Send + 'static,
+    impl futures::Stream<Item = std::io::Result<String>> + Send + 'static,
+> {
+    let outgoing = raw.sink_map_err(|_| std::io::Error::from(std::io::ErrorKind::BrokenPipe));
+    let incoming = FramedRead::new(tokio::io::stdin(), LinesCodec::new())
+        .map(|line| line.map_err(std::io::Error::other));
+    Lines::new(outgoing, incoming)
+}
+
+/// Writes every line sent to `lines` to stdout, each with its newline,
+/// until the channel closes or stdout does.
+async fn write_lines(mut lines: futures::channel::mpsc::UnboundedReceiver<String>) {
+    let mut stdout = tokio::io::stdout();
+    while let Some(line) = lines.next().await {
+        let written = async {
+            stdout.write_all(line.as_bytes()).await?;
+            stdout.write_all(b"\n").await?;
+            stdout.flush().await
+        };
+        if written.await.is_err() {
+            return;
+        }
+    }
 }
 
 /// A session this process serves.
@@ -147,7 +189,7 @@ struct LiveSession {
 }
 
 impl TestAgent {
-    fn new(script: AgentScript, store: SessionStore) -> Self {
+    fn new(script: AgentScript, store: SessionStore, raw: RawLines) -> Self {
         let load_session = script.load_session && store.persists();
         TestAgent {
             shared: Arc::new(Shared {
@@ -157,6 +199,7 @@ impl TestAgent {
                 fs: Mutex::new(FsAccess::default()),
                 sessions: Mutex::new(HashMap::new()),
                 minted: AtomicU64::new(0),
+                raw,
             }),
         }
     }
@@ -222,7 +265,7 @@ impl TestAgent {
                 },
                 agent_client_protocol::on_receive_notification!(),
             )
-            .connect_to(Stdio::new())
+            .connect_to(stdio_lines(self.shared.raw.clone()))
             .await
     }
 
@@ -397,6 +440,7 @@ impl TestAgent {
             cwd,
             fs: *lock(&self.shared.fs),
             cancel,
+            raw: self.shared.raw.clone(),
         };
         let agent = self.clone();
         spawn_or_log(cx, async move {

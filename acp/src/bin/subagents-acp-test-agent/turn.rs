@@ -44,6 +44,8 @@ pub(crate) struct Turn {
     pub(crate) fs: FsAccess,
     /// Cancelled by `session/cancel` for this session.
     pub(crate) cancel: CancellationToken,
+    /// Stdout's lines, for the steps that write past the protocol.
+    pub(crate) raw: crate::RawLines,
 }
 
 /// How a turn ends.
@@ -224,6 +226,25 @@ impl Player {
                 std::process::exit(3);
             }
             AcpStep::Hang => return Ok(Some(Ending::Hang)),
+            AcpStep::Flood { count, text } => {
+                let message_id = self.message_id(index);
+                for _ in 0..count {
+                    self.notify(schema::SessionUpdate::AgentMessageChunk(
+                        schema::ContentChunk::new(schema::ContentBlock::from(text.as_str()))
+                            .message_id(message_id.clone()),
+                    ))?;
+                    // Yields now and then, so a cancel is seen mid-flood.
+                    tokio::task::yield_now().await;
+                    if self.turn.cancel.is_cancelled() {
+                        return cancelled();
+                    }
+                }
+                if count > 0 {
+                    self.said.push(text.repeat(count));
+                }
+            }
+            AcpStep::RawLine(line) => self.raw(line).await?,
+            AcpStep::LongLine(bytes) => self.raw("x".repeat(bytes)).await?,
             AcpStep::ProtocolError(text) => return Ok(Some(Ending::Fail(internal_error(text)))),
         }
         Ok(None)
@@ -318,6 +339,18 @@ impl Player {
         ))?;
         self.said.push(text);
         Ok(())
+    }
+
+    /// Writes `line` to stdout as it is, after the protocol's messages
+    /// sent before it: the protocol library queues those for a task of its
+    /// own, which a loaded machine may not run for a while, so the line
+    /// waits as long as a `crash` step does.
+    async fn raw(&self, line: String) -> Result<(), Error> {
+        tokio::time::sleep(CRASH_SETTLE).await;
+        self.turn
+            .raw
+            .unbounded_send(line)
+            .map_err(|_| Error::internal_error().data("stdout is closed"))
     }
 
     fn notify(&self, update: schema::SessionUpdate) -> Result<(), Error> {
