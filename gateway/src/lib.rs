@@ -9,19 +9,21 @@
 //! server; [`serve`] runs one (`subagents serve`).
 //!
 //! Deny by default: every route, the unknown ones included, first passes
-//! the [`access`] guard (an Origin allow-list, then the bearer
-//! [`Token`]); bodies, JSON depth and request time are bounded
-//! ([`limits`]); refusals are `{code, message}` with the status of
-//! [`error::status_of`].
+//! the [`access`] guard (one Origin and one Authorization at most, an
+//! Origin allow-list, then the bearer [`Token`]); bodies, JSON depth and
+//! request time are bounded ([`limits`]); refusals are `{code, message}`
+//! with the status of [`error::status_of`], hyper's own refusals of a
+//! request head included ([`serve`]).
 //!
 //! Layout, one file per concern (routes one file per group of methods):
 //!
 //! | module | owns |
 //! |---|---|
 //! | [`token`] | the bearer token: environment or 0600 file, constant-time match |
-//! | [`access`] | the guard: Origin allow-list, then the token |
+//! | [`access`] | the guard: no repeated Origin or Authorization, Origin allow-list, then the token |
 //! | [`limits`] | body size, JSON depth, request time |
 //! | [`error`] | refusals as `{code, message}`, the code → status table |
+//! | `refusal` | hyper's own refusals (400, 414, 431) as the same JSON |
 //! | `routes::remote` | `prompt`, `interruptByParent` |
 //! | `routes::roots` | open, reopen, close a root |
 //! | `routes::children` | start and dispose a child of a held root |
@@ -36,6 +38,7 @@ pub mod error;
 pub mod limits;
 mod metrics;
 pub mod openapi;
+mod refusal;
 mod routes;
 mod server;
 pub mod token;

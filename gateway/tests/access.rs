@@ -1,5 +1,6 @@
 //! The gateway's door, each rule by a request that must be refused: no or
-//! a wrong token (unknown routes included), a browser origin off the
+//! a wrong token (unknown routes included), two `Authorization` or two
+//! `Origin` headers (over a raw socket), a browser origin off the
 //! allow-list, a body over the size limit, JSON nested too deep, a body
 //! that is not JSON, a request slower than the time limit; and the JSON
 //! `{code, message}` form of the answers for unknown routes and methods.
@@ -104,6 +105,67 @@ async fn a_browser_origin_off_the_allow_list_is_refused_even_with_the_token() {
         .await
         .unwrap();
     assert_eq!(allowed.status(), 201);
+}
+
+/// A raw `GET` of `path` with these header lines and `connection: close`:
+/// the one answer, which must be the JSON refusal `gateway/bad-request`
+/// with the connection closed after it; its message.
+async fn refused_as_bad(server: &Server, path: &str, lines: &[String]) -> String {
+    let mut request = format!("GET {path} HTTP/1.1\r\nhost: gateway.test\r\n");
+    for line in lines {
+        request.push_str(line);
+        request.push_str("\r\n");
+    }
+    request.push_str("connection: close\r\n\r\n");
+    let answers = server.raw(request.into_bytes()).await;
+    assert_eq!(answers.len(), 1, "{path} {lines:?}: {answers:?}");
+    answers[0].refusal(400, "gateway/bad-request")
+}
+
+#[tokio::test]
+async fn two_authorization_headers_are_a_bad_request_whichever_is_valid() {
+    let server = Server::start().await;
+    let valid = format!("authorization: Bearer {TOKEN}");
+    let wrong = "authorization: Bearer nope".to_owned();
+    for path in ["/v1/roots", "/v1/no-such-route", "/"] {
+        for pair in [
+            [valid.clone(), wrong.clone()],
+            [wrong.clone(), valid.clone()],
+            [valid.clone(), valid.clone()],
+        ] {
+            let message = refused_as_bad(&server, path, &pair).await;
+            assert!(
+                message.contains("more than one Authorization header"),
+                "{path} {pair:?}: {message}"
+            );
+        }
+    }
+    // One valid header is still served.
+    let (status, _) = server.get("/v1/roots").await;
+    assert_eq!(status, 200);
+}
+
+#[tokio::test]
+async fn two_origin_headers_are_a_bad_request_whichever_is_allowed() {
+    let server = Server::start().await;
+    let allowed = format!("origin: {ALLOWED_ORIGIN}");
+    let evil = "origin: http://evil.test".to_owned();
+    for pair in [
+        [allowed.clone(), evil.clone()],
+        [evil.clone(), allowed.clone()],
+        [allowed.clone(), allowed.clone()],
+    ] {
+        let lines = [
+            format!("authorization: Bearer {TOKEN}"),
+            pair[0].clone(),
+            pair[1].clone(),
+        ];
+        let message = refused_as_bad(&server, "/v1/roots", &lines).await;
+        assert!(
+            message.contains("more than one Origin header"),
+            "{pair:?}: {message}"
+        );
+    }
 }
 
 #[tokio::test]
