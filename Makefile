@@ -19,6 +19,10 @@ FUZZ_TARGET_DIR ?= $(HOME)/.cache/subagents-fuzz-target
 # Rounds of the SIGKILL crash harness, and model-test sequences, for `make soak`.
 SOAK_ROUNDS ?= 100
 SOAK_MODEL_CASES ?= 4096
+# One-character chunks an ACP agent floods a turn with, and PostgreSQL
+# crashes under `serve`, for `make soak` (make test: 100,000 and 1).
+SOAK_FLOOD_CHUNKS ?= 1000000
+SOAK_OUTAGE_ROUNDS ?= 10
 # Byte flips per file of the corruption attack for `make soak` (make test: 12).
 SOAK_CORRUPTION_FLIPS ?= 200
 
@@ -195,6 +199,8 @@ soak: deps
 	SUBAGENTS_CORRUPTION_FLIPS=$(SOAK_CORRUPTION_FLIPS) $(CARGO) test --workspace --test corruption -- --nocapture
 	SUBAGENTS_CRASH_ROUNDS=$(SOAK_ROUNDS) $(CARGO) test --workspace --test crash -- --nocapture
 	SUBAGENTS_MODEL_CASES=$(SOAK_MODEL_CASES) $(CARGO) test --workspace --test model -- --nocapture
+	SUBAGENTS_FLOOD_CHUNKS=$(SOAK_FLOOD_CHUNKS) $(CARGO) test --workspace --test output -- --nocapture flood
+	SUBAGENTS_OUTAGE_ROUNDS=$(SOAK_OUTAGE_ROUNDS) $(CARGO) test --workspace --test postgres -- --nocapture serve_refuses_503
 
 # schemathesis (from PyPI, installed here when missing) against a live
 # `subagents serve` on 127.0.0.1, generating requests from the served OpenAPI

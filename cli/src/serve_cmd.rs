@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use subagent_gateway::{GatewayConfig, Limits, Token, TokenSource};
-use subagent_runtime::ScriptedHost;
+use subagent_runtime::{Health, RecoveryPolicy, ScriptedHost, Supervised};
 use subagent_store::{Durability, EventLog};
 use tokio_util::sync::CancellationToken;
 
@@ -101,13 +101,32 @@ pub(crate) fn run(args: &ServeArgs, out: &mut dyn Write) -> CliResult {
         None,
     )?;
     let tokio = tokio::runtime::Runtime::new()?;
+    // Before any agent starts: SIGINT and SIGTERM close the server, its
+    // runtime and every agent process group, never by their default action.
+    let mut shutdown_signal = {
+        let _entered = tokio.enter();
+        crate::signals::Shutdown::install()?
+    };
     tokio.block_on(async {
-        let (runtime, recovery) = args
-            .host
-            .open(&target, shared, Arc::new(ScriptedHost::showcase()))
-            .await?;
-        crate::shipped::register_providers(&runtime).await?;
-        runtime.set_persona_variables(args.persona_vars.iter().cloned().collect())?;
+        let opening = Opening {
+            target: target.clone(),
+            host: args.host.clone(),
+            persona_vars: args.persona_vars.clone(),
+        };
+        let (runtime, recovery) = opening.open(shared).await?;
+        // After its log fails, the runtime is closed and opened again on a
+        // new handle of the same log, once the store answers.
+        let reopen: subagent_runtime::supervisor::Reopen = Arc::new(move || {
+            let opening = opening.clone();
+            Box::pin(async move {
+                let log = opening
+                    .target
+                    .open_writable(Durability::Sync)
+                    .map_err(subagent_core::SubagentError::unavailable_from)?;
+                opening.open(log).await.map(|(runtime, _)| runtime)
+            })
+        });
+        let runtime = Supervised::new(runtime, reopen, RecoveryPolicy::default());
         let listener = tokio::net::TcpListener::from_std(listener)?;
         let address = listener.local_addr()?;
         let mut allowed_origins = vec![
@@ -150,28 +169,82 @@ pub(crate) fn run(args: &ServeArgs, out: &mut dyn Write) -> CliResult {
             )?;
         }
         out.flush()?;
+        // Why the supervisor gave up, kept apart: closing the server then
+        // marks the runtime closed.
+        let gone: Arc<std::sync::OnceLock<String>> = Arc::default();
+        let mut health = runtime.watch();
+        let gave_up = {
+            let gone = Arc::clone(&gone);
+            async move {
+                let given_up = health
+                    .wait_for(|health| matches!(health, Health::GaveUp { .. }))
+                    .await;
+                if let Ok(health) = given_up {
+                    if let Health::GaveUp { cause } = &*health {
+                        let _ = gone.set(cause.to_string());
+                    }
+                }
+            }
+        };
         let served =
-            subagent_gateway::serve(listener, router, runtime, shutdown, shutdown_signal()).await;
+            subagent_gateway::serve(listener, router, runtime.clone(), shutdown, async move {
+                tokio::select! {
+                    _ = shutdown_signal.received() => {}
+                    () = gave_up => {}
+                }
+            })
+            .await;
         served.map_err(|err| -> Box<dyn std::error::Error> { err })?;
+        if let Some(cause) = gone.get() {
+            return Err(CliError::StoreGone {
+                cause: cause.clone(),
+            }
+            .into());
+        }
         writeln!(out, "closed cleanly")?;
         Ok(())
     })
 }
 
-/// Completes on SIGINT or SIGTERM.
-async fn shutdown_signal() {
-    use tokio::signal::unix::{signal, SignalKind};
-    let terminate = async {
-        match signal(SignalKind::terminate()) {
-            Ok(mut stream) => {
-                stream.recv().await;
-            }
-            // Without a SIGTERM handler, SIGINT alone ends the server.
-            Err(_) => std::future::pending().await,
+/// How `serve` opens its runtime: at start, and again after its log
+/// failed.
+#[derive(Clone)]
+struct Opening {
+    target: crate::target::LogTarget,
+    host: crate::hosting::HostArgs,
+    persona_vars: Vec<(String, String)>,
+}
+
+impl Opening {
+    /// The runtime over `log`, recovered, with the shipped providers and
+    /// the persona variables.
+    ///
+    /// # Errors
+    /// As `SubagentRuntime::open`, and the providers' registration.
+    async fn open(
+        &self,
+        log: Arc<dyn EventLog>,
+    ) -> Result<
+        (
+            subagent_runtime::SubagentRuntime,
+            subagent_runtime::RecoveryReport,
+        ),
+        subagent_core::SubagentError,
+    > {
+        let (runtime, recovery) = self
+            .host
+            .open(&self.target, log, Arc::new(ScriptedHost::showcase()))
+            .await?;
+        let configured = async {
+            crate::shipped::register_providers(&runtime).await?;
+            runtime.set_persona_variables(self.persona_vars.iter().cloned().collect())
+        };
+        if let Err(err) = configured.await {
+            // Not left running unserved (on a shared log its keeper would
+            // go on holding trees).
+            let _ = runtime.close().await;
+            return Err(err);
         }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        () = terminate => {}
+        Ok((runtime, recovery))
     }
 }

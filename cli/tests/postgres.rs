@@ -444,3 +444,83 @@ fn host_flags_need_a_postgres_store_and_a_term_in_range() {
     }
     assert!(!Path::new(data).exists(), "a usage error creates nothing");
 }
+
+/// `GET /readyz`'s status on `base`.
+async fn readiness(http: &reqwest::Client, base: &str) -> u16 {
+    http.get(format!("{base}/readyz"))
+        .send()
+        .await
+        .map_or(0, |response| response.status().as_u16())
+}
+
+/// A PostgreSQL crash under load: while the server is down every request is
+/// refused 503 `store/unavailable` with a `Retry-After` (never 500) and the
+/// readiness check says so; once it is back, `serve` reopens its runtime by
+/// itself and every root it acknowledged, before or after, is in the log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_refuses_503_while_postgres_is_down_and_comes_back_with_nothing_lost() {
+    let mut server = TestServer::start().expect("a PostgreSQL server of its own");
+    let log = url(&server, &unique_schema("cli_outage"));
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let serve = common::serve::Serve::start_with(&data, &["--store", &log]);
+    let token = std::fs::read_to_string(data.join("gateway.token")).unwrap();
+    let token = token.trim().to_owned();
+    let http = reqwest::Client::new();
+    assert_eq!(readiness(&http, &serve.base).await, 200);
+    let done = tokio_util::sync::CancellationToken::new();
+    let load = tokio::spawn(common::serve::open_roots_until(
+        serve.base.clone(),
+        token.clone(),
+        done.clone(),
+    ));
+    // `make soak` crashes the server ten times.
+    let rounds: usize = std::env::var("SUBAGENTS_OUTAGE_ROUNDS")
+        .ok()
+        .and_then(|rounds| rounds.parse().ok())
+        .unwrap_or(1);
+    for _ in 0..rounds {
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        server.kill();
+        eventually(30, "readiness to report the outage", || async {
+            readiness(&http, &serve.base).await == 503
+        })
+        .await;
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        server = tokio::task::spawn_blocking(move || {
+            server.restart().expect("the server starts again");
+            server
+        })
+        .await
+        .unwrap();
+        eventually(60, "serve to reopen its runtime", || async {
+            readiness(&http, &serve.base).await == 200
+        })
+        .await;
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    done.cancel();
+    let answers = load.await.unwrap();
+    let acknowledged = common::serve::acknowledged_across_an_outage(&answers);
+    let listed: serde_json::Value = http
+        .get(format!("{}/v1/roots", serve.base))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let listed = listed.to_string();
+    for id in &acknowledged {
+        assert!(
+            listed.contains(id.as_str()),
+            "acknowledged root {id} is lost"
+        );
+    }
+    let (status, _) = serve.terminate();
+    assert!(status.success());
+    let verified = subagents(&["verify", &log]);
+    assert!(verified.status.success(), "{:?}", text(&verified));
+    drop(server);
+}

@@ -382,3 +382,75 @@ async fn an_image_prompt_survives_a_restart_and_an_export_import_round_trip() {
     };
     assert_eq!(client.attachment(&id).await, (200, "image/png".into(), png));
 }
+
+/// A full disk under load (no file may grow past 256 KiB, so RocksDB's
+/// write-ahead log fails with EFBIG): every request is refused 503
+/// `store/unavailable` with a `Retry-After`, never 500; once the disk has
+/// room again `serve` reopens its runtime by itself, and every root it
+/// acknowledged is in the log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_refuses_503_on_a_full_disk_and_comes_back_once_it_has_room() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let serve = Serve::start_file_limited(&data, 256 * 1024);
+    let token = token_of(&data);
+    let http = reqwest::Client::new();
+    let done = tokio_util::sync::CancellationToken::new();
+    let load = tokio::spawn(common::serve::open_roots_until(
+        serve.base.clone(),
+        token.clone(),
+        done.clone(),
+    ));
+    let ready = |http: reqwest::Client, base: String| async move {
+        http.get(format!("{base}/readyz"))
+            .send()
+            .await
+            .map_or(0, |response| response.status().as_u16())
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while ready(http.clone(), serve.base.clone()).await != 503 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the disk never filled"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Refused while full, with the cause named.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    serve.lift_file_limit();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while ready(http.clone(), serve.base.clone()).await != 200 {
+        assert!(std::time::Instant::now() < deadline, "serve never reopened");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    done.cancel();
+    let answers = load.await.unwrap();
+    let acknowledged = common::serve::acknowledged_across_an_outage(&answers);
+    let listed = http
+        .get(format!("{}/v1/roots", serve.base))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for id in &acknowledged {
+        assert!(
+            listed.contains(id.as_str()),
+            "acknowledged root {id} is lost"
+        );
+    }
+    let (status, _) = serve.terminate();
+    assert!(status.success());
+    let verified = Command::new(env!("CARGO_BIN_EXE_subagents"))
+        .args(["verify", data.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(
+        verified.status.success(),
+        "{}",
+        String::from_utf8_lossy(&verified.stdout)
+    );
+}

@@ -119,6 +119,9 @@ pub mod metric {
     pub const CHECKPOINT_AGE_EVENTS: &str = "subagents_checkpoint_age_events";
     /// Gauge: open SSE event subscriptions of the gateway.
     pub const SSE_SUBSCRIBERS: &str = "subagents_sse_subscribers";
+    /// Gauge: 1 while the runtime serves, 0 while it is being reopened
+    /// after its log failed (or could not be).
+    pub const STORE_AVAILABLE: &str = "subagents_store_available";
     /// Label: a session's mode.
     pub const LABEL_MODE: &str = "mode";
     /// Label: a settlement's stop reason.

@@ -42,6 +42,24 @@ pub enum GatewayError {
         /// The limit in milliseconds.
         limit_ms: u128,
     },
+    /// The request URI is longer than the HTTP server accepts: hyper's 414,
+    /// answered before routing by [`crate::serve`].
+    #[error("the request URI is longer than {limit} bytes")]
+    UriTooLong {
+        /// The limit in bytes.
+        limit: usize,
+    },
+    /// The request has too many headers, or a head longer than the HTTP
+    /// server reads: hyper's 431, answered before routing by
+    /// [`crate::serve`].
+    #[error("the request has more than {headers} headers, or a head that did not end within {bytes} bytes")]
+    HeadersTooLarge {
+        /// The most headers a request may have.
+        headers: usize,
+        /// The most bytes a request's head (request line and headers) may
+        /// take.
+        bytes: usize,
+    },
 }
 
 impl GatewayError {
@@ -57,12 +75,29 @@ impl GatewayError {
             GatewayError::MethodNotAllowed(_) => ErrorCode::GatewayMethodNotAllowed,
             GatewayError::PayloadTooLarge { .. } => ErrorCode::GatewayPayloadTooLarge,
             GatewayError::Timeout { .. } => ErrorCode::GatewayTimeout,
+            GatewayError::UriTooLong { .. } => ErrorCode::GatewayUriTooLong,
+            GatewayError::HeadersTooLarge { .. } => ErrorCode::GatewayHeadersTooLarge,
         }
     }
 
     /// A malformed request (`gateway/bad-request`).
     pub(crate) fn bad_request(message: impl Into<String>) -> GatewayError {
         GatewayError::Runtime(SubagentError::BadRequest(message.into()))
+    }
+
+    /// The bytes of this refusal's JSON body, `{code, message}`: the body
+    /// of its response, and of the refusals `refusal` writes for hyper, byte
+    /// for byte.
+    pub(crate) fn body(&self) -> Vec<u8> {
+        let body = ErrorBody {
+            code: self.code(),
+            message: &self.to_string(),
+        };
+        // A code and a string always serialize; the fallback keeps even an
+        // impossible failure a JSON refusal with its code.
+        serde_json::to_vec(&body).unwrap_or_else(|_| {
+            format!("{{\"code\":\"{}\",\"message\":\"\"}}", body.code).into_bytes()
+        })
     }
 }
 
@@ -80,13 +115,13 @@ impl IntoResponse for GatewayError {
         if status.is_server_error() {
             tracing::error!(%code, error = %self, "request failed");
         }
-        let message = self.to_string();
         let mut response = (
             status,
-            axum::Json(ErrorBody {
-                code,
-                message: &message,
-            }),
+            [(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static(JSON_MEDIA_TYPE),
+            )],
+            self.body(),
         )
             .into_response();
         if code == ErrorCode::GatewayUnauthenticated {
@@ -94,9 +129,37 @@ impl IntoResponse for GatewayError {
                 .headers_mut()
                 .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }
+        if status == StatusCode::SERVICE_UNAVAILABLE {
+            response.headers_mut().insert(
+                header::RETRY_AFTER,
+                HeaderValue::from(self.retry_after_secs()),
+            );
+        }
         response
     }
 }
+
+impl GatewayError {
+    /// Whole seconds until a retry may succeed, at least 1: when the
+    /// runtime is being reopened, until its next reopen is due (rounded
+    /// up), else 1.
+    fn retry_after_secs(&self) -> u64 {
+        let mut source: Option<&(dyn std::error::Error + 'static)> = Some(self);
+        while let Some(error) = source {
+            if let Some(recovering) =
+                error.downcast_ref::<subagent_runtime::supervisor::Recovering>()
+            {
+                let millis = u64::try_from(recovering.retry_in.as_millis()).unwrap_or(u64::MAX);
+                return millis.div_ceil(1000).clamp(1, 60);
+            }
+            source = error.source();
+        }
+        1
+    }
+}
+
+/// The media type of every refusal's body.
+pub(crate) const JSON_MEDIA_TYPE: &str = "application/json";
 
 /// The HTTP status of each code. Exhaustive on purpose: a new code does not
 /// compile until it has a status here (and a row in the README's table).
@@ -127,6 +190,8 @@ pub fn status_of(code: ErrorCode) -> StatusCode {
         C::GatewayPayloadTooLarge | C::EventTooLarge | C::StoreEventTooLarge => {
             StatusCode::PAYLOAD_TOO_LARGE
         }
+        C::GatewayUriTooLong => StatusCode::URI_TOO_LONG,
+        C::GatewayHeadersTooLarge => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
         C::AttachmentInvalid
         | C::InvalidTimeZone
         | C::StoreInvalidLease
@@ -150,7 +215,9 @@ pub fn status_of(code: ErrorCode) -> StatusCode {
         | C::AcpSessionTimeout
         | C::AcpProtocol
         | C::AcpExited
-        | C::AcpCancelUnanswered => StatusCode::BAD_GATEWAY,
+        | C::AcpCancelUnanswered
+        | C::AcpOutputTooLarge
+        | C::AcpIdleTimeout => StatusCode::BAD_GATEWAY,
         // The client went away before acceptance; nobody reads the answer.
         C::Cancelled => StatusCode::from_u16(499).unwrap_or(StatusCode::BAD_REQUEST),
         C::Internal

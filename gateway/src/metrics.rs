@@ -133,6 +133,10 @@ fn describe() {
         metric::SSE_SUBSCRIBERS,
         "Open SSE event subscriptions of the gateway."
     );
+    ::metrics::describe_gauge!(
+        metric::STORE_AVAILABLE,
+        "1 while the runtime serves, 0 while it is being reopened after its log failed."
+    );
 }
 
 /// Drains `handle`'s histograms every [`UPKEEP_EVERY`] for the life of the
@@ -177,24 +181,33 @@ impl Metrics {
         Subscriber(Arc::clone(&self.subscribers))
     }
 
-    /// Sets the gauges from `runtime` and the open streams, then renders
+    /// Sets the gauges from `runtime` (the serving one; `None` while it is
+    /// being reopened, when its gauges keep their last values and
+    /// [`metric::STORE_AVAILABLE`] is 0) and the open streams, then renders
     /// every metric in the Prometheus text format.
-    pub(crate) fn render(&self, runtime: &SubagentRuntime) -> String {
+    pub(crate) fn render(&self, runtime: Option<&SubagentRuntime>) -> String {
         let exporter = self.exporter;
         let _scrape = exporter
             .scrape
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        let gauges = runtime.gauges();
+        let gauges = runtime.map(SubagentRuntime::gauges);
         let subscribers = self.subscribers.load(Ordering::Relaxed);
         ::metrics::with_local_recorder(&*exporter.recorder, || {
-            ::metrics::gauge!(metric::LIVE_ACTIVATIONS, metric::LABEL_MODE => "continuable")
-                .set(gauges.live_continuable as f64);
-            ::metrics::gauge!(metric::LIVE_ACTIVATIONS, metric::LABEL_MODE => "external")
-                .set(gauges.live_external as f64);
-            ::metrics::gauge!(metric::LOG_HEAD).set(gauges.log_head as f64);
-            ::metrics::gauge!(metric::CHECKPOINT_AGE_EVENTS)
-                .set(gauges.checkpoint_age_events() as f64);
+            if let Some(gauges) = &gauges {
+                ::metrics::gauge!(metric::LIVE_ACTIVATIONS, metric::LABEL_MODE => "continuable")
+                    .set(gauges.live_continuable as f64);
+                ::metrics::gauge!(metric::LIVE_ACTIVATIONS, metric::LABEL_MODE => "external")
+                    .set(gauges.live_external as f64);
+                ::metrics::gauge!(metric::LOG_HEAD).set(gauges.log_head as f64);
+                ::metrics::gauge!(metric::CHECKPOINT_AGE_EVENTS)
+                    .set(gauges.checkpoint_age_events() as f64);
+            }
+            ::metrics::gauge!(metric::STORE_AVAILABLE).set(if gauges.is_some() {
+                1.0
+            } else {
+                0.0
+            });
             ::metrics::gauge!(metric::SSE_SUBSCRIBERS).set(subscribers as f64);
         });
         exporter.handle.render()

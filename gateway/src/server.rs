@@ -9,15 +9,17 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use axum::routing::{delete, get, post};
 use axum::{Extension, Router};
 use subagent_core::SessionId;
-use subagent_runtime::{LiveAgent, SubagentRuntime};
+use subagent_runtime::{LiveAgent, SubagentRuntime, Supervised};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::access::{self, Access};
+use crate::error::GatewayError;
 use crate::limits::{self, BodyCap, Limits};
 use crate::metrics::Metrics;
+use crate::refusal::RefusalListener;
 use crate::routes::{
-    attachments, children, console, events, history, reads, remote, roots, scrape,
+    attachments, children, console, events, health, history, reads, remote, roots, scrape,
 };
 use crate::token::Token;
 
@@ -35,7 +37,9 @@ pub struct GatewayConfig {
 
 /// The state every handler shares.
 pub(crate) struct Gateway {
-    pub(crate) runtime: SubagentRuntime,
+    /// The runtime, reopened after its log fails when the host supervises
+    /// it ([`Supervised`]).
+    pub(crate) supervised: Supervised,
     /// The roots this gateway opened or reopened and has not closed: the
     /// handles starts and disposals go through.
     roots: Mutex<HashMap<SessionId, LiveAgent>>,
@@ -48,6 +52,15 @@ pub(crate) struct Gateway {
 }
 
 impl Gateway {
+    /// The serving runtime.
+    ///
+    /// # Errors
+    /// `store/unavailable` (503 with `Retry-After`) while it is being
+    /// reopened after its log failed; `subagent/closed` once closed.
+    pub(crate) fn runtime(&self) -> Result<SubagentRuntime, GatewayError> {
+        self.supervised.runtime().map_err(GatewayError::from)
+    }
+
     pub(crate) fn roots(&self) -> MutexGuard<'_, HashMap<SessionId, LiveAgent>> {
         // A handler never panics while holding the lock; a poisoned map
         // still holds the right handles.
@@ -67,12 +80,12 @@ impl Gateway {
 /// routers share it. A host that installed its own recorder first keeps
 /// it: the runtime's counters go there, and `/metrics` reports the gauges.
 pub fn router(
-    runtime: SubagentRuntime,
+    runtime: impl Into<Supervised>,
     config: GatewayConfig,
     shutdown: CancellationToken,
 ) -> Router {
     let gateway = Arc::new(Gateway {
-        runtime,
+        supervised: runtime.into(),
         roots: Mutex::new(HashMap::new()),
         limits: config.limits.clone(),
         shutdown,
@@ -109,6 +122,8 @@ pub fn router(
         .route("/v1/attachments/{id}", get(attachments::get))
         .route("/v1/openapi.json", get(reads::openapi))
         .route("/metrics", get(scrape::metrics))
+        .route("/healthz", get(health::live))
+        .route("/readyz", get(health::ready))
         .layer(axum::middleware::from_fn_with_state(
             config.limits.request_timeout,
             limits::time_limit,
@@ -125,19 +140,23 @@ pub fn router(
 
 /// Serves `router` on `listener` until `signal` completes, then stops
 /// accepting, cancels `shutdown` (ending live event streams), waits for the
-/// requests in flight, and closes `runtime`.
+/// requests in flight, and closes `runtime` (a [`Supervised`] one stops
+/// being reopened first). A request whose head hyper
+/// refuses before routing (400, 414, 431) is answered with the gateway's
+/// JSON refusal too (`refusal`).
 ///
 /// # Errors
 /// The listener's IO error, or the runtime's close failure.
 pub async fn serve(
     listener: TcpListener,
     router: Router,
-    runtime: SubagentRuntime,
+    runtime: impl Into<Supervised>,
     shutdown: CancellationToken,
     signal: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    let runtime = runtime.into();
     let ending = shutdown.clone();
-    axum::serve(listener, router)
+    axum::serve(RefusalListener(listener), router)
         .with_graceful_shutdown(async move {
             signal.await;
             ending.cancel();

@@ -330,7 +330,7 @@ async fn interrupt_by_the_wrong_parent_is_unauthorized_and_an_empty_id_is_a_bad_
 }
 
 #[tokio::test]
-async fn a_storage_failure_is_gateway_internal_naming_its_cause() {
+async fn a_storage_failure_is_store_unavailable_naming_its_cause() {
     let disk = subagent_store::filling::FillingLog::new();
     let server = Server::over(
         std::sync::Arc::new(disk.clone()),
@@ -340,19 +340,25 @@ async fn a_storage_failure_is_gateway_internal_naming_its_cause() {
     .await;
     let (root, child) = settled_child(&server).await;
     disk.set_full(true);
-    let (status, refused) = server
-        .post("/v1/prompt", &prompt(&child, &root, "full", "x"))
-        .await;
-    assert_eq!(status, 500, "{refused}");
-    assert_eq!(refused["code"], "gateway/internal");
+    let response = server
+        .request(reqwest::Method::POST, "/v1/prompt")
+        .json(&prompt(&child, &root, "full", "x"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 503);
+    assert_eq!(response.headers()["retry-after"], "1");
+    let refused: serde_json::Value = response.json().await.unwrap();
+    assert_eq!(refused["code"], "store/unavailable");
     let message = refused["message"].as_str().unwrap();
     assert!(message.contains("No space left on device"), "{message}");
-    // The engine stays stopped: a later request names the first failure.
+    // Unsupervised, the engine stays stopped: a later request names the
+    // first failure.
     disk.set_full(false);
     let (status, later) = server.post("/v1/roots", &json!({"label": "again"})).await;
     assert_eq!(
         (status, later["code"].as_str().unwrap()),
-        (500, "gateway/internal")
+        (503, "store/unavailable")
     );
     assert!(
         later["message"]
@@ -361,6 +367,70 @@ async fn a_storage_failure_is_gateway_internal_naming_its_cause() {
             .contains("the log failed earlier"),
         "{later}"
     );
+    assert_eq!(server.status_of("/readyz").await, 200, "nothing reopens it");
+}
+
+/// Supervised (as `serve` runs it): while the disk is full every route,
+/// reads too, answers 503 `store/unavailable` with a `Retry-After`, and
+/// `/readyz` says so (`/healthz` does not: the process answers); once the
+/// disk has room the runtime is reopened, takes its roots back, and the
+/// next requests succeed with what was acknowledged still there.
+#[tokio::test]
+async fn a_supervised_gateway_answers_503_until_the_disk_has_room_then_serves() {
+    let disk = subagent_store::filling::FillingLog::new();
+    let server = Server::supervised(std::sync::Arc::new(disk.clone())).await;
+    let (root, child) = settled_child(&server).await;
+    assert_eq!(server.status_of("/readyz").await, 200);
+    disk.set_full(true);
+    let (status, refused) = server
+        .post("/v1/prompt", &prompt(&child, &root, "full", "x"))
+        .await;
+    assert_eq!(
+        (status, refused["code"].as_str()),
+        (503, Some("store/unavailable"))
+    );
+    let mut waited = 0;
+    while server.status_of("/readyz").await != 503 {
+        waited += 1;
+        assert!(waited < 500, "readiness never reported the outage");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert_eq!(server.status_of("/healthz").await, 200);
+    let response = server
+        .request(
+            reqwest::Method::GET,
+            &format!("/v1/sessions/{root}/children"),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 503, "reads are refused too");
+    let retry: u64 = response.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((1..=60).contains(&retry), "{retry}");
+    let body: serde_json::Value = response.json().await.unwrap();
+    assert_eq!(body["code"], "store/unavailable");
+    assert!(
+        body["message"].as_str().unwrap().contains("being reopened"),
+        "{body}"
+    );
+
+    disk.set_full(false);
+    let mut waited = 0;
+    while server.status_of("/readyz").await != 200 {
+        waited += 1;
+        assert!(waited < 1000, "the runtime was never reopened");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let (status, children) = server.get(&format!("/v1/sessions/{root}/children")).await;
+    assert_eq!(status, 200, "{children}");
+    assert!(children.to_string().contains(&child), "{children}");
+    // The root is held again: a start below it is taken.
+    let after = server.start_child(&root, "after").await;
+    assert!(!after.is_empty());
 }
 
 #[tokio::test]

@@ -31,6 +31,7 @@ pub mod providers;
 mod runtime;
 pub mod scripted;
 mod settings;
+pub mod supervisor;
 mod telemetry;
 mod tools;
 
@@ -54,3 +55,4 @@ pub use runtime::{
     RootEntry, RuntimeGauges, SharedHost, SubagentRuntime,
 };
 pub use scripted::{Script, ScriptedHost};
+pub use supervisor::{Health, RecoveryPolicy, Supervised};

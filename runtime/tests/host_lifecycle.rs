@@ -21,7 +21,7 @@ use subagent_runtime::scripted::Step;
 use subagent_runtime::BoxFuture;
 use subagent_runtime::{
     Agent, AgentHost, AgentSpec, InterruptAuthority, Notice, Script, ScriptedHost,
-    SubagentActivation, TranscriptItem, TurnEnd, TurnInput,
+    SubagentActivation, SubagentRuntime, TranscriptItem, TurnEnd, TurnInput,
 };
 use subagent_store::filling::FillingLog;
 use subagent_store::{EventLog, MemoryLog, RocksLog, RocksOptions, StoreError};
@@ -913,7 +913,7 @@ async fn a_full_disk_is_named_in_every_failure_it_causes() {
     assert_eq!(drained.code(), ErrorCode::Aggregate);
     let text = drained.to_string();
     assert!(
-        text.starts_with("3 branches failed: [gateway/internal]"),
+        text.starts_with("3 branches failed: [store/unavailable]"),
         "{text}"
     );
     assert_eq!(text.matches("No space left on device").count(), 3, "{text}");
@@ -923,13 +923,13 @@ async fn a_full_disk_is_named_in_every_failure_it_causes() {
         .drain_descendants(std::slice::from_ref(&h.root))
         .await
         .unwrap_err();
-    assert_eq!(drained.code(), ErrorCode::Internal);
+    assert_eq!(drained.code(), ErrorCode::StoreUnavailable);
     assert!(
         drained.to_string().contains("No space left on device"),
         "{drained}"
     );
     let later = h.runtime.open_root("later").await.unwrap_err();
-    assert_eq!(later.code(), ErrorCode::Internal);
+    assert_eq!(later.code(), ErrorCode::StoreUnavailable);
     assert!(
         later.to_string().contains("No space left on device"),
         "{later}"
@@ -953,6 +953,131 @@ async fn a_full_disk_is_named_in_every_failure_it_causes() {
     assert_eq!(
         h.runtime.open_root("after").await.unwrap_err().code(),
         ErrorCode::Closed
+    );
+}
+
+/// A supervised runtime whose disk fills: `failed` reports it, every call
+/// through the supervisor is `store/unavailable` naming the cause and
+/// when the next reopen is due, reopens fail while the disk is full, and
+/// once it has room the runtime is reopened (recovery settling what was
+/// live), takes its root back, and serves; what was acknowledged is there.
+#[tokio::test]
+async fn a_supervised_runtime_is_reopened_once_the_disk_has_room() {
+    use subagent_runtime::{Health, RecoveryPolicy, Supervised};
+    let log = FillingLog::new();
+    let h = Harness::builder(scripts()).over(log.clone()).open().await;
+    let done = h
+        .start(spec("spawn", "done", Delivery::Caller))
+        .await
+        .unwrap();
+    done.result().await.unwrap();
+    let reopenings = Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let reopen: subagent_runtime::supervisor::Reopen = {
+        let (log, reopenings) = (log.clone(), Arc::clone(&reopenings));
+        Arc::new(move || {
+            let (log, reopenings) = (log.clone(), Arc::clone(&reopenings));
+            Box::pin(async move {
+                reopenings.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let (runtime, _) =
+                    SubagentRuntime::open(Arc::new(log), Arc::new(scripts())).await?;
+                runtime.register_provider(Arc::new(SpawnProvider)).await?;
+                Ok(runtime)
+            })
+        })
+    };
+    let policy = RecoveryPolicy {
+        first_delay: Duration::from_millis(20),
+        max_delay: Duration::from_millis(100),
+        give_up_after: Duration::from_secs(60),
+    };
+    let supervised = Supervised::new(h.runtime.clone(), reopen, policy);
+    let mut health = supervised.watch();
+
+    log.set_full(true);
+    let refused = h.runtime.open_root("while full").await.unwrap_err();
+    assert_eq!(refused.code(), ErrorCode::StoreUnavailable, "{refused}");
+    health
+        .wait_for(|now| matches!(now, Health::Recovering { attempts, .. } if *attempts >= 2))
+        .await
+        .unwrap();
+    let waiting = supervised.runtime().err().expect("no runtime while full");
+    assert_eq!(waiting.code(), ErrorCode::StoreUnavailable);
+    let text = waiting.to_string();
+    assert!(
+        text.contains("being reopened") && text.contains("retry in"),
+        "{text}"
+    );
+    assert!(text.contains("No space left on device"), "{text}");
+    assert!(h.runtime.is_closed(), "the failed runtime was closed");
+
+    log.set_full(false);
+    health
+        .wait_for(|now| matches!(now, Health::Serving { generation: 1, .. }))
+        .await
+        .unwrap();
+    assert!(reopenings.load(std::sync::atomic::Ordering::SeqCst) >= 3);
+    let runtime = supervised.runtime().expect("serving again");
+    // The root is held again, and the child acknowledged before is there.
+    let children = runtime.list_children(h.root.session()).await.unwrap();
+    assert!(
+        children
+            .iter()
+            .any(|child| child.entry.child_id == done.child_id()),
+        "{children:?}"
+    );
+    let again = runtime
+        .start_activation(
+            &h.root,
+            spec("spawn", "after", Delivery::Caller),
+            CancellationToken::new(),
+        )
+        .await
+        .expect("the reopened runtime takes starts below the held root");
+    again.result().await.unwrap();
+    supervised.close().await.unwrap();
+    assert!(matches!(supervised.health(), Health::Closed));
+    assert_eq!(
+        supervised.runtime().err().map(|err| err.code()),
+        Some(ErrorCode::Closed)
+    );
+}
+
+/// A supervisor whose store never comes back gives up after its policy's
+/// time, and says so.
+#[tokio::test]
+async fn a_supervisor_gives_up_after_its_policy_s_time() {
+    use subagent_runtime::{Health, RecoveryPolicy, Supervised};
+    let log = FillingLog::new();
+    let h = Harness::builder(scripts()).over(log.clone()).open().await;
+    let reopen: subagent_runtime::supervisor::Reopen = {
+        let log = log.clone();
+        Arc::new(move || {
+            let log = log.clone();
+            Box::pin(async move {
+                SubagentRuntime::open(Arc::new(log), Arc::new(scripts()))
+                    .await
+                    .map(|(runtime, _)| runtime)
+            })
+        })
+    };
+    let policy = RecoveryPolicy {
+        first_delay: Duration::from_millis(10),
+        max_delay: Duration::from_millis(40),
+        give_up_after: Duration::from_millis(300),
+    };
+    let supervised = Supervised::new(h.runtime.clone(), reopen, policy);
+    log.set_full(true);
+    let _ = h.runtime.open_root("while full").await.unwrap_err();
+    let mut health = supervised.watch();
+    health
+        .wait_for(|now| matches!(now, Health::GaveUp { .. }))
+        .await
+        .unwrap();
+    let refused = supervised.runtime().err().expect("given up");
+    assert_eq!(refused.code(), ErrorCode::StoreUnavailable);
+    assert!(
+        refused.to_string().contains("could not be reopened"),
+        "{refused}"
     );
 }
 

@@ -24,15 +24,54 @@ impl Serve {
 
     /// As [`start`](Self::start), with `extra` arguments.
     pub(crate) fn start_with(data: &Path, extra: &[&str]) -> Serve {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_subagents"))
+        let mut command = Command::new(env!("CARGO_BIN_EXE_subagents"));
+        command.args(Self::arguments(data)).args(extra);
+        Serve::spawn(command)
+    }
+
+    /// As [`start`](Self::start), with no file allowed to grow past
+    /// `bytes` (`prlimit --fsize`; SIGXFSZ ignored, so a write past it
+    /// fails with EFBIG as on a full disk) until [`lift_file_limit`](Self::lift_file_limit).
+    pub(crate) fn start_file_limited(data: &Path, bytes: u64) -> Serve {
+        let mut command = Command::new("sh");
+        command
             .args([
-                "serve",
-                "--data",
-                data.to_str().unwrap(),
-                "--listen",
-                "127.0.0.1:0",
+                "-c",
+                "trap '' XFSZ; exec prlimit --fsize=\"$0\":unlimited \"$@\"",
+                &bytes.to_string(),
+                env!("CARGO_BIN_EXE_subagents"),
             ])
-            .args(extra)
+            .args(Self::arguments(data));
+        Serve::spawn(command)
+    }
+
+    /// Lets every file of the running server grow again (the disk has room).
+    pub(crate) fn lift_file_limit(&self) {
+        let lifted = Command::new("prlimit")
+            .args([
+                "--pid",
+                &self.child.id().to_string(),
+                "--fsize=unlimited:unlimited",
+            ])
+            .status()
+            .unwrap();
+        assert!(lifted.success());
+    }
+
+    /// `serve`'s arguments for `data` on a free loopback port.
+    fn arguments(data: &Path) -> [&str; 5] {
+        [
+            "serve",
+            "--data",
+            data.to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+        ]
+    }
+
+    /// Runs `command` (a `serve`) and reads up to its token line.
+    fn spawn(mut command: Command) -> Serve {
+        let mut child = command
             .env_remove("SUBAGENTS_GATEWAY_TOKEN")
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -88,4 +127,115 @@ impl Drop for Serve {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// What one `POST /v1/roots` was answered: the root's id, or the refusal's
+/// status, code and `Retry-After`.
+#[derive(Debug)]
+pub(crate) enum Opened {
+    /// Acknowledged (201): the root's id.
+    Root(String),
+    /// A refusal.
+    Refused {
+        /// Its status.
+        status: u16,
+        /// Its body's code.
+        code: String,
+        /// Its `Retry-After` header.
+        retry_after: Option<String>,
+    },
+    /// The connection failed (the server is gone).
+    Unanswered,
+}
+
+/// Opens a root labelled `label` on `base`.
+pub(crate) async fn open_root(
+    http: &reqwest::Client,
+    base: &str,
+    token: &str,
+    label: &str,
+) -> Opened {
+    let Ok(response) = http
+        .post(format!("{base}/v1/roots"))
+        .bearer_auth(token)
+        .json(&serde_json::json!({"label": label}))
+        .send()
+        .await
+    else {
+        return Opened::Unanswered;
+    };
+    let status = response.status().as_u16();
+    let retry_after = response
+        .headers()
+        .get("retry-after")
+        .and_then(|value| value.to_str().ok())
+        .map(str::to_owned);
+    let body: serde_json::Value = response.json().await.unwrap_or_default();
+    if (200..300).contains(&status) {
+        Opened::Root(body["sessionId"].as_str().unwrap_or_default().to_owned())
+    } else {
+        Opened::Refused {
+            status,
+            code: body["code"].as_str().unwrap_or_default().to_owned(),
+            retry_after,
+        }
+    }
+}
+
+/// Opens roots on `base` one after another until `done` fires, keeping the
+/// answers in order.
+pub(crate) async fn open_roots_until(
+    base: String,
+    token: String,
+    done: tokio_util::sync::CancellationToken,
+) -> Vec<Opened> {
+    let http = reqwest::Client::new();
+    let mut answers = Vec::new();
+    let mut n = 0;
+    while !done.is_cancelled() {
+        n += 1;
+        answers.push(open_root(&http, &base, &token, &format!("load-{n}")).await);
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    answers
+}
+
+/// Checks a load's answers across a store outage: every refusal is 503
+/// `store/unavailable` with a `Retry-After`, at least one came, and some
+/// roots were acknowledged before and after it. The acknowledged ids.
+pub(crate) fn acknowledged_across_an_outage(answers: &[Opened]) -> Vec<String> {
+    let mut acknowledged = Vec::new();
+    let mut refused = 0;
+    let mut after_refusal = 0;
+    for answer in answers {
+        match answer {
+            Opened::Root(id) => {
+                acknowledged.push(id.clone());
+                if refused > 0 {
+                    after_refusal += 1;
+                }
+            }
+            Opened::Refused {
+                status,
+                code,
+                retry_after,
+            } => {
+                assert_eq!(
+                    (*status, code.as_str()),
+                    (503, "store/unavailable"),
+                    "{answer:?}"
+                );
+                let seconds: u64 = retry_after
+                    .as_deref()
+                    .and_then(|value| value.parse().ok())
+                    .unwrap_or_else(|| panic!("a Retry-After in seconds: {answer:?}"));
+                assert!((1..=60).contains(&seconds), "{answer:?}");
+                refused += 1;
+            }
+            Opened::Unanswered => panic!("the server stopped answering"),
+        }
+    }
+    assert!(refused > 0, "the outage was seen by the load");
+    assert!(after_refusal > 0, "the load went on after the outage");
+    acknowledged
 }

@@ -28,7 +28,7 @@ pub(crate) async fn get(
             .map_err(|err: subagent_core::attachment::BadAttachmentId| {
                 GatewayError::bad_request(err.to_string())
             })?;
-    let runtime = gateway.runtime.clone();
+    let runtime = gateway.runtime()?;
     let found = tokio::task::spawn_blocking(move || runtime.attachment(&id))
         .await
         .map_err(|err| GatewayError::Runtime(subagent_core::SubagentError::internal_from(err)))??;

@@ -43,7 +43,7 @@ pub(crate) async fn start(
     let signal = CancellationToken::new();
     let cancel_when_dropped = signal.clone().drop_guard();
     let activation = gateway
-        .runtime
+        .runtime()?
         .start_activation(&parent, spec, signal)
         .await?;
     cancel_when_dropped.disarm();
@@ -64,6 +64,6 @@ pub(crate) async fn dispose(
 ) -> Result<StatusCode, GatewayError> {
     let parent = held(&gateway, session_id(&root)?)?;
     let child = session_id(&child)?;
-    gateway.runtime.drain_children(&parent, &[child]).await?;
+    gateway.runtime()?.drain_children(&parent, &[child]).await?;
     Ok(StatusCode::NO_CONTENT)
 }

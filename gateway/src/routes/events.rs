@@ -16,7 +16,7 @@
 //! Each open stream is counted (`subagents_sse_subscribers` on
 //! `GET /metrics`) until it is dropped, which a client going away does.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
@@ -27,11 +27,10 @@ use axum::extract::State;
 use axum::http::{HeaderMap, Uri};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use serde::Deserialize;
-use subagent_core::{SessionId, StreamId};
+use subagent_core::{Event, RecordedEvent, SessionId, StreamId};
 use subagent_replay::ReplayError;
-use subagent_store::SubscriptionItem;
+use subagent_store::{EventLog, EventLogExt, SubscriptionItem};
 use tokio_stream::{Stream, StreamExt};
-use tokio_util::sync::WaitForCancellationFutureOwned;
 
 use super::query;
 use crate::error::GatewayError;
@@ -66,12 +65,12 @@ pub(crate) async fn stream(
     // A resume point past the head names events this log never held (a
     // client of another log): refused as every read past the head is,
     // rather than a `caught-up` at a head the log does not have.
-    let head = gateway.runtime.log().head();
+    let head = gateway.runtime()?.log().head();
     if after > head {
         return Err(ReplayError::PositionPastHead { at: after, head }.into());
     }
     if let Some(root) = root {
-        match gateway.runtime.root_of(root) {
+        match gateway.runtime()?.root_of(root) {
             None => return Err(ReplayError::UnknownSession(root).into()),
             Some(actual) if actual != root => {
                 return Err(GatewayError::bad_request(format!(
@@ -81,16 +80,29 @@ pub(crate) async fn stream(
             Some(_) => {}
         }
     }
-    let subscription = gateway.runtime.log().subscribe(after.saturating_add(1));
+    let subscription = gateway.runtime()?.log().subscribe(after.saturating_add(1));
     let mut tree = TreeFilter {
         root,
         members: HashMap::new(),
     };
-    let runtime = gateway.runtime.clone();
+    let runtime = gateway.runtime()?;
+    // The stream ends with the runtime it reads: once that stops serving
+    // (its log failed), the client reconnects with `Last-Event-ID` to the
+    // reopened one, and this stream lets go of the failed log handle.
+    let mut health = gateway.supervised.watch();
+    let ended = {
+        let shutdown = gateway.shutdown.clone();
+        async move {
+            tokio::select! {
+                () = shutdown.cancelled() => {}
+                _ = health.wait_for(|now| !matches!(now, subagent_runtime::Health::Serving { .. })) => {}
+            }
+        }
+    };
     let events = subscription
         .map_while(move |item| match item {
             Ok(SubscriptionItem::Event(record)) => {
-                if !tree.admits(&runtime, record.stream) {
+                if !tree.admits(&runtime, &record) {
                     return Some(None);
                 }
                 let event = SseEvent::default()
@@ -113,19 +125,20 @@ pub(crate) async fn stream(
         .filter_map(|event| event.map(Ok));
     let events = UntilShutdown {
         events: Box::pin(events),
-        shutdown: Box::pin(gateway.shutdown.clone().cancelled_owned()),
+        shutdown: Box::pin(ended),
         _subscriber: gateway.metrics.subscriber(),
     };
     Ok(Sse::new(events).keep_alive(KeepAlive::default()))
 }
 
-/// A stream that ends when the server shuts down, so a graceful shutdown
+/// A stream that ends when the server shuts down (or its runtime stops
+/// serving), so a graceful shutdown
 /// does not wait for subscribers. It holds the subscription's place in the
 /// open-stream count, given back when the stream is dropped: at its end, at
 /// shutdown, or when the client goes away.
 struct UntilShutdown<S> {
     events: Pin<Box<S>>,
-    shutdown: Pin<Box<WaitForCancellationFutureOwned>>,
+    shutdown: Pin<Box<dyn Future<Output = ()> + Send>>,
     _subscriber: Subscriber,
 }
 
@@ -142,22 +155,98 @@ impl<S: Stream> Stream for UntilShutdown<S> {
 
 /// Which streams belong to the requested tree, cached per session (a
 /// session's root never changes).
+///
+/// A session this host's projections do not know yet is resolved from the
+/// log instead: on a shared log the stream may read another host's records
+/// before this host's follower has folded them, and a session's creation
+/// (its stream's first record) names its parent, whose own membership is
+/// known or resolved the same way. Only a known answer is cached, so "not
+/// in this tree" is never remembered for a session not yet seen.
 struct TreeFilter {
     root: Option<SessionId>,
     members: HashMap<SessionId, bool>,
 }
 
 impl TreeFilter {
-    fn admits(&mut self, runtime: &subagent_runtime::SubagentRuntime, stream: StreamId) -> bool {
+    fn admits(
+        &mut self,
+        runtime: &subagent_runtime::SubagentRuntime,
+        record: &RecordedEvent,
+    ) -> bool {
         let Some(root) = self.root else {
             return true;
         };
-        let StreamId::Session(session) = stream else {
+        let StreamId::Session(session) = record.stream else {
             return false;
         };
-        *self
-            .members
-            .entry(session)
-            .or_insert_with(|| runtime.root_of(session) == Some(root))
+        // The record may be the session's creation itself: no need to read
+        // it back.
+        let creation = match &record.event {
+            Event::SessionCreated {
+                session: created,
+                parent,
+                ..
+            } if *created == session => Some(*parent),
+            _ => None,
+        };
+        self.member(runtime, root, session, creation)
+            .unwrap_or(false)
+    }
+
+    /// Whether `session` is in `root`'s tree, caching the answer for it and
+    /// for every session on the way up to one already known; `None` (not
+    /// cached) when neither the projections nor the log know it. `creation`:
+    /// the parent `session`'s creation names, when the caller has it.
+    fn member(
+        &mut self,
+        runtime: &subagent_runtime::SubagentRuntime,
+        root: SessionId,
+        session: SessionId,
+        mut creation: Option<Option<SessionId>>,
+    ) -> Option<bool> {
+        let mut unknown = Vec::new();
+        let mut seen = HashSet::new();
+        let mut current = session;
+        let answer = loop {
+            if let Some(known) = self.members.get(&current) {
+                break *known;
+            }
+            if let Some(found) = runtime.root_of(current) {
+                break found == root;
+            }
+            // Not folded by this host yet: its creation in the log.
+            let parent = match creation.take() {
+                Some(parent) => parent,
+                None => created_under(runtime.log().as_ref(), current)?,
+            };
+            if !seen.insert(current) {
+                // A cycle only a damaged log could hold: no tree's member.
+                break false;
+            }
+            unknown.push(current);
+            match parent {
+                Some(parent) => current = parent,
+                None => break current == root,
+            }
+        };
+        self.members.insert(current, answer);
+        for session in unknown {
+            self.members.insert(session, answer);
+        }
+        Some(answer)
+    }
+}
+
+/// The parent `session`'s creation in `log` names (`Some(None)` for a
+/// root); `None` when the log holds no creation of it.
+fn created_under(log: &dyn EventLog, session: SessionId) -> Option<Option<SessionId>> {
+    match log
+        .read_stream(StreamId::Session(session), 1)
+        .next()?
+        .ok()?
+        .event
+    {
+        Event::SessionCreated { parent, .. } => Some(parent),
+        _ => None,
     }
 }

@@ -57,9 +57,9 @@ pub(crate) async fn tree(
     let root = session_id(&root)?;
     let AtQuery { at } = query(&uri)?;
     let view = match at {
-        None => gateway.runtime.tree(root).await?,
+        None => gateway.runtime()?.tree(root).await?,
         Some(at) => {
-            let log = Arc::clone(gateway.runtime.log());
+            let log = Arc::clone(gateway.runtime()?.log());
             blocking(move || {
                 subagent_replay::state_at(&*log, Some(at)).map(|state| TreeView::of(&state, root))
             })
@@ -69,7 +69,7 @@ pub(crate) async fn tree(
     let view = view.ok_or(ReplayError::UnknownSession(root))?;
     Ok(Json(TreeAnswer {
         position: view.position,
-        head: gateway.runtime.log().head(),
+        head: gateway.runtime()?.log().head(),
         nodes: view.nodes,
     }))
 }
@@ -100,7 +100,7 @@ pub(crate) async fn diff(
     uri: Uri,
 ) -> Result<Json<DiffAnswer>, GatewayError> {
     let DiffQuery { from, to } = query(&uri)?;
-    let log = Arc::clone(gateway.runtime.log());
+    let log = Arc::clone(gateway.runtime()?.log());
     let (to, before, after) = blocking(move || {
         let to = to.unwrap_or_else(|| log.head());
         let after = subagent_replay::state_at(&*log, Some(to))?;
@@ -147,7 +147,7 @@ pub(crate) struct VerifyAnswer {
 pub(crate) async fn verify(
     State(gateway): State<Arc<Gateway>>,
 ) -> Result<Json<VerifyAnswer>, GatewayError> {
-    let log = Arc::clone(gateway.runtime.log());
+    let log = Arc::clone(gateway.runtime()?.log());
     let report = blocking(move || subagent_replay::verify(&*log)).await?;
     let mut problems: Vec<String> = report.checkpoint_problem.iter().cloned().collect();
     problems.extend(

@@ -7,6 +7,7 @@ pub(crate) mod attachments;
 pub(crate) mod children;
 pub(crate) mod console;
 pub(crate) mod events;
+pub(crate) mod health;
 pub(crate) mod history;
 pub(crate) mod reads;
 pub(crate) mod remote;

@@ -28,7 +28,7 @@ pub(crate) async fn children(
     Segments(session): Segments<String>,
 ) -> Result<Json<Vec<SubagentListEntry>>, GatewayError> {
     let session = known(&gateway, &session)?;
-    Ok(Json(gateway.runtime.list_children(session).await?))
+    Ok(Json(gateway.runtime()?.list_children(session).await?))
 }
 
 /// A session's whole subtree, in stable pre-order.
@@ -37,7 +37,7 @@ pub(crate) async fn descendants(
     Segments(session): Segments<String>,
 ) -> Result<Json<Vec<SubagentDescendantListEntry>>, GatewayError> {
     let session = known(&gateway, &session)?;
-    Ok(Json(gateway.runtime.list_descendants(session).await?))
+    Ok(Json(gateway.runtime()?.list_descendants(session).await?))
 }
 
 /// `?after=V&limit=N` of a transcript page.
@@ -81,7 +81,7 @@ pub(crate) async fn transcript(
         .limit
         .unwrap_or(gateway.limits.page_records)
         .min(gateway.limits.page_records);
-    let log = Arc::clone(gateway.runtime.log());
+    let log = Arc::clone(gateway.runtime()?.log());
     let from = page.after.saturating_add(1);
     let records = tokio::task::spawn_blocking(move || {
         log.read_stream(StreamId::Session(session), from)
@@ -113,7 +113,7 @@ pub(crate) async fn state_at(
     uri: Uri,
 ) -> Result<Json<Projections>, GatewayError> {
     let StateQuery { at } = query(&uri)?;
-    let log = Arc::clone(gateway.runtime.log());
+    let log = Arc::clone(gateway.runtime()?.log());
     let state = tokio::task::spawn_blocking(move || subagent_replay::state_at(&*log, at))
         .await
         .map_err(SubagentError::internal_from)??;
@@ -123,7 +123,7 @@ pub(crate) async fn state_at(
 /// A session the log knows (`replay/unknown-session` otherwise).
 fn known(gateway: &Gateway, segment: &str) -> Result<SessionId, GatewayError> {
     let session = session_id(segment)?;
-    match gateway.runtime.root_of(session) {
+    match gateway.runtime()?.root_of(session) {
         Some(_) => Ok(session),
         None => Err(ReplayError::UnknownSession(session).into()),
     }

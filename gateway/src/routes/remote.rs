@@ -22,7 +22,7 @@ pub(crate) async fn prompt(
 ) -> Result<Json<PromptReceipt>, GatewayError> {
     let signal = CancellationToken::new();
     let _cancel_when_dropped = signal.clone().drop_guard();
-    Ok(Json(gateway.runtime.prompt(request, signal).await?))
+    Ok(Json(gateway.runtime()?.prompt(request, signal).await?))
 }
 
 /// `interruptByParent`: `{interrupted}`; an absent, idle or finished
@@ -31,5 +31,5 @@ pub(crate) async fn interrupt_by_parent(
     State(gateway): State<Arc<Gateway>>,
     BoundedJson(request): BoundedJson<InterruptRequest>,
 ) -> Result<Json<InterruptReceipt>, GatewayError> {
-    Ok(Json(gateway.runtime.interrupt_by_parent(request).await?))
+    Ok(Json(gateway.runtime()?.interrupt_by_parent(request).await?))
 }

@@ -37,7 +37,7 @@ pub(crate) struct RootOpened {
 pub(crate) async fn list(
     State(gateway): State<Arc<Gateway>>,
 ) -> Result<Json<Vec<subagent_runtime::RootEntry>>, GatewayError> {
-    Ok(Json(gateway.runtime.roots().await?))
+    Ok(Json(gateway.runtime()?.roots().await?))
 }
 
 /// Opens a root: 201 `{sessionId}`.
@@ -46,7 +46,7 @@ pub(crate) async fn open(
     BoundedJson(body): BoundedJson<OpenRoot>,
 ) -> Result<(StatusCode, Json<RootOpened>), GatewayError> {
     let root = gateway
-        .runtime
+        .runtime()?
         .open_root_with(&body.label, body.agent_options)
         .await?;
     let session_id = root.session();
@@ -61,7 +61,7 @@ pub(crate) async fn reopen(
     Segments(root): Segments<String>,
 ) -> Result<Json<RootOpened>, GatewayError> {
     let session_id = session_id(&root)?;
-    let root = gateway.runtime.reopen_root(session_id).await?;
+    let root = gateway.runtime()?.reopen_root(session_id).await?;
     gateway.roots().insert(session_id, root);
     Ok(Json(RootOpened { session_id }))
 }
@@ -74,7 +74,7 @@ pub(crate) async fn close(
 ) -> Result<StatusCode, GatewayError> {
     let session_id = session_id(&root)?;
     let agent = held(&gateway, session_id)?;
-    gateway.runtime.close_root(&agent).await?;
+    gateway.runtime()?.close_root(&agent).await?;
     gateway.roots().remove(&session_id);
     Ok(StatusCode::NO_CONTENT)
 }
@@ -89,6 +89,6 @@ pub(crate) fn held(
     if let Some(agent) = gateway.roots().get(&root).cloned() {
         return Ok(agent);
     }
-    gateway.runtime.refuse_tree_elsewhere(root)?;
+    gateway.runtime()?.refuse_tree_elsewhere(root)?;
     Err(SubagentError::Unauthorized(format!("{root} is not a root this gateway holds")).into())
 }

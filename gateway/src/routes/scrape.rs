@@ -14,6 +14,9 @@ use crate::server::Gateway;
 
 /// The metrics in the Prometheus text format.
 pub(crate) async fn metrics(State(gateway): State<Arc<Gateway>>) -> impl IntoResponse {
-    let body = gateway.metrics.render(&gateway.runtime);
+    // Answered while the runtime is being reopened too: the scrape is
+    // how a monitor sees that it is.
+    let runtime = gateway.supervised.runtime().ok();
+    let body = gateway.metrics.render(runtime.as_ref());
     ([(header::CONTENT_TYPE, CONTENT_TYPE)], body)
 }

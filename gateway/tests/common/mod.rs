@@ -75,25 +75,42 @@ impl Server {
         limits: Limits,
         capacity: CapacityLimits,
     ) -> Server {
-        let shared = Arc::clone(&log);
-        let (runtime, _) = SubagentRuntime::open_with(shared, Arc::new(host), capacity)
+        let runtime = open_runtime(Arc::clone(&log), host, capacity)
             .await
             .expect("runtime opens");
-        runtime
-            .register_provider(Arc::new(SpawnProvider))
+        Server::serving(log, runtime.clone(), runtime.into(), limits).await
+    }
+
+    /// A server over `log` whose runtime is reopened after the log fails
+    /// (as `subagents serve` runs it), quickly: 20 ms doubling to 100 ms.
+    pub(crate) async fn supervised(log: Arc<dyn EventLog>) -> Server {
+        let runtime = open_runtime(Arc::clone(&log), scripts(), CapacityLimits::default())
             .await
-            .unwrap();
-        runtime
-            .register_provider(Arc::new(ProcessProvider::new(
-                "process",
-                "sh",
-                &["-c", "tr a-z A-Z"],
-            )))
-            .await
-            .unwrap();
+            .expect("runtime opens");
+        let reopened = Arc::clone(&log);
+        let reopen: subagent_runtime::supervisor::Reopen = Arc::new(move || {
+            let log = Arc::clone(&reopened);
+            Box::pin(open_runtime(log, scripts(), CapacityLimits::default()))
+        });
+        let policy = subagent_runtime::RecoveryPolicy {
+            first_delay: std::time::Duration::from_millis(20),
+            max_delay: std::time::Duration::from_millis(100),
+            give_up_after: std::time::Duration::from_secs(60),
+        };
+        let supervised = subagent_runtime::Supervised::new(runtime.clone(), reopen, policy);
+        Server::serving(log, runtime, supervised, Limits::default()).await
+    }
+
+    /// Serves `supervised` (whose first runtime is `runtime`, over `log`).
+    async fn serving(
+        log: Arc<dyn EventLog>,
+        runtime: SubagentRuntime,
+        supervised: subagent_runtime::Supervised,
+        limits: Limits,
+    ) -> Server {
         let shutdown = CancellationToken::new();
         let router = subagent_gateway::router(
-            runtime.clone(),
+            supervised.clone(),
             GatewayConfig {
                 token: Token::new(TOKEN, TokenSource::Given).unwrap(),
                 allowed_origins: vec![ALLOWED_ORIGIN.into()],
@@ -104,7 +121,7 @@ impl Server {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
         let serving = shutdown.clone();
-        let served = runtime.clone();
+        let served = supervised;
         tokio::spawn(async move {
             let _ =
                 subagent_gateway::serve(listener, router, served, serving.clone(), async move {
@@ -119,6 +136,15 @@ impl Server {
             client: reqwest::Client::new(),
             shutdown,
         }
+    }
+
+    /// `GET path`'s status, without the token.
+    pub(crate) async fn status_of(&self, path: &str) -> u16 {
+        self.client
+            .get(format!("{}{path}", self.base))
+            .send()
+            .await
+            .map_or(0, |response| response.status().as_u16())
     }
 
     /// A request to `path` with the token.
@@ -222,6 +248,129 @@ impl Server {
     pub(crate) fn head(&self) -> u64 {
         self.log.head()
     }
+
+    /// Sends `request` as it is over a new TCP connection, writing beside
+    /// reading (the server may answer before it read everything, and the
+    /// write's failure is ignored), and reads until the server closes the
+    /// connection: every answer read, in order. Panics if the connection
+    /// is reset or not closed within 10 s, or on bytes that are not whole
+    /// answers framed by `content-length`.
+    pub(crate) async fn raw(&self, request: Vec<u8>) -> Vec<RawAnswer> {
+        let address = self.base.trim_start_matches("http://");
+        let stream = tokio::net::TcpStream::connect(address).await.unwrap();
+        let (mut reading, mut writing) = stream.into_split();
+        let writer = tokio::spawn(async move {
+            let _ = tokio::io::AsyncWriteExt::write_all(&mut writing, &request).await;
+            // Keep the write side open: the server, not the client, closes.
+            std::future::pending::<()>().await;
+        });
+        let mut bytes = Vec::new();
+        let read = tokio::time::timeout(
+            Duration::from_secs(10),
+            tokio::io::AsyncReadExt::read_to_end(&mut reading, &mut bytes),
+        )
+        .await;
+        writer.abort();
+        read.unwrap_or_else(|_| {
+            panic!(
+                "the server did not close the connection within 10 s, after {:?}",
+                String::from_utf8_lossy(&bytes)
+            )
+        })
+        .unwrap_or_else(|err| {
+            panic!(
+                "the connection failed ({err}) after {:?}",
+                String::from_utf8_lossy(&bytes)
+            )
+        });
+        RawAnswer::all(&bytes)
+    }
+}
+
+/// One answer read off a raw connection ([`Server::raw`]).
+#[derive(Debug)]
+pub(crate) struct RawAnswer {
+    /// The status line, without its line end.
+    pub(crate) status_line: String,
+    /// The status.
+    pub(crate) status: u16,
+    /// The headers, names in lower case, in order.
+    pub(crate) headers: Vec<(String, String)>,
+    /// The body, as JSON (a string when it is not).
+    pub(crate) body: Value,
+}
+
+impl RawAnswer {
+    /// Every answer in `bytes`, each framed by its `content-length`.
+    fn all(mut bytes: &[u8]) -> Vec<RawAnswer> {
+        let mut answers = Vec::new();
+        while !bytes.is_empty() {
+            let end = bytes
+                .windows(4)
+                .position(|window| window == b"\r\n\r\n")
+                .unwrap_or_else(|| {
+                    panic!("an unfinished head: {:?}", String::from_utf8_lossy(bytes))
+                });
+            let text = String::from_utf8_lossy(&bytes[..end]).into_owned();
+            let mut lines = text.split("\r\n");
+            let status_line = lines.next().unwrap().to_owned();
+            let status = status_line
+                .get(9..12)
+                .and_then(|status| status.parse().ok())
+                .unwrap_or_else(|| panic!("not a status line: {status_line:?}"));
+            let headers: Vec<(String, String)> = lines
+                .map(|line| {
+                    let (name, value) = line.split_once(':').unwrap();
+                    (name.to_ascii_lowercase(), value.trim().to_owned())
+                })
+                .collect();
+            let length: usize = headers
+                .iter()
+                .find(|(name, _)| name == "content-length")
+                .unwrap_or_else(|| panic!("no content-length: {text:?}"))
+                .1
+                .parse()
+                .unwrap();
+            let body = bytes
+                .get(end + 4..end + 4 + length)
+                .unwrap_or_else(|| panic!("a body shorter than its content-length: {text:?}"));
+            let body = serde_json::from_slice(body)
+                .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(body).into_owned()));
+            answers.push(RawAnswer {
+                status_line,
+                status,
+                headers,
+                body,
+            });
+            bytes = &bytes[end + 4 + length..];
+        }
+        answers
+    }
+
+    /// The value of the header `name` (lower case), if it appears once;
+    /// panics if it appears more than once.
+    pub(crate) fn header(&self, name: &str) -> Option<&str> {
+        let mut values = self.headers.iter().filter(|(n, _)| n == name);
+        let first = values.next().map(|(_, value)| value.as_str());
+        assert!(values.next().is_none(), "{name} twice in {self:?}");
+        first
+    }
+
+    /// Asserts that this is the gateway's JSON refusal with `status` and
+    /// `code`, closing the connection, and returns its message.
+    pub(crate) fn refusal(&self, status: u16, code: &str) -> String {
+        assert_eq!(self.status, status, "{self:?}");
+        assert_eq!(
+            self.header("content-type"),
+            Some("application/json"),
+            "{self:?}"
+        );
+        assert_eq!(self.header("connection"), Some("close"), "{self:?}");
+        assert_eq!(self.body["code"], code, "{self:?}");
+        let message = self.body["message"].as_str().unwrap_or_default().to_owned();
+        assert!(!message.is_empty(), "{self:?}");
+        message
+    }
 }
 
 impl Drop for Server {
@@ -318,4 +467,22 @@ pub(crate) async fn read_sse(
         }
     }
     frames
+}
+
+/// A runtime over `log` with the `spawn` and `process` providers.
+async fn open_runtime(
+    log: Arc<dyn EventLog>,
+    host: ScriptedHost,
+    capacity: CapacityLimits,
+) -> Result<SubagentRuntime, subagent_core::SubagentError> {
+    let (runtime, _) = SubagentRuntime::open_with(log, Arc::new(host), capacity).await?;
+    runtime.register_provider(Arc::new(SpawnProvider)).await?;
+    runtime
+        .register_provider(Arc::new(ProcessProvider::new(
+            "process",
+            "sh",
+            &["-c", "tr a-z A-Z"],
+        )))
+        .await?;
+    Ok(runtime)
 }

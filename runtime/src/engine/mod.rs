@@ -176,8 +176,21 @@ pub(crate) fn refuse_oversized_prompt(prompt: &[ContentBlock]) -> Result<(), Sub
 /// The refusal of every command after the log failed: names the first
 /// failure, which it keeps as its source.
 #[derive(Debug, thiserror::Error)]
-#[error("the log failed earlier ({0}); reopen the runtime to recover")]
+#[error("the log failed earlier ({0}); the runtime must be reopened to recover (a supervising host reopens it once the store answers)")]
 struct LogFailedEarlier(#[source] SubagentError);
+
+/// What a failed append means to its caller: `store/unavailable` for a
+/// failure that passes (a database server out of reach, a full disk, a
+/// writer stopped by either), else an infrastructure fault.
+pub(crate) fn append_failure(err: StoreError) -> SubagentError {
+    use subagent_core::ErrorCode;
+    match err.code() {
+        ErrorCode::StoreUnavailable | ErrorCode::StoreIo | ErrorCode::StoreClosed => {
+            SubagentError::unavailable_from(err)
+        }
+        _ => SubagentError::internal_from(err),
+    }
+}
 
 impl Engine {
     /// Opens from the newest usable checkpoint plus the log's tail (a
@@ -580,7 +593,7 @@ impl Engine {
                 Entry::Vacant(entry) if creates => *entry.insert(0),
                 Entry::Vacant(entry) => match self.log.stream_version(&stream) {
                     Ok(version) => *entry.insert(version),
-                    Err(err) => return Step::Answered(Err(SubagentError::internal_from(err))),
+                    Err(err) => return Step::Answered(Err(Self::store_error(err))),
                 },
             };
             let expected = if creates && version == 0 {
@@ -635,7 +648,7 @@ impl Engine {
         let append = tracing::debug_span!(span::APPEND, { attr::EVENTS } = records.len());
         let outcomes = match ticket.instrument(append).await {
             Ok(outcomes) => outcomes,
-            Err(err) => return Err(self.fail(SubagentError::internal_from(err))),
+            Err(err) => return Err(self.fail(append_failure(err))),
         };
         let expected_first = records.first().map(|record| record.position);
         if outcomes.first().map(|outcome| outcome.first_position) != expected_first {
@@ -652,25 +665,69 @@ impl Engine {
         Ok(Committed { records, opened })
     }
 
-    /// Stops the engine after an append failed with `fault`, which every
-    /// later refusal names (and keeps as its cause).
+    /// Stops the engine after the log failed with `fault` (an append, or a
+    /// store call that found it out of reach), which every later refusal
+    /// names (and keeps as its cause).
     fn fail(&self, fault: SubagentError) -> SubagentError {
         // The first failure is the cause; later ones follow from it.
         let _ = self.failure.set(fault.clone());
         self.failed.store(true, Ordering::Release);
         self.broken.cancel();
-        error!(reason = %fault, "append failed; the engine stops accepting commands");
+        error!(reason = %fault, "the log failed; the engine stops accepting commands");
         fault
     }
 
-    /// The refusal of a command after the log failed, naming the cause.
+    /// What a failed store call other than an append (a read, a lease)
+    /// means to its caller: `store/unavailable` for a lost database
+    /// connection ([`StoreError::Unavailable`]), else an infrastructure
+    /// fault. The engine goes on: one failed read is that call's alone
+    /// (a pool briefly out of connections is one too).
+    pub(crate) fn store_error(err: StoreError) -> SubagentError {
+        match err {
+            StoreError::Unavailable { .. } => SubagentError::unavailable_from(err),
+            other => SubagentError::internal_from(other),
+        }
+    }
+
+    /// Stops the engine because the store is out of reach (`err`), as a
+    /// failed append does, so a supervising host reopens it once the store
+    /// answers; the refusal naming it.
+    pub(crate) fn store_lost(&self, err: StoreError) -> SubagentError {
+        self.fail(append_failure(err))
+    }
+
+    /// The refusal of a command after the log failed, naming the cause:
+    /// `store/unavailable` when the cause was, else `gateway/internal`.
     fn refusal(&self) -> SubagentError {
         let cause = self
             .failure
             .get()
             .cloned()
             .unwrap_or_else(|| SubagentError::internal("unknown cause"));
-        SubagentError::internal_from(LogFailedEarlier(cause))
+        let passing = matches!(cause, SubagentError::StoreUnavailable(_));
+        let earlier = LogFailedEarlier(cause);
+        if passing {
+            SubagentError::unavailable_from(earlier)
+        } else {
+            SubagentError::internal_from(earlier)
+        }
+    }
+
+    /// Completes with the cause once the log has failed under this engine:
+    /// an append (the engine then refuses every command), or on a shared
+    /// log its follower (commands then never fold). Never completes while
+    /// the log serves, nor when the follower is stopped by a close.
+    pub(crate) async fn failed_with(&self) -> SubagentError {
+        let follower = async {
+            match &self.shared {
+                Some(shared) => shared.failed_with().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            () = self.broken.cancelled() => self.refusal(),
+            cause = follower => cause,
+        }
     }
 
     /// The contents of `session`'s messages `ids`, in their order, when

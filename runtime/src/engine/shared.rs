@@ -123,6 +123,16 @@ impl Shared {
         }))
     }
 
+    /// Completes with why the follower failed, once it has; never when it
+    /// was stopped ([`stop`](Self::stop)) or the log ended.
+    pub(super) async fn failed_with(&self) -> SubagentError {
+        self.stopped.cancelled().await;
+        match self.failure.get() {
+            Some(cause) => cause.clone(),
+            None => std::future::pending().await,
+        }
+    }
+
     /// The lock of `root`'s tree, created on first use.
     fn tree_lock(&self, root: SessionId) -> Arc<tokio::sync::Mutex<()>> {
         Arc::clone(super::lock(&self.trees).entry(root).or_default())
@@ -201,7 +211,7 @@ async fn follow(
             }
             Some(Ok(SubscriptionItem::CaughtUp { .. })) => {}
             Some(Err(err)) => {
-                let _ = failure.set(SubagentError::internal_from(err));
+                let _ = failure.set(super::append_failure(err));
                 return;
             }
             None => return,
@@ -324,7 +334,7 @@ impl Engine {
             Err(StoreError::Fenced { root, .. }) => {
                 return Err(SubagentError::TreeElsewhere { root, holder: None })
             }
-            Err(err) => return Err(self.fail(SubagentError::internal_from(err))),
+            Err(err) => return Err(self.fail(super::append_failure(err))),
         };
         if outcomes.len() != layout.len() {
             return Err(self.fail(SubagentError::internal(format!(

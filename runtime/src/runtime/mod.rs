@@ -245,6 +245,7 @@ impl SubagentRuntime {
             options,
             leases: Mutex::new(HashMap::new()),
             lost: Mutex::new(std::collections::HashSet::new()),
+            renewals_failed: std::sync::atomic::AtomicU32::new(0),
         };
         let runtime = Self::assemble(engine, host, limits, Some(shared));
         let taken = runtime.take_over_lapsed().await;
@@ -380,6 +381,18 @@ impl SubagentRuntime {
         } else {
             Ok(())
         }
+    }
+
+    /// Completes with the cause once the log has failed under this
+    /// runtime: an append failed (every later command is refused, with
+    /// `store/unavailable` when the failure passes, such as a database
+    /// server out of reach or a full disk), or on a shared log the
+    /// follower of the other hosts' appends stopped. The runtime recovers
+    /// only by being reopened: a supervising host closes it and opens a
+    /// new one once the store answers (as `subagent_gateway::serve_supervised`
+    /// does). Never completes while the log serves.
+    pub async fn failed(&self) -> SubagentError {
+        self.inner.engine.failed_with().await
     }
 
     /// Whether [`close`](Self::close) has begun.

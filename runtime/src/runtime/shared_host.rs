@@ -16,6 +16,7 @@
 //! keeper stops the tree's drivers and forgets the root.
 
 use std::collections::HashMap;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -58,6 +59,8 @@ pub(crate) struct SharedState {
     /// The roots of the trees this host gave up because another host took
     /// them (its renewal or an append was fenced).
     pub(crate) lost: std::sync::Mutex<std::collections::HashSet<SessionId>>,
+    /// Renewal rounds in a row that found the store out of reach.
+    pub(crate) renewals_failed: std::sync::atomic::AtomicU32,
 }
 
 /// Runs blocking lease work off the async workers.
@@ -173,7 +176,7 @@ impl SubagentRuntime {
         let lease = self.acquire(shared, root).await?;
         let head = blocking(self.log(), |leases| leases.committed_head())
             .await
-            .map_err(SubagentError::internal_from)?;
+            .map_err(crate::engine::Engine::store_error)?;
         self.inner.engine.folded_through(head).await?;
         let claim = self.claim_of(&lease)?;
         let recorded = self
@@ -198,7 +201,7 @@ impl SubagentRuntime {
                 root,
                 holder: Some(holder),
             },
-            other => SubagentError::internal_from(other),
+            other => crate::engine::Engine::store_error(other),
         })
     }
 
@@ -273,12 +276,30 @@ impl SubagentRuntime {
             return;
         };
         let held: Vec<Lease> = lock(&shared.leases).values().cloned().collect();
+        let mut unreachable: Option<StoreError> = None;
         for lease in held {
             let root = lease.root;
             match blocking(self.log(), move |leases| leases.renew_lease(&lease)).await {
                 Ok(_) => {}
                 Err(StoreError::Fenced { .. }) => self.give_up(root).await,
-                Err(err) => warn!(%root, error = %err, "renewing a lease failed"),
+                Err(err) => {
+                    warn!(%root, error = %err, "renewing a lease failed");
+                    if matches!(err, StoreError::Unavailable { .. }) {
+                        unreachable = Some(err);
+                    }
+                }
+            }
+        }
+        // Two rounds in a row with the store out of reach: the leases
+        // lapse before the next, so the store counts as lost and the engine
+        // stops (a supervising host reopens it and takes its trees back).
+        // One round may be a pool briefly out of connections.
+        match unreachable {
+            None => shared.renewals_failed.store(0, Ordering::Release),
+            Some(err) => {
+                if shared.renewals_failed.fetch_add(1, Ordering::AcqRel) + 1 >= 2 {
+                    let _ = self.inner.engine.store_lost(err);
+                }
             }
         }
     }
