@@ -1,10 +1,12 @@
 //! `GET /metrics` over real HTTP after a known workload: three `spawn`
 //! children (two complete, one fails by script), a start refused before the
 //! engine (an unknown provider) and one refused by its rules (a depth cap),
-//! and one open event stream. The scrape's counters are exact, its gauges
-//! are the runtime's, the append latency is a Prometheus histogram with the
-//! gateway's buckets, and without the token the scrape is the gateway's
-//! usual 401.
+//! and one open event stream. The scrape's counters are exact, and so are
+//! its gauges: three live continuable activations and no external one, the
+//! log's head and the events since its stored checkpoint as read from the
+//! log itself, one subscriber. The append latency is a Prometheus
+//! histogram with the gateway's buckets, and without the token the scrape
+//! is the gateway's usual 401.
 //!
 //! One test in its own binary: the recorder is process-global, so only this
 //! workload is counted.
@@ -17,8 +19,11 @@ use std::time::{Duration, Instant};
 use common::{answer, has, read_sse, Server, TOKEN};
 use serde_json::{json, Value};
 use subagent_core::telemetry::metric;
+use subagent_core::RecordedEvent;
+use subagent_projections::checkpoint;
 use subagent_runtime::scripted::Step;
-use subagent_runtime::{RuntimeGauges, Script, ScriptedHost};
+use subagent_runtime::{Script, ScriptedHost};
+use subagent_store::EventLogExt;
 
 /// One sample line of the text format: `name{key="value",...} value`.
 #[derive(Debug)]
@@ -194,17 +199,26 @@ async fn until_scrape(server: &Server, what: &str, done: impl Fn(&Scrape) -> boo
     }
 }
 
-/// A scrape during which the runtime's gauges held still, and those gauges.
-async fn steady_scrape(server: &Server) -> (Scrape, RuntimeGauges) {
+/// A scrape during which the log held still, and the log's records then:
+/// what the gauges are checked against, read from the log itself rather
+/// than from the runtime the exporter asks.
+async fn steady_scrape(server: &Server) -> (Scrape, Vec<RecordedEvent>) {
     for _ in 0..200 {
-        let before = server.runtime.gauges();
+        let before = server.head();
         let scrape = scrape(server).await;
-        if server.runtime.gauges() == before {
-            return (scrape, before);
+        if server.head() == before {
+            let records: Vec<RecordedEvent> = server
+                .log
+                .read_all(1)
+                .map(|record| record.expect("the log reads back"))
+                .collect();
+            if records.len() as u64 == before {
+                return (scrape, records);
+            }
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    panic!("the runtime's gauges never held still for a scrape");
+    panic!("the log never held still for a scrape");
 }
 
 /// Starts a child of `root` with `spec`: the status and the answer.
@@ -325,7 +339,7 @@ async fn a_scrape_reports_a_known_workload_exactly() {
         frames.iter().any(|frame| frame.event == "caught-up")
     })
     .await;
-    let (scrape, gauges) = steady_scrape(&server).await;
+    let (scrape, records) = steady_scrape(&server).await;
 
     // Counters: exact.
     let mode = |value| [(metric::LABEL_MODE, value)];
@@ -352,20 +366,41 @@ async fn a_scrape_reports_a_known_workload_exactly() {
         assert_eq!(scrape.types[name], "counter", "{name}");
     }
 
-    // Gauges: the runtime's figures at the scrape.
-    let live = scrape.get(metric::LIVE_ACTIVATIONS, &mode("continuable"));
-    assert!(live >= 0.0);
-    assert_eq!(live, gauges.live_continuable as f64);
+    // Gauges: the workload's exact figures. The three children settled
+    // and none was disposed, so each keeps its live (idle) activation; no
+    // external run was started.
+    assert_eq!(
+        scrape.get(metric::LIVE_ACTIVATIONS, &mode("continuable")),
+        3.0,
+        "{}",
+        scrape.text
+    );
     assert_eq!(
         scrape.get(metric::LIVE_ACTIVATIONS, &mode("external")),
-        gauges.live_external as f64
+        0.0,
+        "{}",
+        scrape.text
     );
-    assert!(gauges.log_head > 0);
-    assert_eq!(scrape.get(metric::LOG_HEAD, &[]), gauges.log_head as f64);
-    assert_eq!(
-        scrape.get(metric::CHECKPOINT_AGE_EVENTS, &[]),
-        gauges.checkpoint_age_events() as f64
-    );
+    // The log's own figures, read from the log: its head is its last
+    // record's position, and the checkpoint's age counts the records after
+    // the stored checkpoint (all of them when none is stored).
+    let head = records.last().map_or(0, |record| record.position);
+    assert!(head > 0);
+    assert_eq!(scrape.get(metric::LOG_HEAD, &[]), head as f64);
+    let checkpointed = server
+        .log
+        .read_checkpoint(checkpoint::CHECKPOINT_NAME)
+        .expect("the checkpoint reads")
+        .map_or(0, |stored| {
+            checkpoint::decode(&stored)
+                .expect("the stored checkpoint decodes")
+                .position
+        });
+    let age = records
+        .iter()
+        .filter(|record| record.position > checkpointed)
+        .count();
+    assert_eq!(scrape.get(metric::CHECKPOINT_AGE_EVENTS, &[]), age as f64);
     assert_eq!(scrape.get(metric::SSE_SUBSCRIBERS, &[]), 1.0);
     for name in [
         metric::LIVE_ACTIVATIONS,

@@ -1,6 +1,8 @@
 //! The runtime on a PostgreSQL log, and the server restarted under it
-//! mid-workload: every delegation the runtime acknowledged survives (a
-//! start after the restart counts only if it was acknowledged), a runtime
+//! mid-workload: every event durable before the restart is still there
+//! after it, by event id at its position (as the RocksDB crash test
+//! checks), every delegation the runtime acknowledged survives (a start
+//! after the restart counts only if it was acknowledged), a runtime
 //! opened on a new handle ends every activation exactly once (released by
 //! the close, or abandoned by recovery when the close could not write),
 //! `verify` passes, and a cold resume of an interrupted child completes.
@@ -9,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use subagent_core::{
-    content::plain_text, ContentBlock, Delivery, Event, StreamId, SubagentActivationSpec,
+    content::plain_text, ContentBlock, Delivery, Event, EventId, StreamId, SubagentActivationSpec,
 };
 use subagent_pg::testing::{unique_schema, TestServer};
 use subagent_pg::PgLog;
@@ -81,7 +83,21 @@ async fn a_server_restart_mid_workload_loses_nothing_acknowledged_and_the_runtim
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    // Everything durable before the restart, by event id and position: the
+    // appends the runtime had acknowledged (a record is read back only once
+    // its append committed).
     let acknowledged_head = log.head();
+    let acknowledged: Vec<(EventId, u64)> = log
+        .read_all(1)
+        .map(|record| record.expect("read before the restart"))
+        .take_while(|record| record.position <= acknowledged_head)
+        .map(|record| (record.event_id, record.position))
+        .collect();
+    assert_eq!(
+        acknowledged.len() as u64,
+        acknowledged_head,
+        "a gap-free log up to the head"
+    );
 
     server.restart().expect("restart the server mid-workload");
     // A start after the restart is acknowledged only if it is durable: the
@@ -100,10 +116,29 @@ async fn a_server_restart_mid_workload_loses_nothing_acknowledged_and_the_runtim
 
     let log: Arc<dyn EventLog> =
         Arc::new(PgLog::connect(server.options(&schema)).expect("reconnect"));
-    assert!(
-        log.head() >= acknowledged_head,
-        "nothing acknowledged was lost"
-    );
+    // Nothing acknowledged was lost or moved: each acknowledged event is
+    // still at its position (events appended after the restart cannot make
+    // up for a lost one, as a comparison of heads would let them).
+    let after: Vec<(EventId, u64)> = log
+        .read_all(1)
+        .map(|record| record.expect("read after the restart"))
+        .take(acknowledged.len())
+        .map(|record| (record.event_id, record.position))
+        .collect();
+    assert_eq!(after.len(), acknowledged.len(), "acknowledged events lost");
+    for ((id, position), found) in acknowledged.iter().zip(&after) {
+        assert_eq!(
+            found,
+            &(*id, *position),
+            "acknowledged event {id} lost or moved from position {position}"
+        );
+        let located = log.locate_event(id).expect("the id index reads");
+        assert_eq!(
+            located.map(|location| location.position),
+            Some(*position),
+            "acknowledged event {id} is indexed at its position"
+        );
+    }
     for child in &children {
         assert!(
             log.read_stream(StreamId::Session(*child), 1)

@@ -140,12 +140,38 @@ async fn a_lost_server_is_a_typed_error_and_a_retry_is_idempotent() {
     assert_eq!(log.head(), 3);
 }
 
+/// Waits until a session is blocked on a lock in a statement that names
+/// `"{schema}".{table}` (as `leases.rs` does): the moment the test's
+/// grouping relies on, observed rather than slept for. `client` must not be
+/// inside a transaction (the activity view is a snapshot per transaction).
+async fn until_waiting_on(client: &subagent_pg::tokio_postgres::Client, schema: &str, table: &str) {
+    let pattern = format!("%\"{schema}\".{table}%");
+    for _ in 0..1000 {
+        let row = client
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity \
+                 WHERE wait_event_type = 'Lock' AND query LIKE $1",
+                &[&pattern],
+            )
+            .await
+            .expect("read pg_stat_activity");
+        if row.get::<_, i64>(0) > 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("nothing waited on a lock in {table} within 10 s");
+}
+
 /// When a group's commit fails, a refusal that was decided on that group's
 /// own staged writes is answered with the commit's failure, not with a
 /// conflict against writes that never happened. A deferred constraint
 /// trigger makes the commit fail for one stream; the counter row, held from
-/// another connection, lines the two appends up in one group behind a
-/// first one.
+/// another connection, holds the writer in a first group of one append
+/// (seen in `pg_stat_activity` waiting for the counter's lock before the
+/// next two are sent), so the two queue behind it and the writer takes them
+/// as one group: that first group commits alone, and the doomed group
+/// writes nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_group_answers_its_later_refusals_with_the_failure() {
     use subagent_pg::tokio_postgres::NoTls;
@@ -153,6 +179,8 @@ async fn a_failed_group_answers_its_later_refusals_with_the_failure() {
     let log = PgLog::connect(server().options(&schema)).expect("connect");
     let doomed = session_stream();
     let (mut sql, connection) = server().config().connect(NoTls).await.expect("connect");
+    tokio::spawn(connection);
+    let (watcher, connection) = server().config().connect(NoTls).await.expect("connect");
     tokio::spawn(connection);
     sql.batch_execute(&format!(
         "CREATE FUNCTION \"{schema}\".refuse() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -174,14 +202,18 @@ async fn a_failed_group_answers_its_later_refusals_with_the_failure() {
         .await
         .expect("lock the counter");
     let first = log.append(session_stream(), ExpectedVersion::NoStream, vec![turn(1)]);
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    // Queued behind it, so (most likely) one group: A is staged, and B is
-    // refused on A's staged version.
+    // The writer has taken the first append as a group of its own and waits
+    // for the counter's lock.
+    until_waiting_on(&watcher, &schema, "counter").await;
+    // Queued behind it while the writer waits, so taken together as the
+    // next group: A is staged, and B is refused on A's staged version.
     let a = log.append(doomed, ExpectedVersion::NoStream, vec![turn(2)]);
     let b = log.append(doomed, ExpectedVersion::NoStream, vec![turn(3)]);
     holder.rollback().await.expect("release the counter");
 
-    let first = first.await;
+    // The first group (the first append alone) commits.
+    let first = first.await.expect("the first group commits");
+    assert_eq!(first.first_position, 1);
     let (a, b) = (a.await, b.await);
     assert!(a.is_err(), "the doomed commit acknowledged nothing: {a:?}");
     let b = b.expect_err("nothing of the failed group is acknowledged");
@@ -189,8 +221,8 @@ async fn a_failed_group_answers_its_later_refusals_with_the_failure() {
         !matches!(b, StoreError::Conflict { .. }),
         "a conflict with a write that never happened: {b:?}"
     );
-    // Whatever committed is exactly what was acknowledged.
+    // Whatever committed is exactly what was acknowledged: the first.
     let read = log.read_all_page(1, 10).expect("read");
-    assert_eq!(read.len(), usize::from(first.is_ok()));
+    assert_eq!(read.len(), 1);
     assert_eq!(log.stream_version(&doomed).expect("version"), 0);
 }

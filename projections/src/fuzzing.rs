@@ -10,7 +10,7 @@
 //! | `checkpoint_decode`   | any checkpoint bytes are rejected or round-trip to the same state |
 //! | `schema_subset`       | a schema the subset checker accepts compiles and validates without panicking |
 //! | `persona_template`    | a template validates exactly when it renders, and a render leaves no `{{` of its own |
-//! | `decide_sequence`     | any command sequence through `decide` keeps the fold, checkpoints and inbox invariants, and records only histories [`crate::HistoryCheck`] admits |
+//! | `decide_sequence`     | any command sequence through `decide` keeps the fold (as an independently written [`ReferenceFold`](crate::fuzzing::ReferenceFold) computes it), checkpoints and inbox invariants, and records only histories [`crate::HistoryCheck`] admits |
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -137,8 +137,9 @@ pub fn persona_template(data: &[u8]) {
 
 /// `decide_sequence`: the bytes drive a sequence of commands over a small
 /// world (a few sessions, two providers). Every accepted decision is folded
-/// in; afterwards the rebuilt fold, a checkpoint round trip and the inbox
-/// accounting must all agree with the incremental state, and the recorded
+/// in; afterwards the [`ReferenceFold`] of the history, a checkpoint round
+/// trip and the inbox accounting must all agree with the incremental
+/// state, and the recorded
 /// history must pass the admissibility check (so the check is never
 /// stricter than the state machine).
 pub fn decide_sequence(data: &[u8]) {
@@ -163,7 +164,9 @@ pub fn decide_sequence_history(data: &[u8]) -> Vec<&'static str> {
             }
         }
     }
-    assert_eq!(Projections::fold(&world.history.records), world.state);
+    // The incremental state agrees with a fold written apart from
+    // `Projections::apply` (a rebuild through `apply` would only repeat it).
+    ReferenceFold::fold(&world.history.records).assert_agrees(&world.state, "decide_sequence");
     // Everything decide records is a history the admissibility check accepts.
     if let Err(violation) = HistoryCheck::history(&world.history.records) {
         panic!("decide recorded an inadmissible history: {violation}");
@@ -491,5 +494,481 @@ impl FuzzWorld {
             run_id: SubagentRunId::from_uuid(*child.as_uuid()),
             settings: Arc::new(settings),
         })
+    }
+}
+
+/// An independently written fold of the properties of [`Projections`] that
+/// the runtime and its tests rely on, for comparing `Projections::apply`
+/// (incrementally, through a checkpoint, or inside [`HistoryCheck`])
+/// against something other than itself.
+///
+/// Written from the events' documented meaning in plain `std` collections;
+/// it shares no code with `state.rs` (not its maps, not [`crate::Inbox`]'s
+/// methods, not its helpers), so a defect there is not repeated here. It
+/// keeps:
+/// - the position folded, the roots in creation order, each session's
+///   parent, depth, label, provider, mode and whether it is external;
+/// - each parent's catalog, in its stream's order;
+/// - each session's last requested epoch, its live activation (epoch,
+///   phase, whether settled, run id), its running turn and highest turn;
+/// - each external child's run (id and phase);
+/// - each inbox: how many messages were accepted, the pending ones in
+///   FIFO order, the claimed ones with their turn, the dropped ones with
+///   their epoch;
+/// - each registry's provider names in order, each tree's owner, and the
+///   parents whose admission is closed.
+///
+/// What it leaves out (descriptors, results, traces, prompt receipts) the
+/// checkpoint round trips and the state machine's own tests cover.
+#[derive(Clone, Debug, Default)]
+pub struct ReferenceFold {
+    position: u64,
+    roots: Vec<SessionId>,
+    sessions: BTreeMap<SessionId, ReferenceSession>,
+    catalogs: BTreeMap<SessionId, Vec<ReferenceEntry>>,
+    activations: BTreeMap<SessionId, ReferenceActivation>,
+    runs: BTreeMap<SessionId, (SubagentRunId, &'static str)>,
+    inboxes: BTreeMap<SessionId, ReferenceInbox>,
+    runtime_registry: Vec<String>,
+    host_registries: BTreeMap<subagent_core::HostId, Vec<String>>,
+    owners: BTreeMap<SessionId, (subagent_core::HostId, String, u64)>,
+    closed: std::collections::BTreeSet<SessionId>,
+}
+
+/// A session as its `SessionCreated` recorded it.
+#[derive(Clone, Debug, PartialEq)]
+struct ReferenceSession {
+    parent: Option<SessionId>,
+    depth: u64,
+    label: String,
+    provider: Option<String>,
+    mode: subagent_core::SessionMode,
+    external: bool,
+}
+
+/// A catalog entry: the child, its label, provider, mode, external.
+type ReferenceEntry = (SessionId, String, String, subagent_core::SessionMode, bool);
+
+/// A live activation: its epoch, phase, whether it settled, its run id.
+type ReferenceLive = (u64, &'static str, bool, Option<SubagentRunId>);
+
+#[derive(Clone, Debug, Default, PartialEq)]
+struct ReferenceActivation {
+    epoch: u64,
+    live: Option<ReferenceLive>,
+    running_turn: Option<u64>,
+    turns: u64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+struct ReferenceInbox {
+    accepted: u64,
+    pending: Vec<MessageId>,
+    claimed: BTreeMap<MessageId, u64>,
+    dropped: BTreeMap<MessageId, u64>,
+}
+
+impl ReferenceFold {
+    /// Folds every record of `records`, in order.
+    #[must_use]
+    pub fn fold<'a>(records: impl IntoIterator<Item = &'a subagent_core::RecordedEvent>) -> Self {
+        let mut fold = Self::default();
+        for record in records {
+            fold.apply(record);
+        }
+        fold
+    }
+
+    /// Folds one record in; one at or below the position folded is ignored.
+    pub fn apply(&mut self, record: &subagent_core::RecordedEvent) {
+        use subagent_core::StreamId;
+        if record.position <= self.position {
+            return;
+        }
+        self.position = record.position;
+        let session = match record.stream {
+            StreamId::Session(session) => Some(session),
+            StreamId::Runtime | StreamId::Host(_) => None,
+        };
+        match &record.event {
+            Event::ProviderRegistered { name, .. } => {
+                // A registration under a known name replaces it, and the
+                // name moves to the end of the registration order.
+                if let Some(names) = self.registry(record.stream) {
+                    names.retain(|known| known != name);
+                    names.push(name.clone());
+                }
+            }
+            Event::ProviderRemoved { name } => {
+                if let Some(names) = self.registry(record.stream) {
+                    names.retain(|known| known != name);
+                }
+            }
+            Event::AdmissionClosed { parent } => {
+                self.closed.insert(*parent);
+            }
+            Event::AdmissionReopened { parent } => {
+                self.closed.remove(parent);
+            }
+            Event::TreeAcquired {
+                host,
+                holder,
+                fence,
+            } => {
+                if let Some(root) = session {
+                    self.owners.insert(root, (*host, holder.clone(), *fence));
+                }
+            }
+            Event::SessionCreated {
+                session: created,
+                parent,
+                depth,
+                label,
+                provider,
+                mode,
+                external,
+                ..
+            } => {
+                if parent.is_none() {
+                    self.roots.push(*created);
+                }
+                self.sessions.insert(
+                    *created,
+                    ReferenceSession {
+                        parent: *parent,
+                        depth: *depth,
+                        label: label.clone(),
+                        provider: provider.clone(),
+                        mode: *mode,
+                        external: *external,
+                    },
+                );
+            }
+            Event::ChildCataloged {
+                child,
+                label,
+                provider,
+                mode,
+                external,
+            } => {
+                if let Some(parent) = session {
+                    self.catalogs.entry(parent).or_default().push((
+                        *child,
+                        label.clone(),
+                        provider.clone(),
+                        *mode,
+                        *external,
+                    ));
+                }
+            }
+            Event::ActivationRequested { epoch, .. } => {
+                if let Some(session) = session {
+                    let activation = self.activations.entry(session).or_default();
+                    activation.epoch = *epoch;
+                    activation.live = Some((*epoch, "requested", false, None));
+                }
+            }
+            Event::ActivationPrepared { epoch, .. } => {
+                if let Some(live) = self.live_at(session, *epoch) {
+                    live.1 = "prepared";
+                }
+            }
+            Event::ActivationPublished { epoch, run_id } => {
+                if let Some(live) = self.live_at(session, *epoch) {
+                    live.1 = "published";
+                    live.3 = Some(*run_id);
+                }
+            }
+            Event::ActivationSettled { epoch, .. } => {
+                if let Some(live) = self.live_at(session, *epoch) {
+                    live.2 = true;
+                }
+            }
+            Event::ActivationReleased { epoch, .. } | Event::ActivationAbandoned { epoch, .. } => {
+                // The live activation of that epoch ends, and with it any
+                // turn it was running.
+                if self.live_at(session, *epoch).is_some() {
+                    if let Some(activation) = session.and_then(|s| self.activations.get_mut(&s)) {
+                        activation.live = None;
+                        activation.running_turn = None;
+                    }
+                }
+            }
+            Event::RunRequested { run_id, .. } => {
+                if let Some(session) = session {
+                    self.runs.insert(session, (*run_id, "requested"));
+                }
+            }
+            Event::RunStarted { run_id } => self.run_phase(session, *run_id, "started"),
+            Event::RunSettled { run_id, .. } => self.run_phase(session, *run_id, "settled"),
+            Event::RunDisposed { run_id, .. } => self.run_phase(session, *run_id, "disposed"),
+            Event::RunStartFailed { run_id, .. } => {
+                self.run_phase(session, *run_id, "start-failed");
+            }
+            Event::MessageAccepted { message_id, .. } => {
+                if let Some(session) = session {
+                    let inbox = self.inboxes.entry(session).or_default();
+                    inbox.accepted += 1;
+                    inbox.pending.push(*message_id);
+                }
+            }
+            Event::MessagesClaimed { ids, turn } => {
+                if let Some(session) = session {
+                    let inbox = self.inboxes.entry(session).or_default();
+                    for id in ids {
+                        inbox.pending.retain(|pending| pending != id);
+                        inbox.claimed.insert(*id, *turn);
+                    }
+                }
+            }
+            Event::MessagesDropped { ids, epoch } => {
+                if let Some(session) = session {
+                    let inbox = self.inboxes.entry(session).or_default();
+                    for id in ids {
+                        inbox.pending.retain(|pending| pending != id);
+                        inbox.dropped.insert(*id, *epoch);
+                    }
+                }
+            }
+            Event::TurnStarted { turn, .. } => {
+                if let Some(session) = session {
+                    let activation = self.activations.entry(session).or_default();
+                    activation.running_turn = Some(*turn);
+                    activation.turns = activation.turns.max(*turn);
+                }
+            }
+            Event::TurnEnded { turn, .. } => {
+                if let Some(activation) = session.and_then(|s| self.activations.get_mut(&s)) {
+                    if activation.running_turn == Some(*turn) {
+                        activation.running_turn = None;
+                    }
+                }
+            }
+            Event::HostRecovered { .. }
+            | Event::HistorySeeded { .. }
+            | Event::AssistantMessage { .. }
+            | Event::ToolCalled { .. }
+            | Event::ToolReturned { .. }
+            | Event::AgentReported { .. }
+            | Event::InterruptRequested { .. } => {}
+        }
+    }
+
+    /// The provider names of the registry `stream` records: the runtime
+    /// stream's, or a host's.
+    fn registry(&mut self, stream: subagent_core::StreamId) -> Option<&mut Vec<String>> {
+        match stream {
+            subagent_core::StreamId::Runtime => Some(&mut self.runtime_registry),
+            subagent_core::StreamId::Host(host) => {
+                Some(self.host_registries.entry(host).or_default())
+            }
+            subagent_core::StreamId::Session(_) => None,
+        }
+    }
+
+    fn live_at(&mut self, session: Option<SessionId>, epoch: u64) -> Option<&mut ReferenceLive> {
+        self.activations
+            .get_mut(&session?)?
+            .live
+            .as_mut()
+            .filter(|live| live.0 == epoch)
+    }
+
+    fn run_phase(
+        &mut self,
+        session: Option<SessionId>,
+        run_id: SubagentRunId,
+        phase: &'static str,
+    ) {
+        if let Some(run) = session.and_then(|s| self.runs.get_mut(&s)) {
+            if run.0 == run_id {
+                run.1 = phase;
+            }
+        }
+    }
+
+    /// Where `state` disagrees with this fold, naming the first property
+    /// that differs; `None` when they agree.
+    #[must_use]
+    pub fn disagreement(&self, state: &Projections) -> Option<String> {
+        use crate::{ActivationPhase, RunPhase};
+        fn differ<T: PartialEq + std::fmt::Debug>(
+            what: &str,
+            reference: &T,
+            state: &T,
+        ) -> Option<String> {
+            (reference != state).then(|| {
+                format!("{what}: the reference has {reference:?}, the projections {state:?}")
+            })
+        }
+        let mut found = differ("the position", &self.position, &state.position)
+            .or_else(|| differ("the roots", &self.roots, &state.roots));
+        // Sessions.
+        let sessions: BTreeMap<SessionId, ReferenceSession> = state
+            .sessions
+            .iter()
+            .map(|(id, record)| {
+                (
+                    *id,
+                    ReferenceSession {
+                        parent: record.parent,
+                        depth: record.depth,
+                        label: record.label.clone(),
+                        provider: record.provider.clone(),
+                        mode: record.mode,
+                        external: record.external,
+                    },
+                )
+            })
+            .collect();
+        found = found.or_else(|| differ("the sessions", &self.sessions, &sessions));
+        // Catalogs (a parent with no entry lists nothing).
+        let catalogs: BTreeMap<SessionId, Vec<ReferenceEntry>> = state
+            .catalogs
+            .iter()
+            .filter(|(_, facts)| !facts.is_empty())
+            .map(|(parent, facts)| {
+                let entries = facts
+                    .iter()
+                    .map(|fact| {
+                        (
+                            fact.child,
+                            fact.label.clone(),
+                            fact.provider.clone(),
+                            fact.mode,
+                            fact.external,
+                        )
+                    })
+                    .collect();
+                (*parent, entries)
+            })
+            .collect();
+        found = found.or_else(|| differ("the catalogs", &self.catalogs, &catalogs));
+        // Activations (a session with none is the default: epoch 0,
+        // nothing live, no turn).
+        let activations: BTreeMap<SessionId, ReferenceActivation> = state
+            .activations
+            .iter()
+            .map(|(id, activation)| {
+                let live = activation.live.as_ref().map(|live| {
+                    let phase = match live.phase {
+                        ActivationPhase::Requested => "requested",
+                        ActivationPhase::Prepared => "prepared",
+                        ActivationPhase::Published => "published",
+                    };
+                    (live.epoch, phase, live.settled, live.run_id)
+                });
+                let activation = ReferenceActivation {
+                    epoch: activation.epoch,
+                    live,
+                    running_turn: activation.running_turn,
+                    turns: activation.turns,
+                };
+                (*id, activation)
+            })
+            .filter(|(_, activation)| *activation != ReferenceActivation::default())
+            .collect();
+        let reference: BTreeMap<SessionId, ReferenceActivation> = self
+            .activations
+            .iter()
+            .filter(|(_, activation)| **activation != ReferenceActivation::default())
+            .map(|(id, activation)| (*id, activation.clone()))
+            .collect();
+        found = found.or_else(|| differ("the activations", &reference, &activations));
+        // Runs.
+        let runs: BTreeMap<SessionId, (SubagentRunId, &'static str)> = state
+            .runs
+            .iter()
+            .map(|(id, run)| {
+                let phase = match run.phase {
+                    RunPhase::Requested => "requested",
+                    RunPhase::Started => "started",
+                    RunPhase::Settled => "settled",
+                    RunPhase::Disposed => "disposed",
+                    RunPhase::StartFailed => "start-failed",
+                };
+                (*id, (run.run_id, phase))
+            })
+            .collect();
+        found = found.or_else(|| differ("the runs", &self.runs, &runs));
+        // Inboxes (a session with none has an empty one).
+        let inboxes: BTreeMap<SessionId, ReferenceInbox> = state
+            .inboxes
+            .iter()
+            .map(|(id, inbox)| {
+                let inbox = ReferenceInbox {
+                    accepted: inbox.accepted,
+                    pending: inbox.pending.iter().map(|(id, _)| *id).collect(),
+                    claimed: inbox
+                        .claimed
+                        .iter()
+                        .map(|(id, turn)| (*id, *turn))
+                        .collect(),
+                    dropped: inbox
+                        .dropped
+                        .iter()
+                        .map(|(id, epoch)| (*id, *epoch))
+                        .collect(),
+                };
+                (*id, inbox)
+            })
+            .filter(|(_, inbox)| *inbox != ReferenceInbox::default())
+            .collect();
+        let reference: BTreeMap<SessionId, ReferenceInbox> = self
+            .inboxes
+            .iter()
+            .filter(|(_, inbox)| **inbox != ReferenceInbox::default())
+            .map(|(id, inbox)| (*id, inbox.clone()))
+            .collect();
+        found = found.or_else(|| differ("the inboxes", &reference, &inboxes));
+        // Registries (a host with no provider left has an empty one).
+        let names = |registry: &[crate::ProviderRecord]| -> Vec<String> {
+            registry
+                .iter()
+                .map(|provider| provider.name.clone())
+                .collect()
+        };
+        found = found.or_else(|| {
+            differ(
+                "the runtime's registry",
+                &self.runtime_registry,
+                &names(&state.providers),
+            )
+        });
+        let hosts: BTreeMap<subagent_core::HostId, Vec<String>> = state
+            .host_providers
+            .iter()
+            .map(|(host, registry)| (*host, names(registry)))
+            .filter(|(_, names)| !names.is_empty())
+            .collect();
+        let reference: BTreeMap<subagent_core::HostId, Vec<String>> = self
+            .host_registries
+            .iter()
+            .filter(|(_, names)| !names.is_empty())
+            .map(|(host, names)| (*host, names.clone()))
+            .collect();
+        found = found.or_else(|| differ("the hosts' registries", &reference, &hosts));
+        let owners: BTreeMap<SessionId, (subagent_core::HostId, String, u64)> = state
+            .owners
+            .iter()
+            .map(|(root, owner)| (*root, (owner.host, owner.holder.clone(), owner.fence)))
+            .collect();
+        found = found.or_else(|| differ("the trees' owners", &self.owners, &owners));
+        found.or_else(|| {
+            differ(
+                "the closed admissions",
+                &self.closed,
+                &state.admission_closed,
+            )
+        })
+    }
+
+    /// Panics, naming the first property that differs, unless `state`
+    /// agrees with this fold ([`ReferenceFold::disagreement`]).
+    #[track_caller]
+    pub fn assert_agrees(&self, state: &Projections, context: &str) {
+        if let Some(difference) = self.disagreement(state) {
+            panic!("{context}: the projections disagree with the reference fold on {difference}");
+        }
     }
 }

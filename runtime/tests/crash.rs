@@ -12,7 +12,11 @@
 //! - reopening the runtime settles exactly what the log left live: each live
 //!   activation gets `ActivationAbandoned { HostRestart }` at its epoch, each
 //!   live run ends `RunDisposed` (settled `error` first if it had not
-//!   settled), and `HostRecovered` counts them; nothing is live afterwards.
+//!   settled), and `HostRecovered` counts them; nothing is live afterwards;
+//! - across the rounds, some kill landed mid-turn (a turn started and not
+//!   ended in the log), and recovery ended each such turn's activation, so
+//!   the checks above met an interrupted turn, not only idle activations
+//!   (rounds are added, a few at most, until one does).
 //!
 //! Rounds accumulate in one directory, so later rounds also recover logs that
 //! earlier kills left behind. `make test` runs a few rounds;
@@ -108,6 +112,8 @@ async fn open_runtime(
 }
 const ROUNDS_ENV: &str = "SUBAGENTS_CRASH_ROUNDS";
 const DEFAULT_ROUNDS: u64 = 3;
+/// Rounds added while no kill has landed mid-turn yet.
+const EXTRA_ROUNDS: u64 = 5;
 
 /// A small xorshift generator: the workload needs variety, not quality.
 struct Dice(u64);
@@ -273,12 +279,20 @@ fn sigkill_of_a_shared_postgres_host_keeps_acknowledged_work_and_its_restart_set
     crash_rounds(&store, rounds().min(2));
 }
 
+/// Runs `rounds` crash rounds, and more (up to [`EXTRA_ROUNDS`]) while no
+/// kill has yet landed mid-turn; then asserts that one did, so the recovery
+/// checks were not met only by idle activations.
 fn crash_rounds(store: &Store, rounds: u64) {
     let (env_name, env_value) = store.child_env();
     let mut dice = Dice::seeded();
     let mut acknowledged: Vec<(String, String)> = Vec::new();
     let (mut abandoned_total, mut failed_total) = (0, 0);
-    for round in 0..rounds {
+    // Rounds whose kill left a turn running (started, not ended), and the
+    // turns it left.
+    let (mut mid_turn_rounds, mut mid_turn_total) = (0u64, 0usize);
+    let mut round = 0;
+    while round < rounds || (mid_turn_rounds == 0 && round < rounds + EXTRA_ROUNDS) {
+        round += 1;
         let mut child = Command::new(std::env::current_exe().expect("test binary"))
             .args([
                 "crash_workload_child",
@@ -347,6 +361,20 @@ fn crash_rounds(store: &Store, rounds: u64) {
             .iter()
             .map(|(session, live)| (*session, live.epoch))
             .collect();
+        // Turns the kill interrupted: started and not ended, in a live
+        // activation (what the recovery must abandon mid-turn).
+        let mid_turn: Vec<SessionId> = state
+            .activations
+            .iter()
+            .filter(|(_, activation)| {
+                activation.live.is_some() && activation.running_turn.is_some()
+            })
+            .map(|(session, _)| *session)
+            .collect();
+        if !mid_turn.is_empty() {
+            mid_turn_rounds += 1;
+            mid_turn_total += mid_turn.len();
+        }
         let live_runs: Vec<SessionId> = state
             .runs
             .iter()
@@ -409,6 +437,20 @@ fn crash_rounds(store: &Store, rounds: u64) {
             after.runs.values().all(|run| !run.is_live()),
             "round {round}"
         );
+        for session in &mid_turn {
+            assert!(
+                live.iter().any(|(id, _)| id == session),
+                "round {round}: a turn ran outside a live activation"
+            );
+            assert_eq!(
+                after
+                    .activations
+                    .get(session)
+                    .and_then(|activation| activation.running_turn),
+                None,
+                "round {round}: {session}'s interrupted turn still runs after recovery"
+            );
+        }
         abandoned_total += live.len();
         failed_total += live_runs.len();
         tokio.block_on(runtime.close()).expect("clean close");
@@ -416,8 +458,12 @@ fn crash_rounds(store: &Store, rounds: u64) {
         drop(log);
     }
     println!(
-        "crash harness ({env_name}): {rounds} rounds, {} acknowledged ids kept, {abandoned_total} activations abandoned and {failed_total} runs settled by recovery",
+        "crash harness ({env_name}): {round} rounds, {} acknowledged ids kept, {abandoned_total} activations abandoned ({mid_turn_total} mid-turn, in {mid_turn_rounds} rounds) and {failed_total} runs settled by recovery",
         acknowledged.len()
+    );
+    assert!(
+        mid_turn_rounds > 0,
+        "no kill of {round} rounds landed mid-turn: the recovery of an interrupted turn went unchecked"
     );
 }
 

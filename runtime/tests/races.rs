@@ -16,6 +16,16 @@ use subagent_runtime::{InterruptAuthority, Script, ScriptedHost};
 use subagent_store::MemoryLog;
 
 const ROUNDS: usize = 15;
+/// The drain-during-a-start race's rounds: more, so each of its moments
+/// comes up several times; and, while one side of the race has not been
+/// seen yet, more again up to the second figure.
+const DRAIN_ROUNDS: usize = 44;
+const DRAIN_ROUNDS_AT_MOST: usize = 220;
+/// The drain's pauses after the start is spawned, in microseconds, round
+/// after round. A start takes some 100 to 200 µs on an idle machine: the
+/// short pauses mostly let the drain win, the long ones the start, and
+/// those between meet the race itself.
+const DRAIN_PAUSES_MICROS: [u64; 11] = [0, 25, 50, 75, 100, 150, 200, 300, 500, 1_000, 2_000];
 
 /// Every agent says "a", pauses 2 ms and says "b": turns short enough to
 /// race. Only `spawn` is registered.
@@ -96,12 +106,25 @@ async fn an_interrupt_during_a_claim_never_requeues_or_loses_messages() {
     }
 }
 
+/// A drain of a root's descendants races a start below it. Whichever side
+/// wins, once both have returned nothing below the root is live: checked on
+/// the log before the winning child's handle is disposed, so a drain that
+/// missed a concurrent start (leaving its child live) fails here. The
+/// drain's moment moves from round to round (at once, then after pauses
+/// from 25 µs to 2 ms), and both outcomes must have been seen across the
+/// rounds: a start the drain refused or cancelled, and a start that won and
+/// was then drained; otherwise the check never met the race it is about.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_drain_during_a_start_leaves_nothing_live_below_the_parent() {
     // A root per round, so no harness root.
     let log = MemoryLog::new();
     let (runtime, _) = harness().over(log.clone()).open_runtime().await;
-    for _ in 0..ROUNDS {
+    // Rounds won by the start (it returned a child, which the drain then
+    // ended) and lost by it (refused or cancelled by the drain).
+    let (mut won, mut lost) = (0usize, 0usize);
+    let mut round = 0;
+    while round < DRAIN_ROUNDS || ((won == 0 || lost == 0) && round < DRAIN_ROUNDS_AT_MOST) {
+        round += 1;
         let root = runtime.open_root("host").await.unwrap();
         let start = {
             let (runtime, root) = (runtime.clone(), root.clone());
@@ -109,33 +132,56 @@ async fn a_drain_during_a_start_leaves_nothing_live_below_the_parent() {
                 start(&runtime, &root, spec("spawn", "worker", Delivery::Caller)).await
             })
         };
-        tokio::task::yield_now().await;
+        // The drain's moment: at once, or after a pause (yielding) that
+        // sweeps the window in which the start is under way.
+        let pause = DRAIN_PAUSES_MICROS[round % DRAIN_PAUSES_MICROS.len()];
+        let until = std::time::Instant::now() + Duration::from_micros(pause);
+        while std::time::Instant::now() < until {
+            tokio::task::yield_now().await;
+        }
         runtime
             .drain_descendants(std::slice::from_ref(&root))
             .await
             .unwrap();
-        // The start either lost the race (refused or cancelled) or was drained.
-        if let Ok(activation) = start.await.unwrap() {
-            activation.dispose().await.unwrap();
-        }
+        let started = start.await.unwrap();
+        // Before anything is disposed: the drain alone must have ended
+        // whatever the start created.
         let state = fold(&log);
         let below: Vec<_> = state
             .list_descendants(root.session())
             .into_iter()
             .map(|e| e.entry.entry.child_id)
             .collect();
-        for child in below {
+        for child in &below {
             assert!(
                 state
                     .activations
-                    .get(&child)
+                    .get(child)
                     .is_none_or(|a| a.live.is_none()),
-                "a child stayed live after the drain"
+                "round {round}: a child stayed live after the drain (start {})",
+                if started.is_ok() { "won" } else { "lost" }
             );
+        }
+        match started {
+            Ok(activation) => {
+                won += 1;
+                assert_eq!(
+                    below,
+                    vec![activation.child_id()],
+                    "round {round}: the started child is the one below the root"
+                );
+                activation.dispose().await.unwrap();
+            }
+            Err(_) => lost += 1,
         }
         runtime.close_root(&root).await.unwrap();
         assert_inbox_invariants(&log);
     }
+    println!("drain during a start: the start won {won} and lost {lost} of {round} rounds");
+    assert!(
+        won > 0 && lost > 0,
+        "both sides of the race must be seen: the start won {won} and lost {lost} rounds"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
