@@ -60,6 +60,27 @@ fn until(what: &str, limit: Duration, check: impl Fn() -> bool) {
     }
 }
 
+/// Runs `subagents demo` on the ACP agent `acp` with `extra` arguments to
+/// its end, checks it succeeded, and returns what it printed and the log
+/// as `log --json` prints it; no agent process of `dir` is left.
+fn completed_demo(dir: &Path, data: &str, acp: &str, extra: &[&str]) -> (String, String) {
+    let output = Command::new(env!("CARGO_BIN_EXE_subagents"))
+        .args(["demo", "--data", data, "--acp", acp])
+        .args(extra)
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&output);
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    let (log, _) = text(
+        &Command::new(env!("CARGO_BIN_EXE_subagents"))
+            .args(["log", data, "--json"])
+            .output()
+            .unwrap(),
+    );
+    assert_eq!(agents_in(dir), 0, "an agent outlived the demo");
+    (stdout, log)
+}
+
 /// A demo whose research child works for ten minutes.
 fn busy_script() -> serde_json::Value {
     json!({
@@ -130,27 +151,15 @@ fn an_agent_refused_a_file_outside_its_workspace_does_not_end_the_demo() {
         "default": {"turns": [[{"say": "done"}]]},
         "byLabel": {"research": {"turns": [[{"readFile": {"path": "/etc/shadow"}}, {"say": "carried on"}]]}}
     }));
-    let output = Command::new(env!("CARGO_BIN_EXE_subagents"))
-        .args(["demo", "--data", &data, "--acp", &acp])
-        .output()
-        .unwrap();
-    let (stdout, stderr) = text(&output);
-    assert!(output.status.success(), "{stdout}\n{stderr}");
+    let (stdout, log) = completed_demo(dir.path(), &data, &acp, &[]);
     assert!(
         stdout.contains("research    completed  carried on"),
         "{stdout}"
-    );
-    let (log, _) = text(
-        &Command::new(env!("CARGO_BIN_EXE_subagents"))
-            .args(["log", &data, "--json"])
-            .output()
-            .unwrap(),
     );
     assert!(
         log.contains("could not read /etc/shadow"),
         "the refusal is recorded"
     );
-    assert_eq!(agents_in(dir.path()), 0);
 }
 
 #[test]
@@ -159,24 +168,12 @@ fn an_agent_writing_a_line_that_is_not_json_settles_its_child_error_and_the_demo
         "default": {"turns": [[{"say": "done"}]]},
         "byLabel": {"fact-check": {"turns": [[{"say": "checking"}, {"rawLine": "<html>oops</html>"}]]}}
     }));
-    let output = Command::new(env!("CARGO_BIN_EXE_subagents"))
-        .args(["demo", "--data", &data, "--acp", &acp])
-        .output()
-        .unwrap();
-    let (stdout, stderr) = text(&output);
-    assert!(output.status.success(), "{stdout}\n{stderr}");
+    let (stdout, log) = completed_demo(dir.path(), &data, &acp, &[]);
     assert!(stdout.contains("fact-check  error      "), "{stdout}");
-    let (tree, _) = text(
-        &Command::new(env!("CARGO_BIN_EXE_subagents"))
-            .args(["log", &data, "--json"])
-            .output()
-            .unwrap(),
-    );
     assert!(
-        tree.contains("acp/protocol: the agent sent a line that is not JSON"),
-        "{tree}"
+        log.contains("acp/protocol: the agent sent a line that is not JSON"),
+        "{log}"
     );
-    assert_eq!(agents_in(dir.path()), 0);
 }
 
 #[test]
@@ -186,23 +183,11 @@ fn a_hung_agent_settles_idle_timeout_after_the_demo_s_idle_limit() {
         "byLabel": {"fact-check": {"turns": [[{"say": "thinking"}, "hang"]]}}
     }));
     let started = Instant::now();
-    let output = Command::new(env!("CARGO_BIN_EXE_subagents"))
-        .args(["demo", "--data", &data, "--acp", &acp, "--acp-idle", "1"])
-        .output()
-        .unwrap();
-    let (stdout, stderr) = text(&output);
-    assert!(output.status.success(), "{stdout}\n{stderr}");
+    let (stdout, log) = completed_demo(dir.path(), &data, &acp, &["--acp-idle", "1"]);
     assert!(stdout.contains("fact-check  error      "), "{stdout}");
     assert!(
         started.elapsed() < Duration::from_secs(60),
         "the demo did not wait out the hang"
     );
-    let (log, _) = text(
-        &Command::new(env!("CARGO_BIN_EXE_subagents"))
-            .args(["log", &data, "--json"])
-            .output()
-            .unwrap(),
-    );
     assert!(log.contains("acp/idle-timeout"), "{log}");
-    assert_eq!(agents_in(dir.path()), 0);
 }

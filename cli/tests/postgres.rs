@@ -10,6 +10,7 @@ mod common;
 
 use std::path::Path;
 
+use common::serve::readiness;
 use common::{subagents, text};
 use subagent_pg::testing::{unique_schema, TestServer};
 use subagent_projections::testing;
@@ -445,14 +446,6 @@ fn host_flags_need_a_postgres_store_and_a_term_in_range() {
     assert!(!Path::new(data).exists(), "a usage error creates nothing");
 }
 
-/// `GET /readyz`'s status on `base`.
-async fn readiness(http: &reqwest::Client, base: &str) -> u16 {
-    http.get(format!("{base}/readyz"))
-        .send()
-        .await
-        .map_or(0, |response| response.status().as_u16())
-}
-
 /// A PostgreSQL crash under load: while the server is down every request is
 /// refused 503 `store/unavailable` with a `Retry-After` (never 500) and the
 /// readiness check says so; once it is back, `serve` reopens its runtime by
@@ -502,22 +495,7 @@ async fn serve_refuses_503_while_postgres_is_down_and_comes_back_with_nothing_lo
     done.cancel();
     let answers = load.await.unwrap();
     let acknowledged = common::serve::acknowledged_across_an_outage(&answers);
-    let listed: serde_json::Value = http
-        .get(format!("{}/v1/roots", serve.base))
-        .bearer_auth(&token)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let listed = listed.to_string();
-    for id in &acknowledged {
-        assert!(
-            listed.contains(id.as_str()),
-            "acknowledged root {id} is lost"
-        );
-    }
+    common::serve::assert_all_listed(&serve.base, &token, &acknowledged).await;
     let (status, _) = serve.terminate();
     assert!(status.success());
     let verified = subagents(&["verify", &log]);

@@ -401,14 +401,8 @@ async fn serve_refuses_503_on_a_full_disk_and_comes_back_once_it_has_room() {
         token.clone(),
         done.clone(),
     ));
-    let ready = |http: reqwest::Client, base: String| async move {
-        http.get(format!("{base}/readyz"))
-            .send()
-            .await
-            .map_or(0, |response| response.status().as_u16())
-    };
     let deadline = std::time::Instant::now() + Duration::from_secs(120);
-    while ready(http.clone(), serve.base.clone()).await != 503 {
+    while common::serve::readiness(&http, &serve.base).await != 503 {
         assert!(
             std::time::Instant::now() < deadline,
             "the disk never filled"
@@ -419,7 +413,7 @@ async fn serve_refuses_503_on_a_full_disk_and_comes_back_once_it_has_room() {
     tokio::time::sleep(Duration::from_secs(1)).await;
     serve.lift_file_limit();
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while ready(http.clone(), serve.base.clone()).await != 200 {
+    while common::serve::readiness(&http, &serve.base).await != 200 {
         assert!(std::time::Instant::now() < deadline, "serve never reopened");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -427,21 +421,7 @@ async fn serve_refuses_503_on_a_full_disk_and_comes_back_once_it_has_room() {
     done.cancel();
     let answers = load.await.unwrap();
     let acknowledged = common::serve::acknowledged_across_an_outage(&answers);
-    let listed = http
-        .get(format!("{}/v1/roots", serve.base))
-        .bearer_auth(&token)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    for id in &acknowledged {
-        assert!(
-            listed.contains(id.as_str()),
-            "acknowledged root {id} is lost"
-        );
-    }
+    common::serve::assert_all_listed(&serve.base, &token, &acknowledged).await;
     let (status, _) = serve.terminate();
     assert!(status.success());
     let verified = Command::new(env!("CARGO_BIN_EXE_subagents"))

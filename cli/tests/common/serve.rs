@@ -239,3 +239,30 @@ pub(crate) fn acknowledged_across_an_outage(answers: &[Opened]) -> Vec<String> {
     assert!(after_refusal > 0, "the load went on after the outage");
     acknowledged
 }
+
+/// Checks that `GET /v1/roots` on `base` lists every root of `acknowledged`.
+pub(crate) async fn assert_all_listed(base: &str, token: &str, acknowledged: &[String]) {
+    let listed = reqwest::Client::new()
+        .get(format!("{base}/v1/roots"))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for id in acknowledged {
+        assert!(
+            listed.contains(id.as_str()),
+            "acknowledged root {id} is lost"
+        );
+    }
+}
+
+/// `GET /readyz`'s status on `base` (0 when it does not answer).
+pub(crate) async fn readiness(http: &reqwest::Client, base: &str) -> u16 {
+    http.get(format!("{base}/readyz"))
+        .send()
+        .await
+        .map_or(0, |response| response.status().as_u16())
+}
