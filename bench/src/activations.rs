@@ -202,6 +202,7 @@ async fn floor_run(
                             run_id,
                             provider: "instant".into(),
                             delivery: Delivery::Caller,
+                            requested_by: None,
                         },
                         Event::RunStarted { run_id },
                         Event::RunSettled {

@@ -34,7 +34,12 @@ fn child_events(session: SessionId, parent: SessionId, depth: u64) -> Vec<NewEve
             external: false,
             descriptor: json!({"version": 1, "provider": "spawn", "mode": "continuable", "inheritsParentContext": false}),
         },
-        Event::ActivationRequested { epoch: 1, delivery: Delivery::Parent, output_schema: None },
+        Event::ActivationRequested {
+            epoch: 1,
+            delivery: Delivery::Parent,
+            output_schema: None,
+            requested_by: None,
+        },
         Event::MessageAccepted {
             message_id: message,
             source: MessageSource::Delegation { parent_session_id: parent },

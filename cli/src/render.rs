@@ -258,6 +258,7 @@ mod tests {
                 run_id,
                 provider: "process".into(),
                 delivery: Delivery::Parent,
+                requested_by: None,
             },
         );
         history.push(stream, Event::RunStarted { run_id });
@@ -274,6 +275,7 @@ mod tests {
                 epoch: 1,
                 delivery: Delivery::Parent,
                 output_schema: None,
+                requested_by: None,
             },
         );
         history.push(

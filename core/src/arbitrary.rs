@@ -303,13 +303,20 @@ fn lifecycle_event() -> impl Strategy<Value = Event> {
                 }
             }
         ),
-        (any::<u64>(), delivery(), option::of(json())).prop_map(|(epoch, delivery, schema)| {
-            Event::ActivationRequested {
-                epoch,
-                delivery,
-                output_schema: schema.filter(|value| !value.is_null()),
-            }
-        }),
+        (
+            any::<u64>(),
+            delivery(),
+            option::of(json()),
+            option::of(tool_call_ref())
+        )
+            .prop_map(|(epoch, delivery, schema, requested_by)| {
+                Event::ActivationRequested {
+                    epoch,
+                    delivery,
+                    output_schema: schema.filter(|value| !value.is_null()),
+                    requested_by,
+                }
+            }),
         (any::<u64>(), any::<u64>()).prop_map(|(epoch, seeded_events)| Event::ActivationPrepared {
             epoch,
             seeded_events
@@ -329,15 +336,21 @@ fn lifecycle_event() -> impl Strategy<Value = Event> {
     ]
 }
 
+/// A delegation tool call's reference.
+fn tool_call_ref() -> impl Strategy<Value = crate::ToolCallRef> {
+    (any::<u64>(), text()).prop_map(|(turn, call_id)| crate::ToolCallRef { turn, call_id })
+}
+
 fn run_event() -> impl Strategy<Value = Event> {
     prop_oneof![
-        (run_id(), text(), delivery()).prop_map(|(run_id, provider, delivery)| {
-            Event::RunRequested {
+        (run_id(), text(), delivery(), option::of(tool_call_ref())).prop_map(
+            |(run_id, provider, delivery, requested_by)| Event::RunRequested {
                 run_id,
                 provider,
                 delivery,
+                requested_by,
             }
-        }),
+        ),
         run_id().prop_map(|run_id| Event::RunStarted { run_id }),
         (run_id(), result()).prop_map(|(run_id, result)| Event::RunSettled { run_id, result }),
         (run_id(), option::of(diagnostic())).prop_map(|(run_id, cleanup_error)| {

@@ -237,6 +237,17 @@ pub struct StartOptions {
     pub persona: Option<String>,
 }
 
+/// A delegation tool call of a parent's turn: what a child an agent
+/// started records as its request.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolCallRef {
+    /// The parent's turn.
+    pub turn: u64,
+    /// The call's id in that turn (its `ToolCalled`).
+    pub call_id: String,
+}
+
 /// The task of one delegation, less the live parent and cancellation that the
 /// runtime carries beside it.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

@@ -21,7 +21,7 @@ use uuid::Uuid;
 use crate::content::ContentBlock;
 use crate::contracts::{
     AgentRoute, Delivery, InterruptAuthority, MessageDelivery, MessageSource, SessionMode,
-    SubagentCapabilities,
+    SubagentCapabilities, ToolCallRef,
 };
 use crate::error::SubagentError;
 use crate::ids::{EventId, HostId, MessageId, SessionId, SubagentRunId};
@@ -38,7 +38,7 @@ use crate::telemetry::TraceContext;
 /// - 3: adds `TreeAcquired` (a host of a shared log took a tree) and the
 ///   `host-<uuid>` streams. Version 2 events are version 3 events
 ///   unchanged.
-pub const CURRENT_SCHEMA_VERSION: u32 = 3;
+pub const CURRENT_SCHEMA_VERSION: u32 = 4;
 
 /// A stream of the log: `runtime` for host-level facts of a single-writer
 /// log, `host-<uuid>` for those of one host of a shared log,
@@ -396,6 +396,10 @@ pub enum Event {
         /// Output schema for this activation only.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         output_schema: Option<Value>,
+        /// The parent's delegation tool call that requested it, when an
+        /// agent started the child (a program's start names none).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        requested_by: Option<ToolCallRef>,
     },
     /// The provider contributed the creation inputs.
     #[serde(rename_all = "camelCase")]
@@ -447,6 +451,10 @@ pub enum Event {
         provider: String,
         /// Who receives the result.
         delivery: Delivery,
+        /// The parent's delegation tool call that requested it, when an
+        /// agent started the run (a program's start names none).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        requested_by: Option<ToolCallRef>,
     },
     /// The provider published the run.
     #[serde(rename_all = "camelCase")]

@@ -387,6 +387,7 @@ mod tests {
                 epoch: 2,
                 delivery: crate::Delivery::Caller,
                 output_schema: None,
+                requested_by: None,
             }
             .named_span(),
             Some(NamedSpan::Activation { epoch: 2 })
@@ -396,6 +397,7 @@ mod tests {
                 run_id: crate::SubagentRunId::new(),
                 provider: "process".into(),
                 delivery: crate::Delivery::Caller,
+                requested_by: None,
             }
             .named_span(),
             Some(NamedSpan::Run)

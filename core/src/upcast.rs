@@ -36,6 +36,13 @@ pub const UPCASTERS: &[Upcaster] = &[
         // version 2 event is a version 3 event as it stands.
         apply: |_| Ok(()),
     },
+    Upcaster {
+        from_version: 3,
+        // Version 4 only added the optional `requestedBy` of
+        // `ActivationRequested` and `RunRequested`: every version 3 event
+        // is a version 4 event as it stands.
+        apply: |_| Ok(()),
+    },
 ];
 
 /// Why an event could not be decoded.

@@ -32,9 +32,9 @@ use thiserror::Error;
 use crate::activation::RunPhase;
 use crate::machine::{
     abandonable_live, check_registration, child_depth, child_mode, interrupt_authorized, live,
-    new_session, next_turn, registered, requested_live, route_message, route_prompt, run_in,
-    running_turn, runs_live_work, settlement_notice_id, settlement_summary, start_parent,
-    transcript_turn, unpublished_live, unsettled_live, unused_child_id, valid_label,
+    new_session, next_turn, registered, requested_live, requesting_turn, route_message,
+    route_prompt, run_in, running_turn, runs_live_work, settlement_notice_id, settlement_summary,
+    start_parent, transcript_turn, unpublished_live, unsettled_live, unused_child_id, valid_label,
 };
 use crate::sessions::SessionRecord;
 use crate::state::Projections;
@@ -188,6 +188,23 @@ fn broken<T>(reason: impl Into<String>) -> Result<T, Broken> {
     Err(Broken(reason.into()))
 }
 
+/// A child's first request naming `call`: a call of its parent's running
+/// turn, as `decide` checks it (a root's child names none).
+fn requested_by_call(
+    state: &Projections,
+    created: &SessionRecord,
+    call: Option<&subagent_core::ToolCallRef>,
+) -> Result<(), Broken> {
+    let (Some(call), Some(parent)) = (call, created.parent) else {
+        return match call {
+            Some(_) => broken("a root's child names no requesting call"),
+            None => Ok(()),
+        };
+    };
+    requesting_turn(state, parent, call)?;
+    Ok(())
+}
+
 fn rule(
     state: &Projections,
     expected: Expectation,
@@ -262,6 +279,7 @@ fn rule(
             epoch,
             delivery,
             output_schema,
+            requested_by,
         } => match expected {
             Expectation::FirstActivation { .. } => {
                 let created = created()?;
@@ -271,18 +289,24 @@ fn rule(
                 if let Some(schema) = output_schema {
                     subagent_core::schema::assert_object_json_schema(schema)?;
                 }
+                requested_by_call(state, created, requested_by.as_ref())?;
                 Ok(Expectation::None)
             }
             Expectation::Resume { epoch: resumed, .. }
                 if *epoch == resumed
                     && *delivery == Delivery::Parent
-                    && output_schema.is_none() =>
+                    && output_schema.is_none()
+                    && requested_by.is_none() =>
             {
                 Ok(Expectation::None)
             }
             _ => broken("only a start or a message to an absent child requests an activation"),
         },
-        Event::RunRequested { provider, .. } => {
+        Event::RunRequested {
+            provider,
+            requested_by,
+            ..
+        } => {
             let created = created()?;
             if !matches!(expected, Expectation::FirstActivation { .. })
                 || !created.external
@@ -290,6 +314,7 @@ fn rule(
             {
                 return broken("only the start of an external child requests its run");
             }
+            requested_by_call(state, created, requested_by.as_ref())?;
             Ok(Expectation::None)
         }
         Event::HistorySeeded { .. } => {

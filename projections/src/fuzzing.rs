@@ -492,6 +492,7 @@ impl FuzzWorld {
                 Delivery::Parent
             },
             run_id: SubagentRunId::from_uuid(*child.as_uuid()),
+            requested_by: None,
             settings: Arc::new(settings),
         })
     }

@@ -222,6 +222,7 @@ impl Projections {
                 epoch,
                 delivery,
                 output_schema,
+                requested_by: _,
             } => {
                 if let Some(state) = self.activation_mut(session) {
                     state.epoch = *epoch;
@@ -282,6 +283,7 @@ impl Projections {
                 run_id,
                 provider,
                 delivery,
+                requested_by: _,
             } => {
                 if let Some(id) = session {
                     self.runs.insert(

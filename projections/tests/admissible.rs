@@ -159,6 +159,7 @@ fn child_with(turns: u64, epoch: u64, root_depth: u64) -> (Projections, SessionI
             epoch,
             delivery: Delivery::Parent,
             output_schema: None,
+            requested_by: None,
         },
     );
     history.push(
@@ -240,6 +241,7 @@ fn decide_refuses_instead_of_overflowing_on_u64_max() {
             options: subagent_core::StartOptions::default(),
             delivery: Delivery::Parent,
             run_id: SubagentRunId::new(),
+            requested_by: None,
             settings: std::sync::Arc::default(),
         }),
     )

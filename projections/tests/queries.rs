@@ -158,6 +158,7 @@ fn activation_lifecycle_drives_activity_and_keeps_the_settled_result() {
             epoch: 1,
             delivery: Delivery::Caller,
             output_schema: None,
+            requested_by: None,
         },
     );
     history.push(
@@ -256,6 +257,7 @@ fn an_external_run_keeps_its_first_result() {
             run_id,
             provider: "process".into(),
             delivery: Delivery::Parent,
+            requested_by: None,
         },
     );
     history.push(stream, Event::RunStarted { run_id });

@@ -22,6 +22,7 @@ mod capacity;
 pub mod child_process;
 #[cfg(feature = "conformance")]
 pub mod conformance;
+pub mod delegation;
 mod drivers;
 mod engine;
 mod metrics;

@@ -60,6 +60,16 @@ pub enum Step {
         #[serde(default)]
         output: String,
     },
+    /// A call of any tool the session may call (a host tool, or one of the
+    /// runtime's delegation tools), whose result the agent then says as
+    /// its next assistant message.
+    Call {
+        /// Tool name.
+        name: String,
+        /// Input.
+        #[serde(default)]
+        input: Value,
+    },
     /// Pause; cancellation ends the turn `aborted`.
     SleepMs(u64),
     /// The turn's structured capture.
@@ -257,6 +267,19 @@ impl AgentHost for ScriptedHost {
     }
 }
 
+/// Calls `name` with `arguments` through the turn's tool port, as step
+/// `index` (its call id is `call-<index>`).
+async fn call_tool(input: &TurnInput, index: usize, name: String, arguments: Value) -> ToolOutput {
+    input
+        .tools
+        .call(ToolCall {
+            call_id: format!("call-{index}"),
+            name,
+            input: arguments,
+        })
+        .await
+}
+
 /// A live scripted agent.
 #[derive(Debug)]
 pub struct ScriptedAgent {
@@ -310,15 +333,16 @@ impl Agent for ScriptedAgent {
                     } => {
                         // A refusal or failure is recorded by the runtime;
                         // the script goes on either way.
-                        input
-                            .tools
-                            .call(ToolCall {
-                                call_id: format!("call-{index}"),
-                                name,
-                                input: arguments,
-                            })
-                            .await;
+                        call_tool(&input, index, name, arguments).await;
                         Ok(())
+                    }
+                    Step::Call {
+                        name,
+                        input: arguments,
+                    } => {
+                        let output = call_tool(&input, index, name, arguments).await;
+                        let text = subagent_core::content::plain_text(&output.output);
+                        input.transcript.send(say(&text)).await
                     }
                     Step::SleepMs(millis) => {
                         tokio::select! {

@@ -39,8 +39,17 @@ impl Deployment {
                 Some((key.into_string().ok()?, value.into_string().ok()?))
             }),
         );
+        // A filter may name the host's tools and the delegation tools.
         let settings = StartSettings {
-            tools: tools.iter().map(|tool| tool.name.clone()).collect(),
+            tools: tools
+                .iter()
+                .map(|tool| tool.name.clone())
+                .chain(
+                    crate::delegation::NAMES
+                        .iter()
+                        .map(|name| (*name).to_owned()),
+                )
+                .collect(),
             ..StartSettings::default()
         };
         Deployment {

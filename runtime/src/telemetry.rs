@@ -552,6 +552,7 @@ mod tests {
                     epoch: 1,
                     delivery: Delivery::Caller,
                     output_schema: None,
+                    requested_by: None,
                 },
             ],
             RecordedIn::span(Some(activation)),

@@ -89,9 +89,18 @@ async fn a_tool_filter_hides_restricted_tools_and_refuses_their_calls_down_the_l
         .unwrap();
     let result = child.result().await.unwrap();
     assert_eq!(result.stop_reason, SubagentStopReason::Completed);
+    // The host's tools the filter leaves, then the runtime's delegation
+    // tools, which no filter here removes.
     assert_eq!(
         tool_names(&probe.spec_of(child.child_id())),
-        ["read_file", "write_file"]
+        [
+            "read_file",
+            "write_file",
+            "subagent",
+            "list_agents",
+            "send_message",
+            "subagent_control"
+        ]
     );
     assert_eq!(
         tool_results(&h, child.child_id()),
@@ -135,7 +144,10 @@ async fn a_tool_filter_hides_restricted_tools_and_refuses_their_calls_down_the_l
         .await
         .unwrap();
     sibling.result().await.unwrap();
-    assert_eq!(tool_names(&probe.spec_of(sibling.child_id())).len(), 3);
+    assert_eq!(
+        tool_names(&probe.spec_of(sibling.child_id())).len(),
+        3 + subagent_runtime::delegation::NAMES.len()
+    );
     assert!(tool_results(&h, sibling.child_id())
         .iter()
         .all(|(_, refused, _)| !refused));

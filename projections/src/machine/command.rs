@@ -6,7 +6,7 @@ use serde_json::Value;
 use subagent_core::{
     AbandonReason, AgentOptions, ContentBlock, Delivery, Diagnostic, Event, MessageDelivery,
     MessageId, SessionId, StartOptions, StartSettings, StreamId, SubagentResult, SubagentRunId,
-    SubagentStopReason,
+    SubagentStopReason, ToolCallRef,
 };
 
 use crate::ownership::TreeClaim;
@@ -370,6 +370,9 @@ pub struct StartChild {
     pub delivery: Delivery,
     /// The run id (external children).
     pub run_id: SubagentRunId,
+    /// The parent's delegation tool call that asks for the start, when
+    /// its agent does: a call of the parent's running turn.
+    pub requested_by: Option<ToolCallRef>,
     /// The deployment settings the start is checked against: persona
     /// variables, the host's tool names and model selection.
     pub settings: std::sync::Arc<StartSettings>,

@@ -4,7 +4,8 @@
 //! the same rules) share them, so a rule is written once.
 
 use subagent_core::{
-    AgentOptions, Event, OutOfOrder, SessionId, SessionMode, SubagentError, MAX_SAFE_INTEGER,
+    AgentOptions, Event, OutOfOrder, SessionId, SessionMode, SubagentError, ToolCallRef,
+    MAX_SAFE_INTEGER,
 };
 
 use crate::activation::{ActivationPhase, LiveActivation, RunPhase, RunState};
@@ -280,6 +281,32 @@ pub(crate) fn running_turn(state: &Projections, session: SessionId) -> Result<u6
         .get(&session)
         .and_then(|activation| activation.running_turn)
         .ok_or_else(|| out_of_order(session, OutOfOrder::NoTurnRunning))
+}
+
+/// A start asked for by `call`, a delegation tool call of `parent`'s: the
+/// call names the turn `parent` is running (its `ToolCalled` is recorded
+/// before the tool runs). A root, which runs no turns, asks for none.
+pub(crate) fn requesting_turn(
+    state: &Projections,
+    parent: SessionId,
+    call: &ToolCallRef,
+) -> Result<(), SubagentError> {
+    let running = running_turn(state, parent)?;
+    if call.turn != running {
+        return Err(out_of_order(
+            parent,
+            OutOfOrder::OtherTurn {
+                entry: call.turn,
+                running,
+            },
+        ));
+    }
+    if call.call_id.is_empty() {
+        return Err(SubagentError::BadRequest(
+            "a start's requesting call has an empty id".into(),
+        ));
+    }
+    Ok(())
 }
 
 /// A transcript entry of the session's running turn; returns the turn.

@@ -15,8 +15,8 @@ use crate::state::Projections;
 
 use super::command::{push_to, single, Decision, StartChild};
 use super::guards::{
-    abandonable_live, child_depth, child_mode, live, registered, requested_live, start_parent,
-    unpublished_live, unsettled_live, unused_child_id, valid_label,
+    abandonable_live, child_depth, child_mode, live, registered, requested_live, requesting_turn,
+    start_parent, unpublished_live, unsettled_live, unused_child_id, valid_label,
 };
 
 pub(super) fn start_child(
@@ -57,6 +57,9 @@ pub(super) fn start_child(
             .check(requested, &agent_options)?;
     }
     let depth = child_depth(parent, start.options.max_depth)?;
+    if let Some(call) = &start.requested_by {
+        requesting_turn(state, start.parent, call)?;
+    }
     unused_child_id(state, start.child)?;
     valid_label(&start.label)?;
     let (mode, external) = child_mode(provider);
@@ -86,12 +89,14 @@ pub(super) fn start_child(
             run_id: start.run_id,
             provider: provider.name.clone(),
             delivery: start.delivery,
+            requested_by: start.requested_by,
         });
     } else {
         child_events.push(Event::ActivationRequested {
             epoch: 1,
             delivery: start.delivery,
             output_schema: start.options.output_schema.clone(),
+            requested_by: start.requested_by,
         });
     }
     Ok(vec![

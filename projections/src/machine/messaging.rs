@@ -51,6 +51,7 @@ fn accept(
             epoch,
             delivery: Delivery::Parent,
             output_schema: None,
+            requested_by: None,
         });
     }
     single(StreamId::Session(target), events)

@@ -34,8 +34,8 @@ pub use messaging::{cold_resumes, prompt_receipt};
 
 pub(crate) use guards::{
     abandonable_live, check_registration, child_depth, child_mode, live, new_session, next_turn,
-    registered, requested_live, run_in, running_turn, start_parent, transcript_turn,
-    unpublished_live, unsettled_live, unused_child_id, valid_label,
+    registered, requested_live, requesting_turn, run_in, running_turn, start_parent,
+    transcript_turn, unpublished_live, unsettled_live, unused_child_id, valid_label,
 };
 pub(crate) use messaging::{interrupt_authorized, route_message, route_prompt, runs_live_work};
 

@@ -246,6 +246,7 @@ fn requested(epoch: u64) -> Event {
         epoch,
         delivery: Delivery::Parent,
         output_schema: None,
+        requested_by: None,
     }
 }
 

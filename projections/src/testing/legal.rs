@@ -182,12 +182,14 @@ impl LegalHistory {
                 epoch: 1,
                 delivery: Delivery::Parent,
                 output_schema: None,
+                requested_by: None,
             }
         } else {
             Event::RunRequested {
                 run_id: SubagentRunId::from_uuid(*child.as_uuid()),
                 provider: provider.into(),
                 delivery: Delivery::Parent,
+                requested_by: None,
             }
         };
         self.push(StreamId::Session(child), first);
@@ -225,6 +227,7 @@ impl LegalHistory {
                     epoch,
                     delivery: Delivery::Parent,
                     output_schema: None,
+                    requested_by: None,
                 },
             );
         }

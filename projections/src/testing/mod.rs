@@ -166,6 +166,7 @@ impl HistoryBuilder {
                 epoch,
                 delivery: Delivery::Parent,
                 output_schema: None,
+                requested_by: None,
             },
             Event::ActivationPrepared {
                 epoch,

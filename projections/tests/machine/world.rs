@@ -163,6 +163,7 @@ pub(crate) fn start(parent: SessionId, provider: &str, delivery: Delivery) -> St
         options: StartOptions::default(),
         delivery,
         run_id: SubagentRunId::new(),
+        requested_by: None,
         settings: std::sync::Arc::new(settings()),
     }
 }

@@ -381,7 +381,7 @@ impl SubagentRuntime {
     }
 
     /// Records and signals an interrupt; whether there was live work to stop.
-    async fn interrupt_live_work(
+    pub(crate) async fn interrupt_live_work(
         &self,
         target: SessionId,
         authority: InterruptAuthority<'_>,

@@ -8,7 +8,7 @@ use serde_json::Value;
 use subagent_core::content::require_content;
 use subagent_core::{
     AbandonReason, Diagnostic, ErrorCode, MessageId, SessionId, StreamId, SubagentActivationSpec,
-    SubagentError, SubagentRunId, SubagentRunInfo,
+    SubagentError, SubagentRunId, SubagentRunInfo, ToolCallRef,
 };
 use subagent_projections::{Command, StartChild};
 use subagent_store::EventLogExt;
@@ -48,6 +48,25 @@ impl SubagentRuntime {
         spec: SubagentActivationSpec,
         signal: CancellationToken,
     ) -> Result<SubagentActivation, SubagentError> {
+        self.start_requested(parent, spec, signal, None).await
+    }
+
+    /// [`start_activation`](Self::start_activation), asked for by
+    /// `requested_by` when a delegation tool call of `parent`'s running
+    /// turn is (the child's request event names it). Such a start does not
+    /// wait for capacity.
+    ///
+    /// # Errors
+    /// As [`start_activation`](Self::start_activation),
+    /// `subagent/out-of-order` for a call of no running turn of `parent`,
+    /// and `subagent/delivery-unavailable` at capacity for a requested one.
+    pub(crate) async fn start_requested(
+        &self,
+        parent: &LiveAgent,
+        spec: SubagentActivationSpec,
+        signal: CancellationToken,
+        requested_by: Option<ToolCallRef>,
+    ) -> Result<SubagentActivation, SubagentError> {
         // Refusals before any command are counted here; the engine counts
         // those of its commands.
         let checked = self.authorize(parent).and_then(|()| {
@@ -66,8 +85,18 @@ impl SubagentRuntime {
             _ => SessionId::new(),
         };
         let run_id = SubagentRunId::from_uuid(*child.as_uuid());
-        // Capacity may delay the start; the signal owns the wait.
-        let permits = self.inner.capacity.admit(parent.session, &signal).await?;
+        // Capacity may delay a program's start, the signal owning the wait.
+        // An agent's start does not wait: a turn blocked on capacity could
+        // not close the idle children that hold it.
+        let permits = match &requested_by {
+            None => self.inner.capacity.admit(parent.session, &signal).await?,
+            Some(_) => self.inner.capacity.try_admit(parent.session).map_err(|_| {
+                SubagentError::DeliveryUnavailable(
+                    "the runtime is at capacity: close a child you no longer need, or wait for one"
+                        .into(),
+                )
+            })?,
+        };
         self.authorize(parent)?;
         let materializing = Materializing::enter(&self.inner.gate)?;
         let settings = self.inner.deployment.snapshot();
@@ -85,6 +114,7 @@ impl SubagentRuntime {
                     options: spec.request.options.clone(),
                     delivery: spec.delivery,
                     run_id,
+                    requested_by,
                     settings,
                 }),
                 Vec::new(),

@@ -127,6 +127,11 @@ impl Player {
                 input,
                 output,
             } => return self.tool(index, name, input, output).await,
+            // Over ACP the agent runs its own tools: a call is a tool the
+            // client permits or refuses, as `tool` plays it.
+            Step::Call { name, input } => {
+                return self.tool(index, name, input, String::new()).await
+            }
             Step::SleepMs(millis) => {
                 tokio::select! {
                     biased;

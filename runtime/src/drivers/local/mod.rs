@@ -290,10 +290,19 @@ impl LocalDriver {
             .map(|template| subagent_core::persona::render(template, &settings.persona_variables))
             .transpose()
             .map_err(Failure::during("rendering the persona"))?;
-        let tools = visible_tools(
-            &self.runtime.inner.deployment.tools,
-            &engine.state().tool_lineage(child),
-        );
+        // The host's tools and the delegation tools, composed now from the
+        // providers registered now; a delegation name is the runtime's.
+        let offered: Vec<_> = self
+            .runtime
+            .inner
+            .deployment
+            .tools
+            .iter()
+            .filter(|tool| !crate::delegation::is_delegation(&tool.name))
+            .cloned()
+            .chain(self.runtime.delegation_tools(child))
+            .collect();
+        let tools = visible_tools(&offered, &engine.state().tool_lineage(child));
         let spec = AgentSpec {
             session: child,
             label: self.label.clone(),

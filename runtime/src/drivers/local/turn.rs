@@ -335,13 +335,14 @@ impl LocalDriver {
         turn: u64,
         call: &ToolCall,
     ) -> Result<Option<ToolOutput>, SubagentError> {
-        let known = self
-            .runtime
-            .inner
-            .deployment
-            .tools
-            .iter()
-            .any(|tool| tool.name == call.name);
+        let known = crate::delegation::is_delegation(&call.name)
+            || self
+                .runtime
+                .inner
+                .deployment
+                .tools
+                .iter()
+                .any(|tool| tool.name == call.name);
         let recorded = self
             .runtime
             .inner
@@ -382,8 +383,9 @@ impl LocalDriver {
     }
 
     /// Serves one tool call: `decide` records it and answers a call the
-    /// session's lineage refuses (or an unknown tool) at once; any other is
-    /// executed through the host (cut short by the turn's cancellation) and
+    /// session's lineage refuses (or an unknown tool) at once; a delegation
+    /// tool is run by the runtime as this session, any other is executed
+    /// through the host (either cut short by the turn's cancellation), and
     /// its result recorded. The call's record being durable, so is every
     /// entry `in_flight` before it: they are taken off before the tool
     /// runs, so their append latency is not measured across it.
@@ -401,14 +403,27 @@ impl LocalDriver {
             return Ok(answer);
         }
         let call_id = call.call_id.clone();
-        let execution = self
+        // A delegation tool the runtime runs itself, as this session; the
+        // events it causes fall between the call and its result. It is not
+        // raced here: dropped halfway it would leave a start, a wake or a
+        // release undone. Its waits race the turn's cancellation inside.
+        let delegated = self
             .runtime
-            .inner
-            .host
-            .execute_tool(child, call, cancel.child_token());
-        let output = tokio::select! {
-            output = execution => ToolOutput { refused: false, ..output },
-            () = cancel.cancelled() => ToolOutput::error("interrupted"),
+            .run_delegation_tool(child, turn, &call, cancel)
+            .await;
+        let output = match delegated {
+            Some(output) => output,
+            None => {
+                let execution =
+                    self.runtime
+                        .inner
+                        .host
+                        .execute_tool(child, call, cancel.child_token());
+                tokio::select! {
+                    output = execution => ToolOutput { refused: false, ..output },
+                    () = cancel.cancelled() => ToolOutput::error("interrupted"),
+                }
+            }
         };
         self.issue_transcript(Event::ToolReturned {
             turn,
