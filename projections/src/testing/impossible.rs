@@ -29,7 +29,7 @@ pub struct ImpossibleHistory {
 #[must_use]
 pub fn impossible_histories() -> Vec<ImpossibleHistory> {
     type Case = (&'static str, fn(&mut Base) -> Vec<(StreamId, Event)>);
-    let cases: [Case; 24] = [
+    let cases: [Case; 25] = [
         ("orphan child", |b| {
             let child = SessionId::new();
             vec![(
@@ -192,6 +192,25 @@ pub fn impossible_histories() -> Vec<ImpossibleHistory> {
             vec![
                 (StreamId::Session(b.root), b.cataloged(child)),
                 (StreamId::Session(child), b.created(child, Some(b.root), 5)),
+            ]
+        }),
+        ("child asked for by a call of no running turn", |b| {
+            let child = SessionId::new();
+            vec![
+                (StreamId::Session(b.child), b.cataloged(child)),
+                (StreamId::Session(child), b.created(child, Some(b.child), 2)),
+                (
+                    StreamId::Session(child),
+                    Event::ActivationRequested {
+                        epoch: 1,
+                        delivery: Delivery::Parent,
+                        output_schema: None,
+                        requested_by: Some(subagent_core::ToolCallRef {
+                            turn: 1,
+                            call_id: "call-1".into(),
+                        }),
+                    },
+                ),
             ]
         }),
         ("recovery marker with nothing recovered", |b| {

@@ -388,3 +388,63 @@ fn a_depth_cap_counts_the_durable_lineage() {
 fn recorded_options(world: &World, child: SessionId) -> Option<AgentOptions> {
     world.state.sessions[&child].agent_options.clone()
 }
+
+#[test]
+fn a_start_a_tool_call_asks_for_names_its_parent_s_running_turn() {
+    use subagent_core::{OutOfOrder, SubagentError, SubagentRunId, ToolCallRef};
+    let mut world = World::new();
+    let root = world.root();
+    let parent = world.start(root, "spawn", Delivery::Parent);
+    let asked = |parent, turn: u64, call_id: &str| {
+        let mut request = start(parent, "spawn", Delivery::Parent);
+        request.requested_by = Some(ToolCallRef {
+            turn,
+            call_id: call_id.into(),
+        });
+        Command::StartChild(request)
+    };
+    // A root runs no turns; nor does a child before its activation runs one.
+    assert_eq!(
+        world.reject(asked(root, 1, "call-1")),
+        ErrorCode::OutOfOrder
+    );
+    assert_eq!(
+        world.reject(asked(parent, 1, "call-1")),
+        ErrorCode::OutOfOrder
+    );
+    world.run(Command::PublishActivation {
+        child: parent,
+        epoch: 1,
+        run_id: SubagentRunId::new(),
+    });
+    world.run(Command::BeginTurn { session: parent });
+    assert_eq!(
+        world.refuse(asked(parent, 2, "call-1")),
+        SubagentError::OutOfOrder {
+            session: parent,
+            reason: OutOfOrder::OtherTurn {
+                entry: 2,
+                running: 1
+            }
+        },
+        "a call of another turn"
+    );
+    assert_eq!(
+        world.reject(asked(parent, 1, "")),
+        ErrorCode::BadRequest,
+        "a call with no id"
+    );
+    // A call of the running turn: the child's request names it.
+    let recorded = world.run(asked(parent, 1, "call-1"));
+    let named = recorded.iter().find_map(|(_, event)| match event {
+        Event::ActivationRequested { requested_by, .. } => requested_by.clone(),
+        _ => None,
+    });
+    assert_eq!(
+        named,
+        Some(ToolCallRef {
+            turn: 1,
+            call_id: "call-1".into()
+        })
+    );
+}
