@@ -395,6 +395,23 @@ async fn serve_refuses_503_on_a_full_disk_and_comes_back_once_it_has_room() {
     let serve = Serve::start_file_limited(&data, 256 * 1024);
     let token = token_of(&data);
     let http = reqwest::Client::new();
+    // Two event streams: one read to its end, one never read. Neither may
+    // keep the failed log's directory locked from the reopen.
+    let events = || {
+        http.get(format!("{}/v1/events", serve.base))
+            .bearer_auth(&token)
+            .send()
+    };
+    let stalled = events().await.unwrap();
+    assert_eq!(stalled.status(), 200);
+    let mut read = events().await.unwrap();
+    let reader = tokio::spawn(async move {
+        let mut bytes = 0;
+        while let Ok(Some(chunk)) = read.chunk().await {
+            bytes += chunk.len();
+        }
+        bytes
+    });
     let done = tokio_util::sync::CancellationToken::new();
     let load = tokio::spawn(common::serve::open_roots_until(
         serve.base.clone(),
@@ -422,6 +439,14 @@ async fn serve_refuses_503_on_a_full_disk_and_comes_back_once_it_has_room() {
     let answers = load.await.unwrap();
     let acknowledged = common::serve::acknowledged_across_an_outage(&answers);
     common::serve::assert_all_listed(&serve.base, &token, &acknowledged).await;
+    // The stream being read ended with the failed runtime, having carried
+    // its events; the client resumes with `Last-Event-ID`.
+    let streamed = tokio::time::timeout(Duration::from_secs(10), reader)
+        .await
+        .expect("the stream ended with its runtime")
+        .unwrap();
+    assert!(streamed > 0);
+    drop(stalled);
     let (status, _) = serve.terminate();
     assert!(status.success());
     let verified = Command::new(env!("CARGO_BIN_EXE_subagents"))

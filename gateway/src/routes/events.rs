@@ -11,14 +11,16 @@
 //! is `replay/unknown-session`, and a child's id there a bad request.
 //!
 //! A slow consumer does not stall the runtime: the subscription reads from
-//! the log at the consumer's pace, behind whatever the runtime appends.
+//! the log at the consumer's pace, behind whatever the runtime appends. It
+//! runs in a task of its own, ended when the server shuts down or the
+//! stream's runtime stops serving (its log failed), whether or not the
+//! client still reads: a stalled client never holds a failed log handle.
 //!
 //! Each open stream is counted (`subagents_sse_subscribers` on
 //! `GET /metrics`) until it is dropped, which a client going away does.
 
 use std::collections::{HashMap, HashSet};
 use std::convert::Infallible;
-use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -123,33 +125,49 @@ pub(crate) async fn stream(
             }
         })
         .filter_map(|event| event.map(Ok));
-    let events = UntilShutdown {
-        events: Box::pin(events),
-        shutdown: Box::pin(ended),
+    // The log is read by a task of its own, aborted when the stream ends
+    // (at shutdown, or when its runtime stops serving) even if the client
+    // has stopped reading: a stalled client must not keep a failed log
+    // handle (a RocksDB directory's lock) from the reopen.
+    let (frames, received) = tokio::sync::mpsc::channel(FORWARDED_FRAMES);
+    let forward = tokio::spawn(async move {
+        let mut events = std::pin::pin!(events);
+        while let Some(event) = events.next().await {
+            if frames.send(event).await.is_err() {
+                return;
+            }
+        }
+    });
+    let stop = forward.abort_handle();
+    tokio::spawn(async move {
+        tokio::select! {
+            () = ended => stop.abort(),
+            _ = forward => {}
+        }
+    });
+    let events = Counted {
+        events: tokio_stream::wrappers::ReceiverStream::new(received),
         _subscriber: gateway.metrics.subscriber(),
     };
     Ok(Sse::new(events).keep_alive(KeepAlive::default()))
 }
 
-/// A stream that ends when the server shuts down (or its runtime stops
-/// serving), so a graceful shutdown
-/// does not wait for subscribers. It holds the subscription's place in the
-/// open-stream count, given back when the stream is dropped: at its end, at
-/// shutdown, or when the client goes away.
-struct UntilShutdown<S> {
-    events: Pin<Box<S>>,
-    shutdown: Pin<Box<dyn Future<Output = ()> + Send>>,
+/// How many frames the reading task may be ahead of the client.
+const FORWARDED_FRAMES: usize = 256;
+
+/// An open stream, counted while it lives: the count sits inside the
+/// stream, so a client that goes away (the stream is dropped) is no longer
+/// counted. It ends when its reading task does.
+struct Counted<S> {
+    events: S,
     _subscriber: Subscriber,
 }
 
-impl<S: Stream> Stream for UntilShutdown<S> {
+impl<S: Stream + Unpin> Stream for Counted<S> {
     type Item = S::Item;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<S::Item>> {
-        if self.shutdown.as_mut().poll(cx).is_ready() {
-            return Poll::Ready(None);
-        }
-        self.events.as_mut().poll_next(cx)
+        Pin::new(&mut self.events).poll_next(cx)
     }
 }
 
