@@ -28,6 +28,8 @@ pub(crate) struct Deployment {
     environment: Redactor,
     /// The caps a prompt's images face.
     pub(crate) attachments: Mutex<AttachmentLimits>,
+    /// The roots whose trees are not offered the delegation tools.
+    pub(crate) delegation_off: Mutex<std::collections::HashSet<SessionId>>,
 }
 
 impl Deployment {
@@ -58,6 +60,7 @@ impl Deployment {
             tools,
             environment,
             attachments: Mutex::new(AttachmentLimits::DEFAULT),
+            delegation_off: Mutex::default(),
         }
     }
 
@@ -126,6 +129,32 @@ impl SubagentRuntime {
         subagent_core::resolve_max_depth(None, setting)?;
         *lock(&self.inner.deployment.max_depth) = setting;
         Ok(())
+    }
+
+    /// Whether the agents of `root`'s tree are offered the runtime's
+    /// delegation tools (`subagent`, `list_agents`, `send_message`,
+    /// `subagent_control`); they are by default. Off, the tools are left
+    /// out of every session built from then on, and a call of one is
+    /// refused. A setting of this host, not recorded in the log: a host
+    /// sets it again after a restart.
+    ///
+    /// # Errors
+    /// `subagent/closed`.
+    pub fn set_delegation(&self, root: SessionId, offered: bool) -> Result<(), SubagentError> {
+        self.ensure_open()?;
+        let mut off = lock(&self.inner.deployment.delegation_off);
+        if offered {
+            off.remove(&root);
+        } else {
+            off.insert(root);
+        }
+        Ok(())
+    }
+
+    /// Whether `session`'s tree is offered the delegation tools.
+    pub(crate) fn delegation_offered(&self, session: SessionId) -> bool {
+        let root = self.root_of(session).unwrap_or(session);
+        !lock(&self.inner.deployment.delegation_off).contains(&root)
     }
 
     /// Resolves a delegation tool's depth policy against the user's setting

@@ -525,3 +525,58 @@ fn option_taken(provider: &Offered, option: &str) -> bool {
         other => panic!("{other}"),
     }
 }
+
+#[tokio::test]
+async fn a_host_turns_the_tools_off_for_a_root_s_tree() {
+    let host = ScriptedHost::new(Script::reply("done")).with(
+        "quiet",
+        Script {
+            turns: vec![vec![call(
+                "subagent",
+                json!({"provider": "spawn", "label": "x", "prompt": "go"}),
+            )]],
+        },
+    );
+    let probe = common::Probe::new(host);
+    let h = Harness::builder(probe.clone()).open().await;
+    h.runtime.set_delegation(h.root.session(), false).unwrap();
+    let child = h
+        .start(spec("spawn", "quiet", Delivery::Caller))
+        .await
+        .unwrap();
+    child.result().await.unwrap();
+    let offered: Vec<String> = probe
+        .spec_of(child.child_id())
+        .tools
+        .iter()
+        .map(|tool| tool.name.clone())
+        .collect();
+    assert!(
+        offered.iter().all(|name| !delegation::is_delegation(name)),
+        "{offered:?}"
+    );
+    assert_eq!(
+        said(&h, child.child_id()),
+        [json!("tool subagent is not available to this agent")]
+    );
+    assert!(h
+        .runtime
+        .projections()
+        .list_children(child.child_id())
+        .is_empty());
+    // On again: a session built from then on is offered them.
+    h.runtime.set_delegation(h.root.session(), true).unwrap();
+    let again = h
+        .start(spec("spawn", "quiet", Delivery::Caller))
+        .await
+        .unwrap();
+    again.result().await.unwrap();
+    // (Each child's completion notice wakes it to play its one turn
+    // again: it goes on delegating until closed.)
+    assert!(!h
+        .runtime
+        .projections()
+        .list_children(again.child_id())
+        .is_empty());
+    h.runtime.close().await.unwrap();
+}

@@ -141,6 +141,9 @@ impl SubagentRuntime {
     /// providers its tree's host registered, so their wording and schema
     /// say what a start will accept.
     pub(crate) fn delegation_tools(&self, session: SessionId) -> Vec<ToolDefinition> {
+        if !self.delegation_offered(session) {
+            return Vec::new();
+        }
         let state = self.inner.engine.state();
         let offered: Vec<Offered> = state
             .registry_for(session)
@@ -171,6 +174,16 @@ impl SubagentRuntime {
         cancel: &'a CancellationToken,
     ) -> BoxFuture<'a, Option<ToolOutput>> {
         Box::pin(async move {
+            if is_delegation(&call.name) && !self.delegation_offered(session) {
+                return Some(ToolOutput {
+                    output: vec![ContentBlock::text(format!(
+                        "tool {} is not available to this agent",
+                        call.name
+                    ))],
+                    is_error: true,
+                    refused: true,
+                });
+            }
             let caller = LiveAgent::new(session);
             let output = match call.name.as_str() {
                 SUBAGENT => {
