@@ -289,19 +289,6 @@ impl Connection {
         }
     }
 
-    /// `answer` within the session limit; past it the process is killed
-    /// and the request is [`AcpError::SessionTimeout`].
-    async fn limited<T>(
-        &mut self,
-        request: &'static str,
-        answer: impl std::future::Future<Output = T>,
-    ) -> Result<T, AcpError> {
-        match tokio::time::timeout(self.session_limit, answer).await {
-            Ok(answered) => Ok(answered),
-            Err(_) => Err(self.session_timeout(request).await),
-        }
-    }
-
     /// `request` past the session limit: the process is killed.
     async fn session_timeout(&mut self, request: &'static str) -> AcpError {
         self.process.kill().await;
@@ -331,7 +318,8 @@ impl Connection {
     }
 
     /// `session/new` in `cwd`, with `meta` as its `_meta` and the persona
-    /// as its system prompt when given (only when the agent takes one).
+    /// as its system prompt when given (only when the agent takes one);
+    /// what the agent sends before its answer is drained and dropped.
     ///
     /// # Errors
     /// As [`failure`](Self::failure).
@@ -347,10 +335,8 @@ impl Connection {
                 s::TextContent::new(text.to_owned()),
             )]));
         }
-        match self
-            .limited("session/new", self.cx.send_request(request).block_task())
-            .await?
-        {
+        let answer = self.cx.send_request(request).block_task();
+        match self.answered_draining("session/new", answer).await? {
             Ok(created) => Ok(created.session_id),
             Err(err) => Err(self.failure("session/new", &err).await),
         }
@@ -371,24 +357,37 @@ impl Connection {
     ) -> Result<(), AcpError> {
         let request = s::LoadSessionRequest::new(session, cwd.to_owned()).meta(meta);
         let answer = self.cx.send_request(request).block_task();
+        match self.answered_draining("session/load", answer).await? {
+            Ok(_) => Ok(()),
+            Err(err) => Err(self.failure("session/load", &err).await),
+        }
+    }
+
+    /// `answer` to `request`, within the session limit (past it the
+    /// process is killed: [`AcpError::SessionTimeout`]). What the agent
+    /// sends meanwhile belongs to no turn and is drained as it comes:
+    /// left in the channel, more of it than the channel holds would stop
+    /// the agent's stdout being read, and with it the answer.
+    async fn answered_draining<T>(
+        &mut self,
+        request: &'static str,
+        answer: impl std::future::Future<Output = T>,
+    ) -> Result<T, AcpError> {
         tokio::pin!(answer);
         let deadline = tokio::time::sleep(self.session_limit);
         tokio::pin!(deadline);
-        let answer = loop {
+        let answered = loop {
             tokio::select! {
                 biased;
                 answered = &mut answer => break answered,
                 Some(item) = self.inbound.recv() => refuse(item),
-                () = &mut deadline => return Err(self.session_timeout("session/load").await),
+                () = &mut deadline => return Err(self.session_timeout(request).await),
             }
         };
         while let Ok(item) = self.inbound.try_recv() {
             refuse(item);
         }
-        match answer {
-            Ok(_) => Ok(()),
-            Err(err) => Err(self.failure("session/load", &err).await),
-        }
+        Ok(answered)
     }
 
     /// A `session/prompt` request, sent; awaiting it awaits the answer.

@@ -8,6 +8,7 @@
 //! {
 //!   "loadSession": true,
 //!   "hangOnInitialize": false,
+//!   "updatesBeforeSession": 0,
 //!   "default": {"turns": [[{"say": "done"}]]},
 //!   "byLabel": {"research": {"turns": [[
 //!     {"chunks": ["Look", "ing..."]},
@@ -48,6 +49,9 @@ pub struct AgentScript {
     pub load_session: bool,
     /// Never answer `initialize` (to test the client's handshake timeout).
     pub hang_on_initialize: bool,
+    /// How many `agent_message_chunk` updates `session/new` sends before
+    /// its answer (to test a client that must keep reading meanwhile).
+    pub updates_before_session: usize,
     /// The script of sessions whose label has no entry in `by_label`, and of
     /// sessions without a label.
     pub default: AcpScript,
@@ -70,6 +74,7 @@ impl AgentScript {
         AgentScript {
             load_session: false,
             hang_on_initialize: false,
+            updates_before_session: 0,
             default,
             by_label: BTreeMap::new(),
         }

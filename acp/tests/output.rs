@@ -307,3 +307,23 @@ async fn a_session_load_replaying_more_than_the_channel_holds_still_answers() {
     });
     assert!(!ended_in_error, "the load answered within its limit");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_new_answered_after_more_updates_than_the_channel_holds_still_answers() {
+    let world = World::start(json!({
+        "updatesBeforeSession": INBOUND_CAPACITY * 2,
+        "default": {"turns": [[{"say": "answered"}]]}
+    }))
+    .await;
+    let child = world.child(spec("chatty", "go")).await;
+    let result = child.result().await.unwrap();
+    assert_eq!(
+        result.stop_reason,
+        SubagentStopReason::Completed,
+        "{result:?}"
+    );
+    // What came before the session belongs to no turn.
+    assert_eq!(said(&world.events(child.child_id())), ["answered"]);
+    child.dispose().await.unwrap();
+    world.until_no_agent_process().await;
+}

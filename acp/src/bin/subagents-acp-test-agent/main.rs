@@ -225,8 +225,8 @@ impl TestAgent {
                     let agent = self.clone();
                     async move |request: schema::NewSessionRequest,
                                 responder: v1::Responder<schema::NewSessionResponse>,
-                                _cx: v1::ConnectionTo<Client>| {
-                        agent.new_session(request, responder)
+                                cx: v1::ConnectionTo<Client>| {
+                        agent.new_session(request, responder, &cx)
                     }
                 },
                 agent_client_protocol::on_receive_request!(),
@@ -306,6 +306,7 @@ impl TestAgent {
         &self,
         request: schema::NewSessionRequest,
         responder: v1::Responder<schema::NewSessionResponse>,
+        cx: &v1::ConnectionTo<Client>,
     ) -> Result<(), Error> {
         let record = SessionRecord {
             label: label_of(request.meta.as_ref()),
@@ -326,6 +327,15 @@ impl TestAgent {
                 cancel: CancellationToken::new(),
             },
         );
+        // Updates before the answer (as agents announce their commands).
+        for n in 0..self.shared.script.updates_before_session {
+            cx.send_notification(schema::SessionNotification::new(
+                id.clone(),
+                schema::SessionUpdate::AgentMessageChunk(schema::ContentChunk::new(
+                    schema::ContentBlock::from(format!("before the session {n}").as_str()),
+                )),
+            ))?;
+        }
         responder.respond(schema::NewSessionResponse::new(id))
     }
 
