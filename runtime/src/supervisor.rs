@@ -22,7 +22,7 @@ use std::hash::{BuildHasher, Hasher};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use subagent_core::{SessionId, SubagentError};
+use subagent_core::SubagentError;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
@@ -375,18 +375,6 @@ fn jittered(delay: Duration) -> Duration {
     let quarter = delay / 4;
     let nanos = u64::try_from(quarter.as_nanos()).unwrap_or(u64::MAX);
     delay - Duration::from_nanos(random % nanos.max(1))
-}
-
-impl SubagentRuntime {
-    /// The roots this runtime holds open.
-    pub(crate) fn held_roots(&self) -> Vec<SessionId> {
-        let mut roots: Vec<SessionId> = crate::runtime::lock(&self.inner.roots)
-            .iter()
-            .copied()
-            .collect();
-        roots.sort();
-        roots
-    }
 }
 
 #[cfg(test)]

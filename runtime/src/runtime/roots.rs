@@ -144,6 +144,13 @@ impl SubagentRuntime {
                 .is_some_and(|driver| !driver.stop.is_cancelled())
     }
 
+    /// The roots this runtime holds open, in id order.
+    pub(crate) fn held_roots(&self) -> Vec<SessionId> {
+        let mut roots: Vec<SessionId> = lock(&self.inner.roots).iter().copied().collect();
+        roots.sort();
+        roots
+    }
+
     /// Whether `agent` may act here: `subagent/closed` once closed;
     /// `subagent/tree-elsewhere` when another host of a shared log holds
     /// the agent's tree (naming the holder once the log says who took it);
