@@ -20,7 +20,19 @@
 //! `aborted`), `structured` (the turn's structured capture), `fail` (ends the
 //! turn `error` with that diagnostic), `refuse` (says it, ends `refusal`),
 //! `maxTokens` (says the partial text, ends `max-tokens`), `describe` (says
-//! its text and then what the turn's messages held, images included).
+//! its text and then what the turn's messages held, images included),
+//! `call` (a call of any tool, the runtime's delegation tools included,
+//! whose result it then says), `quote` (says its text and a field of the
+//! last tool result). A string `"$/pointer"` in a `tool` or `call` input is
+//! a field of the last tool result:
+//!
+//! ```json
+//! {"turns": [[
+//!   {"tool": {"name": "subagent", "input": {"provider": "spawn", "label": "check", "prompt": "Check it"}}},
+//!   {"tool": {"name": "subagent_control", "input": {"action": "wait", "child": "$/childId"}}},
+//!   {"quote": {"text": "check says:", "pointer": "/children/0/output"}}
+//! ]]}
+//! ```
 //!
 //! Scripted agents play a model that takes images, except those of labels
 //! marked with [`ScriptedHost::text_only`].
@@ -63,12 +75,27 @@ pub enum Step {
     /// A call of any tool the session may call (a host tool, or one of the
     /// runtime's delegation tools), whose result the agent then says as
     /// its next assistant message.
+    ///
+    /// In the input of a `tool` or `call` step, a string `"$/pointer"` is
+    /// replaced by the value at that JSON pointer (RFC 6901) in the turn's
+    /// last tool result read as JSON (`null` when there is none), so a
+    /// script can name the child its `subagent` call started.
     Call {
         /// Tool name.
         name: String,
         /// Input.
         #[serde(default)]
         input: Value,
+    },
+    /// Say `text` followed by the value at `pointer` (RFC 6901) in the
+    /// turn's last tool result read as JSON: a string as itself, anything
+    /// else as JSON; nothing when it is absent. How a script answers with
+    /// what a child it waited for said.
+    Quote {
+        /// What comes first.
+        text: String,
+        /// Where, in the last result, what follows is.
+        pointer: String,
     },
     /// Pause; cancellation ends the turn `aborted`.
     SleepMs(u64),
@@ -200,6 +227,10 @@ impl ScriptedHost {
                 output,
             } = step
             {
+                // The runtime's own tools are not the host's to offer.
+                if crate::delegation::is_delegation(name) {
+                    continue;
+                }
                 self.tools
                     .entry(name.clone())
                     .or_default()
@@ -280,6 +311,38 @@ async fn call_tool(input: &TurnInput, index: usize, name: String, arguments: Val
         .await
 }
 
+/// A tool result's text read as JSON, or as a JSON string when it is not.
+fn result_value(output: &ToolOutput) -> Value {
+    let text = subagent_core::content::plain_text(&output.output);
+    serde_json::from_str(&text).unwrap_or(Value::String(text))
+}
+
+/// `input` with every string `"$/pointer"` replaced by the value at that
+/// pointer in `last_result` (`null` when absent).
+fn substitute(input: Value, last_result: &Value) -> Value {
+    match input {
+        Value::String(text) => match text.strip_prefix('$') {
+            Some(pointer) if pointer.starts_with('/') => {
+                last_result.pointer(pointer).cloned().unwrap_or(Value::Null)
+            }
+            _ => Value::String(text),
+        },
+        Value::Array(items) => Value::Array(
+            items
+                .into_iter()
+                .map(|item| substitute(item, last_result))
+                .collect(),
+        ),
+        Value::Object(fields) => Value::Object(
+            fields
+                .into_iter()
+                .map(|(key, value)| (key, substitute(value, last_result)))
+                .collect(),
+        ),
+        other => other,
+    }
+}
+
 /// A live scripted agent.
 #[derive(Debug)]
 pub struct ScriptedAgent {
@@ -311,6 +374,7 @@ impl Agent for ScriptedAgent {
         self.turn += 1;
         Box::pin(async move {
             let mut structured = None;
+            let mut last_result = Value::Null;
             let mut input = input;
             let say = |text: &str| TranscriptItem::Assistant(vec![ContentBlock::text(text)]);
             for (index, step) in steps.into_iter().enumerate() {
@@ -333,16 +397,28 @@ impl Agent for ScriptedAgent {
                     } => {
                         // A refusal or failure is recorded by the runtime;
                         // the script goes on either way.
-                        call_tool(&input, index, name, arguments).await;
+                        let arguments = substitute(arguments, &last_result);
+                        let output = call_tool(&input, index, name, arguments).await;
+                        last_result = result_value(&output);
                         Ok(())
                     }
                     Step::Call {
                         name,
                         input: arguments,
                     } => {
+                        let arguments = substitute(arguments, &last_result);
                         let output = call_tool(&input, index, name, arguments).await;
+                        last_result = result_value(&output);
                         let text = subagent_core::content::plain_text(&output.output);
                         input.transcript.send(say(&text)).await
+                    }
+                    Step::Quote { text, pointer } => {
+                        let quoted = match last_result.pointer(&pointer) {
+                            Some(Value::String(quoted)) => format!("{text} {quoted}"),
+                            Some(other) => format!("{text} {other}"),
+                            None => text,
+                        };
+                        input.transcript.send(say(&quoted)).await
                     }
                     Step::SleepMs(millis) => {
                         tokio::select! {
@@ -461,5 +537,39 @@ mod tests {
             Script::parse(r#"{"turns": [[{"dance": 1}]]}"#),
             Err(SubagentError::BadRequest(_))
         ));
+    }
+
+    #[test]
+    fn a_field_of_the_last_result_fills_an_input() {
+        let last =
+            serde_json::json!({"childId": "c-1", "children": [{"output": "found it"}], "n": 3});
+        let input = serde_json::json!({
+            "child": "$/childId",
+            "list": ["$/n", "$", "$childId", "plain"],
+            "nested": {"said": "$/children/0/output"},
+            "missing": "$/nope",
+        });
+        assert_eq!(
+            substitute(input, &last),
+            serde_json::json!({
+                "child": "c-1",
+                "list": [3, "$", "$childId", "plain"],
+                "nested": {"said": "found it"},
+                "missing": null,
+            })
+        );
+        // A result that is not JSON is its text.
+        assert_eq!(
+            result_value(&ToolOutput::error("no such tool")),
+            serde_json::json!("no such tool")
+        );
+        let quote = Script::parse(r#"{"turns": [[{"quote": {"text": "a", "pointer": "/b"}}]]}"#);
+        assert_eq!(
+            quote.unwrap().turns[0],
+            [Step::Quote {
+                text: "a".into(),
+                pointer: "/b".into()
+            }]
+        );
     }
 }

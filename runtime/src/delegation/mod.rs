@@ -84,6 +84,10 @@ impl From<ModelInput> for AgentOptions {
     }
 }
 
+/// What `send_message`'s `to` says for the caller's parent, whose id an
+/// agent is not told.
+const PARENT: &str = "parent";
+
 /// The input of `send_message`.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -321,9 +325,28 @@ impl SubagentRuntime {
         if input.text.trim().is_empty() {
             return bad_input(SEND_MESSAGE, "the text is empty");
         }
-        let target = match SessionId::parse(&input.to) {
-            Ok(target) => target,
-            Err(err) => return refused(&err),
+        let target = if input.to == PARENT {
+            let parent = self
+                .inner
+                .engine
+                .state()
+                .sessions
+                .get(&caller.session())
+                .and_then(|record| record.parent);
+            match parent {
+                Some(parent) => parent,
+                None => {
+                    return refused(&SubagentError::Unauthorized(format!(
+                        "{} is a root: it has no parent",
+                        caller.session()
+                    )))
+                }
+            }
+        } else {
+            match SessionId::parse(&input.to) {
+                Ok(target) => target,
+                Err(err) => return refused(&err),
+            }
         };
         match self
             .send_message(

@@ -162,7 +162,7 @@ pub fn definitions(offered: &[Offered], routes: Option<&[AgentRoute]>) -> Vec<To
             "additionalProperties": false,
             "required": ["to", "text"],
             "properties": {
-                "to": {"type": "string", "description": "The session id of your parent or of a direct child."},
+                "to": {"type": "string", "description": "`parent` for your parent, or the session id of a direct child (or of your parent)."},
                 "text": {"type": "string", "minLength": 1}
             }
         }),

@@ -149,6 +149,9 @@ impl Player {
                 self.say(index, text)?;
                 return Ok(Some(Ending::Stop(schema::StopReason::MaxTokens)));
             }
+            // Its tools' results stay with the agent's own runs of them:
+            // nothing to quote, so it says the text alone.
+            Step::Quote { text, .. } => self.say(index, text)?,
             Step::Describe(text) => {
                 let seen = describe(&self.turn.prompt);
                 self.say(index, format!("{text} {seen}"))?;
