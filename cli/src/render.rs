@@ -60,7 +60,8 @@ fn status(state: &Projections, session: SessionId) -> String {
     }
 }
 
-/// Writes one child's description (no newline).
+/// Writes one child's description (no newline), with the delegation
+/// call that started it when an agent did.
 fn describe(
     out: &mut dyn Write,
     state: &Projections,
@@ -76,6 +77,13 @@ fn describe(
         status(state, entry.child_id),
         entry.child_id
     )?;
+    let requested_by = state
+        .sessions
+        .get(&entry.child_id)
+        .and_then(|record| record.requested_by.as_ref());
+    if let Some(call) = requested_by {
+        write!(out, "  ← {} of turn {}", Shown(&call.call_id), call.turn)?;
+    }
     if let Some(diagnostic) = &listed.diagnostic {
         write!(out, "  ! {}", Shown(diagnostic))?;
     }

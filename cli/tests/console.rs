@@ -2,7 +2,8 @@
 //! demo log, step by step as a person would use it, each step asserted on
 //! the page (not only on the server) and saved as a screenshot under
 //! `<target>/tmp/console-screenshots/person/`: open the page with the
-//! token, see the demo's tree, see a refused tool call marked, hold the
+//! token, see the demo's tree, see a refused tool call marked, follow the
+//! link from the tool call that started a child to that child, hold the
 //! root, prompt a child with an image and see the reply arrive live, see a
 //! bad time zone's message, interrupt a running child and see it settle
 //! `aborted`, scrub back to an earlier position and see the earlier tree,
@@ -31,6 +32,10 @@ const PNG_BASE64: &str = "iVBORw0KGgoAAAANSUhEUgAAAAIAAAACCAIAAAD91JpzAAAAEklEQV
 
 /// How many tree rows the page shows.
 const ROWS: &str = "document.querySelectorAll('#tree .node').length";
+
+/// The link, in the shown transcript, from a tool call to the fact-check
+/// child it started (`undefined` when there is none).
+const FACT_CHECK_LINK: &str = "Array.from(document.querySelectorAll('#transcript .entry[data-type=ToolCalled] .started-child')).find(link => link.textContent.includes('fact-check'))";
 
 /// The row of the session labelled `label`.
 fn row(label: &str) -> String {
@@ -99,6 +104,82 @@ async fn a_person_watches_prompts_interrupts_and_scrubs_back_in_the_console() ->
         )
         .await?;
     browser.screenshot("03-refused-tool-call").await?;
+
+    // research started fact-check through a `subagent` tool call: the call
+    // in research's transcript links to the child, and the link selects it.
+    browser
+        .until(
+            &format!("{FACT_CHECK_LINK} !== undefined"),
+            "research's link to the fact-check it started",
+        )
+        .await?;
+    let fact_check = browser
+        .eval(&format!(
+            "document.querySelector('{}').dataset.id",
+            row("fact-check")
+        ))
+        .await?;
+    let fact_check = fact_check.as_str().unwrap().to_owned();
+    let link = browser
+        .eval(&format!(
+            "(link => ({{child: link.dataset.childId, turn: link.closest('.entry').dataset.turn, \
+             callId: link.closest('.entry').dataset.callId}}))({FACT_CHECK_LINK})"
+        ))
+        .await?;
+    assert_eq!(link["child"], json!(fact_check));
+    let turn = link["turn"].as_str().unwrap().to_owned();
+    let call_id = link["callId"].as_str().unwrap().to_owned();
+    // The transcript follows its newest records: bring the call into view.
+    browser
+        .run(&format!(
+            "const call = {FACT_CHECK_LINK}.closest('.entry'); \
+             const box = document.querySelector('#transcript-entries'); \
+             box.scrollTop += call.getBoundingClientRect().top - box.getBoundingClientRect().top - 8;"
+        ))
+        .await?;
+    browser.screenshot("03a-started-child-link").await?;
+    browser
+        .click(&format!(
+            "#transcript .started-child[data-child-id=\"{fact_check}\"]"
+        ))
+        .await?;
+    browser
+        .until(
+            "document.querySelector('#tree .node.selected')?.dataset.label === 'fact-check' \
+             && document.querySelector('#transcript-title').textContent === 'Transcript: fact-check' \
+             && document.querySelectorAll('#transcript .entry').length > 0",
+            "fact-check selected, with its transcript",
+        )
+        .await?;
+    // Its tree row names the tool call of research's turn that started it.
+    let annotation = browser
+        .eval(&format!(
+            "(span => span ? {{text: span.textContent, title: span.title}} : null)\
+             (document.querySelector('{} .requested-by'))",
+            row("fact-check")
+        ))
+        .await?;
+    let text = annotation["text"].as_str().unwrap_or_default();
+    let title = annotation["title"].as_str().unwrap_or_default();
+    assert!(
+        text.starts_with('\u{2190}') && text.ends_with(&format!(" of turn {turn}")),
+        "{annotation}"
+    );
+    assert!(
+        title.contains(&call_id) && title.contains("research"),
+        "{annotation}"
+    );
+    browser.screenshot("03b-started-child-selected").await?;
+    // Back to research for the steps below.
+    browser.click(&row("research")).await?;
+    browser
+        .until(
+            "document.querySelector('#tree .node.selected')?.dataset.label === 'research' \
+             && document.querySelector('#transcript .entry.refused .badge-refused') !== null \
+             && !document.querySelector('#transcript-status').textContent.startsWith('Loading')",
+            "research selected again",
+        )
+        .await?;
 
     // Hold the root, so it is a live parent, then prompt research with an image.
     browser.click("#hold-root").await?;

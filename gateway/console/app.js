@@ -83,6 +83,8 @@ const tree = {
   posInSet: new Map(),
   visible: [],
   visibleIndex: new Map(),
+  // Children an agent started by a tool call, by `startedKey(parent, turn, callId)`.
+  startedBy: new Map(),
   collapsed: new Set(),
   rows: new Map(),
   rowView: new WeakMap(),
@@ -113,6 +115,9 @@ const transcript = {
   loading: false,
   dirty: false,
   count: 0,
+  // The shown ToolCalled entries, each with its slot for the children it
+  // started: `{turn, callId, slot, key}`, re-linked whenever the tree changes.
+  calls: [],
 };
 
 const attachments = new Map();
@@ -784,6 +789,7 @@ function clearTree() {
   tree.posInSet = new Map();
   tree.visible = [];
   tree.visibleIndex = new Map();
+  tree.startedBy = new Map();
   tree.collapsed = new Set();
   tree.position = null;
   if (dom.treeSizer) dom.treeSizer.style.height = '0px';
@@ -794,6 +800,7 @@ function setTreeNodes(list) {
   const byId = new Map();
   const childCount = new Map();
   const posInSet = new Map();
+  const startedBy = new Map();
   for (const raw of list) {
     if (!isObject(raw) || typeof raw.id !== 'string' || byId.has(raw.id)) continue;
     const parentId = typeof raw.parentId === 'string' ? raw.parentId : null;
@@ -810,6 +817,7 @@ function setTreeNodes(list) {
       state: str(raw.state) || 'unknown',
       stopReason: raw.stopReason === null || raw.stopReason === undefined ? '' : str(raw.stopReason),
       live: raw.live === true,
+      requestedBy: parentId ? toolCallRef(raw.requestedBy) : null,
     };
     nodes.push(node);
     byId.set(node.id, node);
@@ -818,12 +826,36 @@ function setTreeNodes(list) {
       childCount.set(parentId, count);
       posInSet.set(node.id, count);
     }
+    if (node.requestedBy) {
+      const key = startedKey(parentId, node.requestedBy.turn, node.requestedBy.callId);
+      const started = startedBy.get(key);
+      if (started) started.push(node);
+      else startedBy.set(key, [node]);
+    }
   }
   tree.nodes = nodes;
   tree.byId = byId;
   tree.childCount = childCount;
   tree.posInSet = posInSet;
+  tree.startedBy = startedBy;
   computeVisible();
+}
+
+/** A node's `requestedBy` as `{turn, callId}` (both text), or null. */
+function toolCallRef(value) {
+  if (!isObject(value)) return null;
+  const turn = str(value.turn);
+  const callId = str(value.callId);
+  return turn && callId ? { turn, callId } : null;
+}
+
+function startedKey(parentId, turn, callId) {
+  return JSON.stringify([str(parentId), str(turn), str(callId)]);
+}
+
+/** The nodes `parentId` started with its tool call `callId` of turn `turn`. */
+function startedChildren(parentId, turn, callId) {
+  return tree.startedBy.get(startedKey(parentId, turn, callId)) || [];
 }
 
 function computeVisible() {
@@ -866,6 +898,7 @@ function applyTreeAnswer(answer, covered) {
   const at = epochNow();
   if (state.follow) recordApplied(answer, covered, at);
   updateSelectionPanels();
+  linkStartedChildren();
   applyTranscriptFilter();
 }
 
@@ -960,6 +993,7 @@ function createRow() {
     toggle,
     spacer: el('span', 'toggle-spacer'),
     label: el('span', 'label'),
+    requestedBy: el('span', 'requested-by'),
     mode: el('span', 'mode'),
     provider: el('span', 'provider'),
     state: el('span', 'state'),
@@ -968,8 +1002,8 @@ function createRow() {
     liveness: el('span', 'liveness'),
   };
   parts.spacer.setAttribute('aria-hidden', 'true');
-  row.append(parts.toggle, parts.spacer, parts.label, parts.mode, parts.provider, parts.state,
-    parts.stopReason, parts.depth, parts.liveness);
+  row.append(parts.toggle, parts.spacer, parts.label, parts.requestedBy, parts.mode, parts.provider,
+    parts.state, parts.stopReason, parts.depth, parts.liveness);
   tree.rowView.set(row, { parts });
   return row;
 }
@@ -994,6 +1028,12 @@ function patchRow(row, node, index) {
     row.dataset.label = v;
     p.label.textContent = v || '(no label)';
     p.toggle.setAttribute('aria-label', `Collapse or expand ${v || 'this session'}`);
+  });
+  update(view, 'requestedBy', requestedByTitle(node), (v) => {
+    const ref = node.requestedBy;
+    p.requestedBy.textContent = ref ? `\u2190 ${truncate(ref.callId, 24)} of turn ${ref.turn}` : '';
+    if (v) p.requestedBy.title = v;
+    else p.requestedBy.removeAttribute('title');
   });
   update(view, 'state', node.state, (v) => {
     row.dataset.state = v;
@@ -1041,6 +1081,15 @@ function patchRow(row, node, index) {
   if (!selected && row.tabIndex !== -1) row.tabIndex = -1;
 }
 
+/** The tooltip of a node's "started by" annotation; '' without one. */
+function requestedByTitle(node) {
+  const ref = node.requestedBy;
+  if (!ref) return '';
+  const parent = tree.byId.get(node.parentId);
+  const parentName = parent ? parent.label || shortId(parent.id) : shortId(node.parentId);
+  return `Started by the tool call ${ref.callId} of turn ${ref.turn} of its parent \u201c${parentName}\u201d`;
+}
+
 function onTreeScroll() {
   if (timers.scrollFrame) return;
   timers.scrollFrame = requestAnimationFrame(() => {
@@ -1077,6 +1126,20 @@ function selectNode(id, { focus = false } = {}) {
     setText(dom.composerError, '');
   }
   updateSelectionPanels();
+}
+
+/** Expands the collapsed ancestors of `id`, then selects it as a click on its row does. */
+function revealAndSelect(id) {
+  if (!tree.byId.has(id)) return;
+  let expanded = false;
+  for (let node = tree.byId.get(id); node && node.parentId; node = tree.byId.get(node.parentId)) {
+    if (tree.collapsed.delete(node.parentId)) expanded = true;
+  }
+  if (expanded) {
+    computeVisible();
+    renderTree();
+  }
+  selectNode(id, { focus: true });
 }
 
 function toggleNode(id) {
@@ -1200,6 +1263,7 @@ function resetTranscript(sessionId) {
   transcript.loading = false;
   transcript.dirty = false;
   transcript.count = 0;
+  transcript.calls = [];
   dom.transcriptEntries.replaceChildren();
   setText(dom.transcriptStatus, sessionId ? 'Loading\u2026' : 'Select a session in the tree.');
   if (sessionId) fetchTranscript();
@@ -1383,11 +1447,50 @@ function renderAssistantMessage(body, data) {
   renderBlocks(body, blocks, 0);
 }
 
-function renderToolCalled(body, data) {
+function renderToolCalled(body, data, entry) {
+  entry.dataset.turn = str(data.turn);
+  entry.dataset.callId = str(data.callId);
   const name = el('p', 'tool-line', 'tool ');
   name.append(el('code', 'tool-name', str(data.name)));
   body.append(name, metaLine(`turn ${str(data.turn)}`, `call ${str(data.callId)}`));
   body.append(el('pre', 'json', compactJson(data.input)));
+  // The children this call started, filled from the tree now and whenever it changes.
+  const slot = el('div', 'started-children');
+  slot.hidden = true;
+  body.append(slot);
+  const call = { turn: str(data.turn), callId: str(data.callId), slot, entry, key: '' };
+  transcript.calls.push(call);
+  linkCall(call);
+}
+
+/** Re-links every shown tool call to the children it started, as the tree now has them. */
+function linkStartedChildren() {
+  for (const call of transcript.calls) linkCall(call);
+}
+
+/** One "started ‹label›" line per child `call` started; rewritten only when they change. */
+function linkCall(call) {
+  const children = call.turn && call.callId && transcript.sessionId
+    ? startedChildren(transcript.sessionId, call.turn, call.callId) : [];
+  const key = JSON.stringify(children.map((node) => [node.id, node.label]));
+  if (key === call.key) return;
+  call.key = key;
+  call.entry.classList.toggle('starts-children', children.length > 0);
+  call.slot.hidden = children.length === 0;
+  call.slot.replaceChildren(...children.map((node) => {
+    const name = node.label || shortId(node.id);
+    const link = el('button', 'started-child');
+    link.type = 'button';
+    link.dataset.childId = node.id;
+    link.title = `Select \u201c${name}\u201d, the session this tool call started`;
+    const arrow = el('span', 'started-arrow', '\u2192');
+    arrow.setAttribute('aria-hidden', 'true');
+    link.append(arrow, ' started ', el('span', 'started-label', name));
+    link.addEventListener('click', () => revealAndSelect(node.id));
+    const line = el('p', 'started-line');
+    line.append(link);
+    return line;
+  }));
 }
 
 function renderToolReturned(body, data, entry) {

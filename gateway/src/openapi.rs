@@ -227,6 +227,14 @@ fn paths() -> Value {
 fn schemas() -> Value {
     let id = json!({"type": "string", "format": "uuid"});
     let content = json!({"type": "array", "items": schema("ContentBlock")});
+    // The delegation tool call that started a child.
+    let requested_by = json!({
+        "type": "object", "required": ["turn", "callId"],
+        "properties": {
+            "turn": {"type": "integer", "minimum": 1},
+            "callId": {"type": "string"},
+        },
+    });
     // A durable continuable address; interruptByParent's request is one.
     let address = json!({
         "type": "object", "additionalProperties": false,
@@ -330,6 +338,7 @@ fn schemas() -> Value {
                         "stopReason": {"type": ["string", "null"]},
                         "live": {"type": "boolean"},
                         "diagnostic": {"type": "string"},
+                        "requestedBy": requested_by,
                     },
                 }},
             },

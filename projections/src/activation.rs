@@ -81,6 +81,10 @@ pub struct ActivationState {
     pub last_result: Option<(u64, SubagentResult)>,
     /// The last cleanup failure and its epoch, recorded beside the result.
     pub last_cleanup_error: Option<(u64, Diagnostic)>,
+    /// The ids of the running turn's tool calls that have not returned, in
+    /// the order they were called.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub open_calls: Vec<String>,
 }
 
 impl ActivationState {

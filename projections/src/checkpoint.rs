@@ -1,6 +1,6 @@
 //! Versioned checkpoint encoding of [`Projections`].
 //!
-//! A checkpoint (version 4; version 3 had the same frame) is a binary
+//! A checkpoint (version 5; versions 3 and 4 had the same frame) is a binary
 //! frame, integers little-endian:
 //!
 //! | bytes | holds |
@@ -55,9 +55,10 @@ use crate::IdMap;
 /// The checkpoint format this build writes and reads. Version 2 added the
 /// prompt receipts of each inbox; version 3 is the binary frame above;
 /// version 4 writes the parts' field and variant names as MessagePack
-/// `bin`, not `str`. A checkpoint of any other version is discarded and the
-/// log refolded.
-pub const CHECKPOINT_VERSION: u32 = 4;
+/// `bin`, not `str`; version 5 adds the call that started each child and
+/// each running turn's open calls. A checkpoint of any other version is
+/// discarded and the log refolded.
+pub const CHECKPOINT_VERSION: u32 = 5;
 
 /// The first format version written as a binary frame: versions 1 and 2
 /// were JSON, so a frame naming one of them was never written.

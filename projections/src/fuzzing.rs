@@ -559,6 +559,8 @@ struct ReferenceActivation {
     live: Option<ReferenceLive>,
     running_turn: Option<u64>,
     turns: u64,
+    /// The running turn's calls not yet returned.
+    open_calls: Vec<String>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -692,6 +694,7 @@ impl ReferenceFold {
                     if let Some(activation) = session.and_then(|s| self.activations.get_mut(&s)) {
                         activation.live = None;
                         activation.running_turn = None;
+                        activation.open_calls.clear();
                     }
                 }
             }
@@ -736,20 +739,32 @@ impl ReferenceFold {
                     let activation = self.activations.entry(session).or_default();
                     activation.running_turn = Some(*turn);
                     activation.turns = activation.turns.max(*turn);
+                    activation.open_calls.clear();
                 }
             }
             Event::TurnEnded { turn, .. } => {
                 if let Some(activation) = session.and_then(|s| self.activations.get_mut(&s)) {
                     if activation.running_turn == Some(*turn) {
                         activation.running_turn = None;
+                        activation.open_calls.clear();
                     }
+                }
+            }
+            Event::ToolCalled { turn, call_id, .. } => {
+                if let Some(activation) = session.and_then(|s| self.activations.get_mut(&s)) {
+                    if activation.running_turn == Some(*turn) {
+                        activation.open_calls.push(call_id.clone());
+                    }
+                }
+            }
+            Event::ToolReturned { call_id, .. } => {
+                if let Some(activation) = session.and_then(|s| self.activations.get_mut(&s)) {
+                    activation.open_calls.retain(|open| open != call_id);
                 }
             }
             Event::HostRecovered { .. }
             | Event::HistorySeeded { .. }
             | Event::AssistantMessage { .. }
-            | Event::ToolCalled { .. }
-            | Event::ToolReturned { .. }
             | Event::AgentReported { .. }
             | Event::InterruptRequested { .. } => {}
         }
@@ -864,6 +879,7 @@ impl ReferenceFold {
                     live,
                     running_turn: activation.running_turn,
                     turns: activation.turns,
+                    open_calls: activation.open_calls.clone(),
                 };
                 (*id, activation)
             })

@@ -2,7 +2,7 @@
 //! interpreted descriptor.
 
 use serde::{Deserialize, Serialize};
-use subagent_core::{AgentOptions, SessionId, SessionMode, SubagentDescriptor};
+use subagent_core::{AgentOptions, SessionId, SessionMode, SubagentDescriptor, ToolCallRef};
 
 /// What the log says about one session at its creation.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -38,6 +38,11 @@ pub struct SessionRecord {
     /// (`subagent_core::kept_trace`). Absent when no span was exported.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace: Option<subagent_core::TraceContext>,
+    /// The delegation tool call of its parent's turn that started it: what
+    /// its first request (`ActivationRequested` or `RunRequested`) named.
+    /// `None` for a root, and for a child its host started directly.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requested_by: Option<ToolCallRef>,
 }
 
 impl SessionRecord {

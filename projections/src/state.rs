@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use subagent_core::{
     AgentRoute, CatalogMode, Event, HostId, MessageSource, RecordedEvent, SessionId,
     SubagentCapabilities, SubagentCatalogEntry, SubagentDescendantListEntry, SubagentDescriptor,
-    SubagentListEntry,
+    SubagentListEntry, ToolCallRef,
 };
 
 use crate::activation::{
@@ -193,6 +193,7 @@ impl Projections {
                         agent_options,
                         created_at: record.position,
                         trace: record.trace,
+                        requested_by: None,
                     },
                 );
             }
@@ -213,17 +214,28 @@ impl Projections {
                     });
                 }
             }
+            Event::ToolCalled { turn, call_id, .. } => {
+                if let Some(state) = self.activation_get_mut(session) {
+                    if state.running_turn == Some(*turn) {
+                        state.open_calls.push(call_id.clone());
+                    }
+                }
+            }
+            Event::ToolReturned { call_id, .. } => {
+                if let Some(state) = self.activation_get_mut(session) {
+                    state.open_calls.retain(|open| open != call_id);
+                }
+            }
             Event::HistorySeeded { .. }
             | Event::AssistantMessage { .. }
-            | Event::ToolCalled { .. }
-            | Event::ToolReturned { .. }
             | Event::AgentReported { .. } => {}
             Event::ActivationRequested {
                 epoch,
                 delivery,
                 output_schema,
-                requested_by: _,
+                requested_by,
             } => {
+                self.note_requesting_call(session, requested_by.as_ref());
                 if let Some(state) = self.activation_mut(session) {
                     state.epoch = *epoch;
                     state.live = Some(LiveActivation {
@@ -265,6 +277,7 @@ impl Projections {
                     if state.live.as_ref().is_some_and(|live| live.epoch == *epoch) {
                         state.live = None;
                         state.running_turn = None;
+                        state.open_calls.clear();
                     }
                     if let Some(error) = cleanup_error {
                         state.last_cleanup_error = Some((*epoch, error.clone()));
@@ -276,6 +289,7 @@ impl Projections {
                     if state.live.as_ref().is_some_and(|live| live.epoch == *epoch) {
                         state.live = None;
                         state.running_turn = None;
+                        state.open_calls.clear();
                     }
                 }
             }
@@ -283,8 +297,9 @@ impl Projections {
                 run_id,
                 provider,
                 delivery,
-                requested_by: _,
+                requested_by,
             } => {
+                self.note_requesting_call(session, requested_by.as_ref());
                 if let Some(id) = session {
                     self.runs.insert(
                         id,
@@ -353,6 +368,7 @@ impl Projections {
                 if let Some(state) = self.activation_mut(session) {
                     state.running_turn = Some(*turn);
                     state.turns = state.turns.max(*turn);
+                    state.open_calls.clear();
                     if let Some(live) = state.live.as_mut() {
                         live.turn_trace = record.trace;
                     }
@@ -362,6 +378,7 @@ impl Projections {
                 if let Some(state) = self.activation_mut(session) {
                     if state.running_turn == Some(*turn) {
                         state.running_turn = None;
+                        state.open_calls.clear();
                         if let Some(live) = state.live.as_mut() {
                             live.turn_trace = None;
                         }
@@ -370,6 +387,20 @@ impl Projections {
             }
             Event::InterruptRequested { .. } => {}
         }
+    }
+
+    /// Keeps the call a child's first request named as the call that
+    /// started it (a later request, such as a resume, names none).
+    fn note_requesting_call(&mut self, session: Option<SessionId>, call: Option<&ToolCallRef>) {
+        let record = session.and_then(|id| self.sessions.get_mut(&id));
+        if let (Some(record), Some(call)) = (record, call) {
+            record.requested_by.get_or_insert_with(|| call.clone());
+        }
+    }
+
+    /// `session`'s activation state, when it has one (none is made).
+    fn activation_get_mut(&mut self, session: Option<SessionId>) -> Option<&mut ActivationState> {
+        session.and_then(|id| self.activations.get_mut(&id))
     }
 
     fn activation_mut(&mut self, session: Option<SessionId>) -> Option<&mut ActivationState> {

@@ -4,7 +4,7 @@
 //! "what state is this child in" has one answer.
 
 use serde::Serialize;
-use subagent_core::{CatalogMode, SessionId, SubagentStopReason};
+use subagent_core::{CatalogMode, SessionId, SubagentStopReason, ToolCallRef};
 
 use crate::activation::{Activity, RunPhase};
 use crate::state::Projections;
@@ -116,6 +116,10 @@ pub struct TreeNode {
     /// Why the catalog entry could not be fully interpreted, if so.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub diagnostic: Option<String>,
+    /// The delegation tool call of its parent's turn that started it;
+    /// absent for the root and for a child its host started directly.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub requested_by: Option<ToolCallRef>,
 }
 
 /// A root and its descendants, in stable pre-order, as of `position`.
@@ -143,6 +147,7 @@ impl TreeView {
             external: record.external,
             status: SessionStatus::of(state, root),
             diagnostic: None,
+            requested_by: None,
         }];
         nodes.extend(state.list_descendants(root).into_iter().map(|listed| {
             let entry = listed.entry.entry;
@@ -156,6 +161,10 @@ impl TreeView {
                 mode: entry.mode,
                 external: entry.external,
                 diagnostic: listed.entry.diagnostic,
+                requested_by: state
+                    .sessions
+                    .get(&entry.child_id)
+                    .and_then(|record| record.requested_by.clone()),
             }
         }));
         Some(TreeView {

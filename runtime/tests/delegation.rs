@@ -16,11 +16,13 @@ use subagent_core::{
     content::plain_text, Delivery, Event, SessionId, StreamId, SubagentStopReason, ToolCallRef,
     ToolRestriction,
 };
+use subagent_projections::Projections;
 use subagent_runtime::delegation::{self, Offered};
 use subagent_runtime::providers::{InstantProvider, SpawnProvider};
 use subagent_runtime::scripted::Step;
 use subagent_runtime::{Script, ScriptedHost, SubagentProvider};
-use subagent_store::EventLogExt;
+use subagent_store::filling::FillingLog;
+use subagent_store::{EventLogExt, MemoryLog};
 
 /// A call of tool `name` with `input`, whose result the agent says.
 fn call(name: &str, input: Value) -> Step {
@@ -579,4 +581,180 @@ async fn a_host_turns_the_tools_off_for_a_root_s_tree() {
         .list_children(again.child_id())
         .is_empty());
     h.runtime.close().await.unwrap();
+}
+
+// ---- a host that dies mid-delegation ----------------------------------------
+
+/// A `boss` that starts a `worker` through `subagent`, waits for it by the
+/// id the call returned, and answers with what it said.
+fn delegating_host() -> ScriptedHost {
+    let tool = |name: &str, input: Value| Step::Tool {
+        name: name.into(),
+        input,
+        output: String::new(),
+    };
+    ScriptedHost::new(Script::reply("done"))
+        .with(
+            "boss",
+            Script {
+                turns: vec![vec![
+                    tool(
+                        "subagent",
+                        json!({"provider": "spawn", "label": "worker", "prompt": "find it"}),
+                    ),
+                    tool(
+                        "subagent_control",
+                        json!({"action": "wait", "child": "$/childId"}),
+                    ),
+                    Step::Quote {
+                        text: "the worker said:".into(),
+                        pointer: "/children/0/output".into(),
+                    },
+                ]],
+            },
+        )
+        .with("worker", Script::reply("the worker's answer"))
+}
+
+/// Runs the boss until its host dies right after the append holding an
+/// event `dies_after` accepts (every later append fails, as after a
+/// crash), and returns a copy of what the log held at that moment, the
+/// root and the boss.
+async fn left_by_a_host_dead_after(
+    dies_after: impl Fn(&Event) -> bool + Send + Sync + 'static,
+) -> (MemoryLog, SessionId, SessionId) {
+    let log = FillingLog::new();
+    let h = Harness::builder(delegating_host())
+        .over(log.clone())
+        .open()
+        .await;
+    log.fill_after(dies_after);
+    let boss = h
+        .start(spec("spawn", "boss", Delivery::Caller))
+        .await
+        .unwrap();
+    common::until("the host to die", || log.is_full()).await;
+    // Through export and import, which also checks the history it left is
+    // one `decide` could have produced.
+    let mut exported = Vec::new();
+    subagent_replay::export(&log, &mut exported).unwrap();
+    let left = MemoryLog::new();
+    subagent_replay::import(&left, exported.as_slice())
+        .await
+        .unwrap();
+    (left, h.root.session(), boss.child_id())
+}
+
+/// Where each of `events` is, by `matches`.
+fn position(events: &[Event], what: &str, matches: impl Fn(&Event) -> bool) -> usize {
+    events
+        .iter()
+        .position(matches)
+        .unwrap_or_else(|| panic!("{what} missing from {events:?}"))
+}
+
+/// Opens a host over `left` (recovering it) and checks what every crash
+/// must leave: the boss's `subagent` call answered, abandoned, before its
+/// turn ends; an admissible history; the tree a replay rebuilds is the
+/// runtime's. Returns the boss's events after recovery.
+async fn recover(left: &MemoryLog, root: SessionId, boss: SessionId) -> Vec<Event> {
+    let (runtime, report) = Harness::builder(delegating_host())
+        .over(left.clone())
+        .open_runtime()
+        .await;
+    assert!(report.events > 0, "the recovery settles what was live");
+    let events = common::events(left, boss);
+    let called = position(
+        &events,
+        "the call",
+        |e| matches!(e, Event::ToolCalled { call_id, name, .. } if call_id == "call-0" && name == "subagent"),
+    );
+    let answered = position(&events, "the call's answer", |e| {
+        matches!(e, Event::ToolReturned { call_id, is_error: true, output, .. }
+            if call_id == "call-0" && plain_text(output).starts_with("abandoned"))
+    });
+    let ended = position(&events, "the turn's end", |e| {
+        matches!(
+            e,
+            Event::TurnEnded {
+                turn: 1,
+                stop_reason: SubagentStopReason::Aborted
+            }
+        )
+    });
+    assert!(called < answered && answered < ended, "{events:?}");
+    let records = common::records(left);
+    subagent_projections::HistoryCheck::history(&records).expect("an admissible history");
+    let replayed = subagent_projections::TreeView::of(&Projections::fold(&records), root);
+    assert_eq!(runtime.tree(root).await.unwrap(), replayed);
+    runtime.close().await.unwrap();
+    events
+}
+
+#[tokio::test]
+async fn a_host_dead_between_a_subagent_call_and_its_start_leaves_the_call_answered_abandoned() {
+    let (left, root, boss) = left_by_a_host_dead_after(
+        |event| matches!(event, Event::ToolCalled { name, .. } if name == "subagent"),
+    )
+    .await;
+    // The crash point: the call is durable, the start it asks for is not.
+    let before = common::events(&left, boss);
+    assert!(before
+        .iter()
+        .any(|e| matches!(e, Event::ToolCalled { name, .. } if name == "subagent")));
+    assert!(!before
+        .iter()
+        .any(|e| matches!(e, Event::ToolReturned { .. } | Event::ChildCataloged { .. })));
+
+    let after = recover(&left, root, boss).await;
+    assert!(
+        !after
+            .iter()
+            .any(|e| matches!(e, Event::ChildCataloged { .. })),
+        "no child was started: {after:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_host_dead_between_a_start_and_its_call_s_result_leaves_the_child_under_the_call() {
+    let (left, root, boss) = left_by_a_host_dead_after(|event| {
+        matches!(
+            event,
+            Event::ActivationRequested {
+                requested_by: Some(_),
+                ..
+            }
+        )
+    })
+    .await;
+    let after = recover(&left, root, boss).await;
+    // The child was started, under the call: the call before it in the
+    // parent's transcript, the call's (abandoned) result after it.
+    let called = position(
+        &after,
+        "the call",
+        |e| matches!(e, Event::ToolCalled { call_id, .. } if call_id == "call-0"),
+    );
+    let cataloged = position(&after, "the child", |e| {
+        matches!(e, Event::ChildCataloged { .. })
+    });
+    let answered = position(
+        &after,
+        "the call's answer",
+        |e| matches!(e, Event::ToolReturned { call_id, .. } if call_id == "call-0"),
+    );
+    assert!(called < cataloged && cataloged < answered, "{after:?}");
+    let state = Projections::fold(&common::records(&left));
+    let worker = state.list_children(boss)[0].entry.child_id;
+    assert_eq!(
+        state.sessions[&worker].requested_by,
+        Some(ToolCallRef {
+            turn: 1,
+            call_id: "call-0".into()
+        })
+    );
+    assert!(
+        state.live_activations().is_empty(),
+        "the recovery settled the child too"
+    );
 }

@@ -1,10 +1,12 @@
-//! [`FillingLog`]: a memory log whose disk fills up on demand, for tests
-//! of how the layers above report a storage failure (feature `testing`).
+//! [`FillingLog`]: a memory log whose disk fills up on demand, or right
+//! after a chosen event is appended, for tests of how the layers above
+//! report a storage failure and recover from a host that died at a chosen
+//! moment (feature `testing`).
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
-use subagent_core::{Attachment, AttachmentId, EventId, RecordedEvent, StreamId};
+use subagent_core::{Attachment, AttachmentId, Event, EventId, RecordedEvent, StreamId};
 
 use crate::append_check::IdLocation;
 use crate::indexes::{IndexEntries, LogIndex};
@@ -19,7 +21,12 @@ use crate::StoreError;
 pub struct FillingLog {
     inner: MemoryLog,
     full: Arc<AtomicBool>,
+    /// Fills the disk once an append holding an event it accepts succeeds.
+    fills_after: Arc<Mutex<Option<EventFilter>>>,
 }
+
+/// Which appended event fills the disk ([`FillingLog::fill_after`]).
+type EventFilter = Box<dyn Fn(&Event) -> bool + Send + Sync>;
 
 /// The error every append fails with once the disk is full.
 pub const DISK_FULL: &str = "IO error: No space left on device: While appending to file";
@@ -31,13 +38,32 @@ impl FillingLog {
         FillingLog {
             inner: MemoryLog::new(),
             full: Arc::new(AtomicBool::new(false)),
+            fills_after: Arc::new(Mutex::new(None)),
         }
+    }
+
+    /// The disk fills right after the first append holding an event
+    /// `filter` accepts: that append succeeds, every later one fails. A
+    /// runtime over the log then stops as a host that died at that moment
+    /// would, and a runtime opened over [`FillingLog::set_full`]`(false)`
+    /// recovers what it left.
+    pub fn fill_after(&self, filter: impl Fn(&Event) -> bool + Send + Sync + 'static) {
+        *self
+            .fills_after
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Box::new(filter));
     }
 
     /// From now on every append and checkpoint write fails with
     /// [`DISK_FULL`] (or succeeds again, with `false`).
     pub fn set_full(&self, full: bool) {
         self.full.store(full, Ordering::SeqCst);
+    }
+
+    /// Whether every append now fails.
+    #[must_use]
+    pub fn is_full(&self) -> bool {
+        self.full.load(Ordering::SeqCst)
     }
 }
 
@@ -56,7 +82,22 @@ impl EventLog for FillingLog {
         if self.full.load(Ordering::SeqCst) {
             return TransactionTicket::ready(Err(StoreError::Io(DISK_FULL.into())));
         }
-        self.inner.append_with_attachments(parts, attachments)
+        let mut fills_after = self
+            .fills_after
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let fills = fills_after.as_ref().is_some_and(|filter| {
+            parts
+                .iter()
+                .flat_map(|part| &part.events)
+                .any(|new| filter(&new.event))
+        });
+        let ticket = self.inner.append_with_attachments(parts, attachments);
+        if fills {
+            *fills_after = None;
+            self.full.store(true, Ordering::SeqCst);
+        }
+        ticket
     }
     fn attachment(&self, id: &AttachmentId) -> Result<Option<Vec<u8>>, StoreError> {
         self.inner.attachment(id)

@@ -45,6 +45,13 @@ pub enum OutOfOrder {
     /// The session has no external run.
     #[error("no external run")]
     NoRun,
+    /// A start names a call that is not an unanswered call of the running
+    /// turn (none was recorded under that id, or it already returned).
+    #[error("call {call_id} is not an open call of the running turn")]
+    CallNotOpen {
+        /// The call id the start named.
+        call_id: String,
+    },
     /// The external run is not in a phase the command accepts.
     #[error("the external run is {phase}; {accepted}")]
     RunPhase {

@@ -284,8 +284,9 @@ pub(crate) fn running_turn(state: &Projections, session: SessionId) -> Result<u6
 }
 
 /// A start asked for by `call`, a delegation tool call of `parent`'s: the
-/// call names the turn `parent` is running (its `ToolCalled` is recorded
-/// before the tool runs). A root, which runs no turns, asks for none.
+/// call is an open call of the turn `parent` is running (its `ToolCalled`
+/// is recorded before the tool runs, its `ToolReturned` after the start).
+/// A root, which runs no turns, asks for none.
 pub(crate) fn requesting_turn(
     state: &Projections,
     parent: SessionId,
@@ -304,6 +305,18 @@ pub(crate) fn requesting_turn(
     if call.call_id.is_empty() {
         return Err(SubagentError::BadRequest(
             "a start's requesting call has an empty id".into(),
+        ));
+    }
+    let open = state
+        .activations
+        .get(&parent)
+        .is_some_and(|activation| activation.open_calls.contains(&call.call_id));
+    if !open {
+        return Err(out_of_order(
+            parent,
+            OutOfOrder::CallNotOpen {
+                call_id: call.call_id.clone(),
+            },
         ));
     }
     Ok(())

@@ -197,10 +197,13 @@ fn release_live(
         push_to(
             &mut decision,
             StreamId::Session(child),
-            vec![Event::TurnEnded {
+            super::turns::turn_ending(
+                state,
+                child,
                 turn,
-                stop_reason: unsettled.stop_reason.clone(),
-            }],
+                unsettled.stop_reason.clone(),
+                super::turns::ENDED_FIRST,
+            ),
         );
     }
     if !live.settled {

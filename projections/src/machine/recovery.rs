@@ -102,10 +102,13 @@ fn settle_live(
         settled.abandoned += 1;
         let mut events = Vec::new();
         if let Some(turn) = state.activations.get(&child).and_then(|a| a.running_turn) {
-            events.push(Event::TurnEnded {
+            events.extend(super::turns::turn_ending(
+                state,
+                child,
                 turn,
-                stop_reason: SubagentStopReason::Aborted,
-            });
+                SubagentStopReason::Aborted,
+                "abandoned: the host stopped before this call returned",
+            ));
         }
         events.push(Event::ActivationAbandoned {
             epoch: activation.epoch,

@@ -64,6 +64,37 @@ pub(super) fn claim_steering(
     ))
 }
 
+/// Why a call is answered when its turn ends first.
+pub(super) const ENDED_FIRST: &str = "abandoned: the turn ended before this call returned";
+
+/// The events that end `session`'s running turn `turn` with `stop_reason`:
+/// an error result, saying `why`, for each of its calls that has not
+/// returned (so no call is left hanging), then `TurnEnded`.
+pub(super) fn turn_ending(
+    state: &Projections,
+    session: SessionId,
+    turn: u64,
+    stop_reason: SubagentStopReason,
+    why: &str,
+) -> Vec<Event> {
+    let open = state
+        .activations
+        .get(&session)
+        .map_or(&[][..], |activation| activation.open_calls.as_slice());
+    let mut events: Vec<Event> = open
+        .iter()
+        .map(|call_id| Event::ToolReturned {
+            turn,
+            call_id: call_id.clone(),
+            output: vec![ContentBlock::text(why)],
+            is_error: true,
+            refused: false,
+        })
+        .collect();
+    events.push(Event::TurnEnded { turn, stop_reason });
+    events
+}
+
 /// Ends the running turn; on the epoch's first turn end, settles the epoch
 /// with the result built from `output` ([`turn_result`]).
 pub(super) fn end_turn(
@@ -76,10 +107,7 @@ pub(super) fn end_turn(
     let live = published(state, session)?;
     let mut decision = single(
         StreamId::Session(session),
-        vec![Event::TurnEnded {
-            turn,
-            stop_reason: stop_reason.clone(),
-        }],
+        turn_ending(state, session, turn, stop_reason.clone(), ENDED_FIRST),
     );
     if !live.settled {
         let result = turn_result(live, stop_reason, output);

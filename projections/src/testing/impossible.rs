@@ -29,7 +29,7 @@ pub struct ImpossibleHistory {
 #[must_use]
 pub fn impossible_histories() -> Vec<ImpossibleHistory> {
     type Case = (&'static str, fn(&mut Base) -> Vec<(StreamId, Event)>);
-    let cases: [Case; 25] = [
+    let cases: [Case; 26] = [
         ("orphan child", |b| {
             let child = SessionId::new();
             vec![(
@@ -199,20 +199,31 @@ pub fn impossible_histories() -> Vec<ImpossibleHistory> {
             vec![
                 (StreamId::Session(b.child), b.cataloged(child)),
                 (StreamId::Session(child), b.created(child, Some(b.child), 2)),
-                (
-                    StreamId::Session(child),
-                    Event::ActivationRequested {
-                        epoch: 1,
-                        delivery: Delivery::Parent,
-                        output_schema: None,
-                        requested_by: Some(subagent_core::ToolCallRef {
-                            turn: 1,
-                            call_id: "call-1".into(),
-                        }),
-                    },
-                ),
+                (StreamId::Session(child), requested_by_call_1()),
             ]
         }),
+        (
+            "child asked for by a call its parent's turn never made",
+            |b| {
+                let child = SessionId::new();
+                vec![
+                    (
+                        StreamId::Session(b.child),
+                        Event::MessagesClaimed {
+                            ids: b.pending.clone(),
+                            turn: 1,
+                        },
+                    ),
+                    (
+                        StreamId::Session(b.child),
+                        Event::TurnStarted { turn: 1, epoch: 1 },
+                    ),
+                    (StreamId::Session(b.child), b.cataloged(child)),
+                    (StreamId::Session(child), b.created(child, Some(b.child), 2)),
+                    (StreamId::Session(child), requested_by_call_1()),
+                ]
+            },
+        ),
         ("recovery marker with nothing recovered", |b| {
             vec![(
                 StreamId::Runtime,
@@ -258,6 +269,19 @@ pub fn impossible_histories() -> Vec<ImpossibleHistory> {
             }
         })
         .collect()
+}
+
+/// A first request naming the call `call-1` of turn 1 of its parent.
+fn requested_by_call_1() -> Event {
+    Event::ActivationRequested {
+        epoch: 1,
+        delivery: Delivery::Parent,
+        output_schema: None,
+        requested_by: Some(subagent_core::ToolCallRef {
+            turn: 1,
+            call_id: "call-1".into(),
+        }),
+    }
 }
 
 fn requested(epoch: u64) -> Event {

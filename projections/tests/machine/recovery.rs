@@ -4,7 +4,7 @@
 //! host's provider registrations and admission cutoffs end, and a root taken
 //! back afterwards admits children again.
 
-use subagent_core::{Delivery, Event, MessageId, SessionId, SubagentRunId, SubagentStopReason};
+use subagent_core::{Delivery, Event, MessageId, SessionId, SubagentStopReason};
 use subagent_projections::machine::Command;
 use subagent_projections::Activity;
 
@@ -14,13 +14,7 @@ use crate::world::{prepared, types, World};
 fn recovery_settles_everything_that_was_live_explicitly_and_only_once() {
     let mut world = World::new();
     let root = world.root();
-    let running = world.start(root, "spawn", Delivery::Parent);
-    world.run(Command::PublishActivation {
-        child: running,
-        epoch: 1,
-        run_id: SubagentRunId::new(),
-    });
-    world.run(Command::BeginTurn { session: running });
+    let running = world.running(root);
     let queued = world.start(root, "spawn", Delivery::Parent);
     world.run(prepared(queued, MessageId::new()));
     let external = world.start(root, "process", Delivery::Parent);
@@ -71,6 +65,65 @@ fn recovery_settles_everything_that_was_live_explicitly_and_only_once() {
         world.run(Command::Recover).is_empty(),
         "nothing is live any more"
     );
+}
+
+#[test]
+fn a_call_left_open_by_a_dead_host_is_answered_abandoned_before_its_turn_ends() {
+    let mut world = World::new();
+    let root = world.root();
+    let running = world.running(root);
+    // call-0 returned; call-1 and call-2 were in flight when the host died.
+    world.call(running, "call-0", "subagent");
+    world.returned(running, "call-0");
+    world.call(running, "call-1", "subagent");
+    world.call(running, "call-2", "read_file");
+    assert_eq!(
+        world.state.activations[&running].open_calls,
+        ["call-1", "call-2"]
+    );
+    let recorded = world.run(Command::Recover);
+    let in_session: Vec<&Event> = recorded
+        .iter()
+        .filter(|(stream, _)| *stream == subagent_core::StreamId::Session(running))
+        .map(|(_, event)| event)
+        .collect();
+    let answered: Vec<&str> = in_session
+        .iter()
+        .filter_map(|event| match event {
+            Event::ToolReturned {
+                turn: 1,
+                call_id,
+                is_error: true,
+                refused: false,
+                output,
+            } if subagent_core::content::plain_text(output).contains("abandoned") => {
+                Some(call_id.as_str())
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(answered, ["call-1", "call-2"], "{in_session:?}");
+    let turn_end = in_session
+        .iter()
+        .position(|event| matches!(event, Event::TurnEnded { turn: 1, .. }))
+        .expect("the turn ends");
+    assert_eq!(turn_end, 2, "the calls are answered before the turn ends");
+    assert!(world.state.activations[&running].open_calls.is_empty());
+}
+
+#[test]
+fn a_turn_ended_with_a_call_open_answers_it_first() {
+    let mut world = World::new();
+    let root = world.root();
+    let child = world.running(root);
+    world.call(child, "call-7", "read_file");
+    let recorded = world.run(Command::EndTurn {
+        session: child,
+        stop_reason: SubagentStopReason::Aborted,
+        output: Default::default(),
+    });
+    assert_eq!(types(&recorded)[..2], ["ToolReturned", "TurnEnded"]);
+    assert!(world.state.activations[&child].open_calls.is_empty());
 }
 
 #[test]

@@ -434,7 +434,26 @@ fn a_start_a_tool_call_asks_for_names_its_parent_s_running_turn() {
         ErrorCode::BadRequest,
         "a call with no id"
     );
-    // A call of the running turn: the child's request names it.
+    let not_open = |call_id: &str| SubagentError::OutOfOrder {
+        session: parent,
+        reason: OutOfOrder::CallNotOpen {
+            call_id: call_id.into(),
+        },
+    };
+    assert_eq!(
+        world.refuse(asked(parent, 1, "call-1")),
+        not_open("call-1"),
+        "a call the turn never made"
+    );
+    world.call(parent, "call-0", "subagent");
+    world.returned(parent, "call-0");
+    assert_eq!(
+        world.refuse(asked(parent, 1, "call-0")),
+        not_open("call-0"),
+        "a call that already returned"
+    );
+    // An open call of the running turn: the child's request names it.
+    world.call(parent, "call-1", "subagent");
     let recorded = world.run(asked(parent, 1, "call-1"));
     let named = recorded.iter().find_map(|(_, event)| match event {
         Event::ActivationRequested { requested_by, .. } => requested_by.clone(),

@@ -150,6 +150,45 @@ impl World {
         self.run(Command::StartChild(start));
         child
     }
+
+    /// Starts a `spawn` child of `parent` (delivery `parent`), publishes
+    /// its first activation and begins its turn 1.
+    pub(crate) fn running(&mut self, parent: SessionId) -> SessionId {
+        let child = self.start(parent, "spawn", Delivery::Parent);
+        self.run(Command::PublishActivation {
+            child,
+            epoch: 1,
+            run_id: SubagentRunId::new(),
+        });
+        self.run(Command::BeginTurn { session: child });
+        child
+    }
+
+    /// `session`'s running turn 1 calls the known tool `name` as `call_id`.
+    pub(crate) fn call(&mut self, session: SessionId, call_id: &str, name: &str) {
+        self.run(Command::CallTool {
+            session,
+            turn: 1,
+            call_id: call_id.into(),
+            name: name.into(),
+            input: serde_json::json!({}),
+            known: true,
+        });
+    }
+
+    /// The call `call_id` of `session`'s turn 1 returns.
+    pub(crate) fn returned(&mut self, session: SessionId, call_id: &str) {
+        self.run(Command::RecordTranscript {
+            session,
+            entry: Event::ToolReturned {
+                turn: 1,
+                call_id: call_id.into(),
+                output: Vec::new(),
+                is_error: false,
+                refused: false,
+            },
+        });
+    }
 }
 
 /// A start of a child labelled `task` below `parent`, with default options
