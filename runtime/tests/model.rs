@@ -106,6 +106,28 @@ struct ModelSession {
     /// start, in this runtime generation, before any cold resume): only then
     /// does `Dispose` release it.
     disposable: bool,
+    /// An agent started it through the `subagent` tool: the host holds no
+    /// handle to act as it.
+    by_tool: bool,
+}
+
+/// What an agent does through the runtime's tools, mid-turn, in a turn a
+/// message from its parent wakes.
+#[derive(Clone, Copy, Debug)]
+enum AgentCall {
+    /// `subagent`: start a child.
+    Start {
+        provider: Provider,
+        option: StartOption,
+    },
+    /// `send_message` to a session (refused unless a direct child).
+    Message { target: usize },
+    /// `send_message` to `parent`: report to its parent.
+    Report,
+    /// `subagent_control` `close` (refused unless a direct child).
+    Close { child: usize },
+    /// `subagent_control` `wait` for any child.
+    Wait,
 }
 
 /// What a transition answers.
@@ -177,6 +199,14 @@ enum Transition {
     CloseRoot {
         session: usize,
     },
+    /// `waker` (the agent's parent, as the host) messages `agent`, whose
+    /// agent then makes `call` through the runtime's tools in the turn the
+    /// message wakes.
+    Agent {
+        agent: usize,
+        waker: usize,
+        call: AgentCall,
+    },
 }
 
 impl ModelSession {
@@ -189,6 +219,7 @@ impl ModelSession {
             live: true,
             captures: false,
             disposable: false,
+            by_tool: false,
         }
     }
 }
@@ -255,8 +286,20 @@ impl Model {
             .collect()
     }
 
+    /// A session the host can act as: a root, or a local child it started.
     fn delegating(&self, session: usize) -> bool {
-        session < self.sessions.len() && self.sessions[session].kind != Kind::External
+        session < self.sessions.len()
+            && self.sessions[session].kind != Kind::External
+            && !self.sessions[session].by_tool
+    }
+
+    /// A local child whose parent the host can act as, to wake it.
+    fn wakeable_agent(&self, session: usize) -> bool {
+        session < self.sessions.len()
+            && self.sessions[session].kind == Kind::Local
+            && self.sessions[session]
+                .parent
+                .is_some_and(|parent| self.delegating(parent))
     }
 
     fn step(&mut self, transition: &Transition) -> Outcome {
@@ -303,6 +346,7 @@ impl Model {
                     live: true,
                     captures: *option == StartOption::OutputSchema,
                     disposable: true,
+                    by_tool: false,
                 });
                 Ok
             }
@@ -468,6 +512,52 @@ impl Model {
                 self.closed.remove(session);
                 Ok
             }
+            Transition::Agent { agent, waker, call } => {
+                let (agent, waker) = (*agent, *waker);
+                // The message that wakes it is a message like any other.
+                let woken = self.step(&Transition::Send {
+                    sender: waker,
+                    target: agent,
+                });
+                if woken != Ok {
+                    return woken;
+                }
+                match *call {
+                    AgentCall::Start { provider, option } => {
+                        let started = self.step(&Transition::Start {
+                            parent: agent,
+                            provider,
+                            option,
+                        });
+                        if started == Ok {
+                            let child = self.sessions.last_mut().expect("just started");
+                            child.by_tool = true;
+                            child.disposable = false;
+                        }
+                        started
+                    }
+                    AgentCall::Message { target } => self.step(&Transition::Send {
+                        sender: agent,
+                        target,
+                    }),
+                    AgentCall::Report => self.step(&Transition::Send {
+                        sender: agent,
+                        target: waker,
+                    }),
+                    AgentCall::Close { child } => {
+                        // Scoped to its own direct children, whatever they do.
+                        if self.sessions[child].parent != Some(agent) {
+                            return Err(ErrorCode::Unauthorized);
+                        }
+                        if self.sessions[child].live {
+                            self.release(child);
+                        }
+                        Ok
+                    }
+                    // At quiescence no child is working: it answers at once.
+                    AgentCall::Wait => Ok,
+                }
+            }
         }
     }
 }
@@ -548,6 +638,33 @@ impl ReferenceStateMachine for ModelMachine {
         } else {
             proptest::sample::select(children).boxed()
         };
+        // Agents the host can wake, with their parent, and their children.
+        let agents: Vec<(usize, usize)> = (0..sessions)
+            .filter(|id| state.wakeable_agent(*id))
+            .filter_map(|id| Some((id, state.sessions[id].parent?)))
+            .collect();
+        let agent_children: Vec<((usize, usize), usize)> = agents
+            .iter()
+            .flat_map(|agent| {
+                (0..sessions)
+                    .filter(|id| state.sessions[*id].parent == Some(agent.0))
+                    .map(|id| (*agent, id))
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        let agent = if agents.is_empty() {
+            Just((0usize, 0usize)).boxed()
+        } else {
+            proptest::sample::select(agents).boxed()
+        };
+        let agent_child = if agent_children.is_empty() {
+            (agent.clone(), 0..sessions).boxed()
+        } else {
+            proptest::sample::select(agent_children).boxed()
+        };
+        let agent_call = |call: AgentCall| {
+            move |(agent, waker): (usize, usize)| Transition::Agent { agent, waker, call }
+        };
         prop_oneof![
             8 => (live_delegator.clone(), provider(), start_option()).prop_map(|(parent, provider, option)| {
                 Transition::Start { parent, provider, option }
@@ -572,7 +689,21 @@ impl ReferenceStateMachine for ModelMachine {
             2 => root.clone().prop_map(|session| Transition::ReopenRoot { session }),
             1 => root.prop_map(|session| Transition::CloseRoot { session }),
             1 => session.clone().prop_map(|session| Transition::ReopenRoot { session }),
-            1 => session.prop_map(|session| Transition::CloseRoot { session }),
+            1 => session.clone().prop_map(|session| Transition::CloseRoot { session }),
+            4 => (agent.clone(), provider(), start_option()).prop_map(|((agent, waker), provider, option)| {
+                Transition::Agent { agent, waker, call: AgentCall::Start { provider, option } }
+            }),
+            2 => agent_child.clone().prop_map(|((agent, waker), target)| {
+                Transition::Agent { agent, waker, call: AgentCall::Message { target } }
+            }),
+            1 => agent.clone().prop_map(agent_call(AgentCall::Report)),
+            1 => agent_child.prop_map(|((agent, waker), child)| {
+                Transition::Agent { agent, waker, call: AgentCall::Close { child } }
+            }),
+            1 => (agent.clone(), session).prop_map(|((agent, waker), child)| {
+                Transition::Agent { agent, waker, call: AgentCall::Close { child } }
+            }),
+            1 => agent.prop_map(agent_call(AgentCall::Wait)),
         ]
         .boxed()
     }
@@ -594,13 +725,25 @@ impl ReferenceStateMachine for ModelMachine {
             Transition::DrainChildren { parent, children } => {
                 state.delegating(*parent) && children.iter().all(exists)
             }
-            Transition::ReopenRoot { session } | Transition::CloseRoot { session } => {
-                exists(session)
+            Transition::ReopenRoot { session } => exists(session),
+            // Closing takes the session's handle: the host has none for an
+            // agent's child.
+            Transition::CloseRoot { session } => {
+                exists(session) && !state.sessions[*session].by_tool
             }
             Transition::Register(_)
             | Transition::Remove(_)
             | Transition::Restart
             | Transition::Crash => true,
+            Transition::Agent { agent, waker, call } => {
+                state.wakeable_agent(*agent)
+                    && state.sessions[*agent].parent == Some(*waker)
+                    && match call {
+                        AgentCall::Message { target } => exists(target),
+                        AgentCall::Close { child } => exists(child),
+                        AgentCall::Start { .. } | AgentCall::Report | AgentCall::Wait => true,
+                    }
+            }
         }
     }
 
@@ -631,6 +774,86 @@ fn scripted_host() -> ScriptedHost {
             Step::Say("done".into()),
         ]],
     })
+}
+
+/// A message that makes its agent call one tool: what an `Agent` transition
+/// sends to wake the agent.
+#[derive(serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Instruction {
+    call_id: String,
+    name: String,
+    input: serde_json::Value,
+}
+
+/// Agents that play the scripted agent's turn, except a turn woken by an
+/// [`Instruction`]: that turn makes the call it names, through the turn's
+/// tool port, and says the result.
+struct Puppets(ScriptedHost);
+
+struct Puppet(Box<dyn subagent_runtime::Agent>);
+
+impl subagent_runtime::AgentHost for Puppets {
+    fn create(
+        &self,
+        spec: subagent_runtime::AgentSpec,
+    ) -> subagent_runtime::BoxFuture<'static, Result<Box<dyn subagent_runtime::Agent>, SubagentError>>
+    {
+        let scripted = self.0.create(spec);
+        Box::pin(async move {
+            Ok(Box::new(Puppet(scripted.await?)) as Box<dyn subagent_runtime::Agent>)
+        })
+    }
+
+    fn tools(&self) -> Vec<subagent_runtime::ToolDefinition> {
+        self.0.tools()
+    }
+
+    fn execute_tool(
+        &self,
+        session: SessionId,
+        call: subagent_runtime::ToolCall,
+        cancel: CancellationToken,
+    ) -> subagent_runtime::BoxFuture<'static, subagent_runtime::ToolOutput> {
+        self.0.execute_tool(session, call, cancel)
+    }
+}
+
+impl subagent_runtime::Agent for Puppet {
+    fn run_turn(
+        &mut self,
+        input: subagent_runtime::TurnInput,
+    ) -> subagent_runtime::BoxFuture<'_, subagent_runtime::TurnEnd> {
+        let instruction = input.messages.iter().find_map(|message| {
+            serde_json::from_str::<Instruction>(&subagent_core::content::plain_text(message)).ok()
+        });
+        let Some(instruction) = instruction else {
+            return self.0.run_turn(input);
+        };
+        Box::pin(async move {
+            let output = input
+                .tools
+                .call(subagent_runtime::ToolCall {
+                    call_id: instruction.call_id,
+                    name: instruction.name,
+                    input: instruction.input,
+                })
+                .await;
+            let said = input
+                .transcript
+                .send(subagent_runtime::TranscriptItem::Assistant(output.output))
+                .await;
+            subagent_runtime::TurnEnd {
+                stop_reason: if said.is_ok() {
+                    subagent_core::SubagentStopReason::Completed
+                } else {
+                    subagent_core::SubagentStopReason::Aborted
+                },
+                diagnostic: None,
+                structured: None,
+            }
+        })
+    }
 }
 
 /// Where the log lives: memory, a RocksDB directory reopened on restart, or
@@ -760,6 +983,8 @@ struct System<B: Backend> {
     handles: HashMap<usize, LiveAgent>,
     /// Registrations, so `Remove` goes through the disposer.
     registrations: HashMap<Provider, subagent_runtime::ProviderRegistration>,
+    /// Tool calls made by agents so far (their ids are unique).
+    agent_calls: u64,
 }
 
 impl<B: Backend + Default> System<B> {
@@ -772,6 +997,7 @@ impl<B: Backend + Default> System<B> {
             activations: HashMap::new(),
             handles: HashMap::new(),
             registrations: HashMap::new(),
+            agent_calls: 0,
         };
         system.open();
         system
@@ -811,11 +1037,11 @@ impl<B: Backend + Default> System<B> {
         let shared = self.backend.shared();
         let runtime = self.tokio.block_on(async {
             let (runtime, _) = match shared {
-                None => SubagentRuntime::open(log, Arc::new(scripted_host())).await,
+                None => SubagentRuntime::open(log, Arc::new(Puppets(scripted_host()))).await,
                 Some(shared) => {
                     SubagentRuntime::open_shared(
                         log,
-                        Arc::new(scripted_host()),
+                        Arc::new(Puppets(scripted_host())),
                         subagent_runtime::CapacityLimits::default(),
                         shared,
                     )
@@ -877,6 +1103,106 @@ impl<B: Backend + Default> System<B> {
             }
         }
         spec
+    }
+
+    /// The input of `subagent` for a start like [`Self::spec`]'s.
+    fn start_input(provider: Provider, option: StartOption) -> serde_json::Value {
+        let mut input =
+            serde_json::json!({"provider": provider.name(), "label": "task", "prompt": "go"});
+        let (field, value) = match option {
+            StartOption::None => return input,
+            StartOption::Persona => ("persona", serde_json::json!("Serve {{user}}")),
+            StartOption::ToolFilter => ("toolFilter", serde_json::json!({"deny": ["read_file"]})),
+            StartOption::OutputSchema => ("outputSchema", serde_json::json!({"type": "object"})),
+            StartOption::MaxDepth(cap) => ("maxDepth", serde_json::json!(cap)),
+            StartOption::UnknownTool => ("toolFilter", serde_json::json!({"allow": ["teleport"]})),
+            StartOption::Route => ("agentOptions", serde_json::json!({"model": "bigger"})),
+        };
+        input[field] = value;
+        input
+    }
+
+    /// `waker` messages `agent` an [`Instruction`] to make `call`; the
+    /// call's answer, once its turn records it.
+    fn agent_call(&mut self, agent: usize, waker: usize, call: AgentCall) -> Outcome {
+        self.agent_calls += 1;
+        let call_id = format!("model-{}", self.agent_calls);
+        let (name, input) = match call {
+            AgentCall::Start { provider, option } => {
+                ("subagent", Self::start_input(provider, option))
+            }
+            AgentCall::Message { target } => (
+                "send_message",
+                serde_json::json!({"to": self.sessions[target], "text": "note"}),
+            ),
+            AgentCall::Report => (
+                "send_message",
+                serde_json::json!({"to": "parent", "text": "report"}),
+            ),
+            AgentCall::Close { child } => (
+                "subagent_control",
+                serde_json::json!({"action": "close", "child": self.sessions[child]}),
+            ),
+            AgentCall::Wait => (
+                "subagent_control",
+                serde_json::json!({"action": "wait", "timeoutSeconds": 10}),
+            ),
+        };
+        let instruction = Instruction {
+            call_id: call_id.clone(),
+            name: name.into(),
+            input,
+        };
+        let runtime = self.runtime().clone();
+        let woken = self.tokio.block_on(runtime.send_message(
+            &self.handle(waker),
+            self.sessions[agent],
+            vec![ContentBlock::text(
+                serde_json::to_string(&instruction).expect("an instruction serializes"),
+            )],
+            CancellationToken::new(),
+        ));
+        if let Err(err) = woken {
+            return Outcome::Err(err.code());
+        }
+        let stream = subagent_core::StreamId::Session(self.sessions[agent]);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let (output, is_error) = loop {
+            let answer = runtime.log().read_stream(stream, 1).find_map(|record| {
+                match record.expect("the log reads back").event {
+                    Event::ToolReturned {
+                        call_id: returned,
+                        output,
+                        is_error,
+                        ..
+                    } if returned == call_id => Some((output, is_error)),
+                    _ => None,
+                }
+            });
+            if let Some(answer) = answer {
+                break answer;
+            }
+            assert!(Instant::now() < deadline, "{call_id} was never answered");
+            std::thread::sleep(Duration::from_millis(1));
+        };
+        let text = subagent_core::content::plain_text(&output);
+        if is_error {
+            let code = text.split(':').next().unwrap_or_default();
+            return Outcome::Err(
+                ErrorCode::parse(code).unwrap_or_else(|| panic!("{call_id} failed: {text}")),
+            );
+        }
+        if let AgentCall::Start { .. } = call {
+            let answer: serde_json::Value =
+                serde_json::from_str(&text).expect("subagent answers JSON");
+            let child: SessionId = answer["childId"]
+                .as_str()
+                .and_then(|id| id.parse().ok())
+                .expect("subagent answers the child's id");
+            // An agent's child: the host holds no handle to it.
+            self.sessions.push(child);
+        }
+        Outcome::Ok
     }
 
     fn run(&mut self, transition: &Transition) -> Outcome {
@@ -995,7 +1321,7 @@ impl<B: Backend + Default> System<B> {
                 closed(
                     self.tokio
                         .block_on(runtime.start_activation(
-                            &self.handle(self.sessions.len() - 1),
+                            &self.handle(0),
                             Self::spec(Provider::Spawn, StartOption::None),
                             CancellationToken::new(),
                         ))
@@ -1038,6 +1364,7 @@ impl<B: Backend + Default> System<B> {
                 self.tokio
                     .block_on(runtime.close_root(&self.handle(*session))),
             ),
+            Transition::Agent { agent, waker, call } => self.agent_call(*agent, *waker, *call),
         }
     }
 
@@ -1146,6 +1473,7 @@ impl<B: Backend + Default> System<B> {
             }
         }
         assert_log_invariants(&records, &rebuilt);
+        assert_calls_answered_around_their_children(&records, &rebuilt);
         // Invariant 9: the descendant listing is a pre-order with consistent
         // parents and depths.
         for root in &rebuilt.roots {
@@ -1163,6 +1491,59 @@ impl<B: Backend + Default> System<B> {
                 seen.insert(entry.entry.entry.child_id, entry.depth);
             }
         }
+    }
+}
+
+/// Tool calls, read off the log at quiescence (no turn runs):
+/// - every call has its result (answered, refused or marked abandoned by
+///   the turn's end or a recovery), never left hanging;
+/// - every child an agent's call started sits, in its parent's stream,
+///   after that call and before its result.
+fn assert_calls_answered_around_their_children(
+    records: &[subagent_core::RecordedEvent],
+    state: &Projections,
+) {
+    // (session, turn, call id) -> positions of the call and of its result.
+    let mut calls: HashMap<(SessionId, u64, String), (u64, Option<u64>)> = HashMap::new();
+    let mut cataloged: HashMap<SessionId, u64> = HashMap::new();
+    for record in records {
+        let subagent_core::StreamId::Session(session) = record.stream else {
+            continue;
+        };
+        match &record.event {
+            Event::ToolCalled { turn, call_id, .. } => {
+                calls.insert((session, *turn, call_id.clone()), (record.position, None));
+            }
+            Event::ToolReturned { turn, call_id, .. } => {
+                let call = calls
+                    .get_mut(&(session, *turn, call_id.clone()))
+                    .unwrap_or_else(|| panic!("{session}: a result of no call {call_id}"));
+                call.1.get_or_insert(record.position);
+            }
+            Event::ChildCataloged { child, .. } => {
+                cataloged.insert(*child, record.position);
+            }
+            _ => {}
+        }
+    }
+    for ((session, turn, call_id), (_, returned)) in &calls {
+        assert!(
+            returned.is_some(),
+            "{session}: call {call_id} of turn {turn} left hanging"
+        );
+    }
+    for record in state.sessions.values() {
+        let (Some(call), Some(parent)) = (&record.requested_by, record.parent) else {
+            continue;
+        };
+        let (called, returned) = calls[&(parent, call.turn, call.call_id.clone())];
+        let at = cataloged[&record.id];
+        assert!(
+            called < at && returned.is_some_and(|returned| at < returned),
+            "{}: not between the call {} that started it and its result",
+            record.id,
+            call.call_id
+        );
     }
 }
 
