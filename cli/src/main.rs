@@ -92,9 +92,9 @@ enum Command {
         /// (for crash drills; at most 3,600,000).
         #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(..=3_600_000))]
         hold_ms: u64,
-        /// Run the spawned children (research, fact-check, digger) on an
-        /// ACP agent: "PROGRAM ARGS…" split at white space, run in the
-        /// current directory.
+        /// Run fact-check (the grandchild research delegates to) and digger
+        /// on an ACP agent: "PROGRAM ARGS…" split at white space, run in
+        /// the current directory.
         #[arg(long, value_name = "COMMAND", value_parser = acp_command)]
         acp: Option<subagent_acp::AcpCommand>,
         /// Seconds an ACP agent may send nothing during a turn before the

@@ -81,20 +81,22 @@ fn completed_demo(dir: &Path, data: &str, acp: &str, extra: &[&str]) -> (String,
     (stdout, log)
 }
 
-/// A demo whose research child works for ten minutes.
+/// A demo whose fact-check grandchild (the ACP agent research delegates
+/// to) works for ten minutes.
 fn busy_script() -> serde_json::Value {
     json!({
         "default": {"turns": [[{"say": "done"}]]},
-        "byLabel": {"research": {"turns": [[{"say": "working"}, {"sleepMs": 600_000}]]}}
+        "byLabel": {"fact-check": {"turns": [[{"say": "working"}, {"sleepMs": 600_000}]]}}
     })
 }
 
-/// Sends `signal` to the demo once its research agent runs, and checks that
+/// Sends `signal` to the demo once its fact-check agent runs, and checks that
 /// it exits with `status` and leaves no agent process.
 fn signal_ends_every_agent(signal: &str, status: Option<i32>) {
     let (dir, acp, data) = setup(&busy_script());
     let mut demo = start_demo(&data, &acp);
     until("the agents to start", Duration::from_secs(60), || {
+        // The demo itself names the directory too: it and one agent.
         agents_in(dir.path()) >= 2
     });
     let killed = Command::new("kill")
@@ -149,11 +151,11 @@ fn kill_9_of_the_demo_leaves_no_agent_behind() {
 fn an_agent_refused_a_file_outside_its_workspace_does_not_end_the_demo() {
     let (dir, acp, data) = setup(&json!({
         "default": {"turns": [[{"say": "done"}]]},
-        "byLabel": {"research": {"turns": [[{"readFile": {"path": "/etc/shadow"}}, {"say": "carried on"}]]}}
+        "byLabel": {"fact-check": {"turns": [[{"readFile": {"path": "/etc/shadow"}}, {"say": "carried on"}]]}}
     }));
     let (stdout, log) = completed_demo(dir.path(), &data, &acp, &[]);
     assert!(
-        stdout.contains("research    completed  carried on"),
+        stdout.contains("fact-check  completed  carried on"),
         "{stdout}"
     );
     assert!(

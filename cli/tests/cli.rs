@@ -15,6 +15,20 @@ fn demo_records_a_delegation_that_replays_and_verifies() {
     let stdout = demo(&data);
     assert!(stdout.contains("THE EXTERNAL RUN SAYS HELLO"), "{stdout}");
     assert!(stdout.contains("research    completed"), "{stdout}");
+    // research answered with what the grandchild it waited for said.
+    assert!(
+        stdout.contains("fact-check: Checked: positions are gap-free and start at 1."),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("started by research's `subagent` call call-3 of turn 1"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("refused tool calls (recorded): research [\"call-2\"]\n"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("research → root, message "), "{stdout}");
     let data = data.to_str().unwrap();
 
     let output = subagents(&["verify", data]);
@@ -26,6 +40,7 @@ fn demo_records_a_delegation_that_replays_and_verifies() {
     for line in [
         "├── research  [continuable · spawn · inactive · completed]",
         "│   └── fact-check  [continuable · spawn · inactive · completed]",
+        "← call-3 of turn 1",
         "├── review  [continuable · fork · inactive · completed]",
         "├── shout  [one-shot external · process · disposed · completed]",
         "└── digger  [continuable · spawn · inactive · aborted]",
@@ -68,7 +83,9 @@ fn the_demo_runs_its_spawned_children_on_an_acp_agent_over_real_stdio() {
         "{stdout}"
     );
     assert!(
-        stdout.contains("research's refused tool calls (recorded): [\"call-1-3\"]"),
+        stdout.contains(
+            "refused tool calls (recorded): research [\"call-2\"], fact-check [\"call-1-3\"]"
+        ),
         "{stdout}"
     );
     assert!(
@@ -79,7 +96,7 @@ fn the_demo_runs_its_spawned_children_on_an_acp_agent_over_real_stdio() {
     let root = root_of(&stdout);
     let (tree, _) = text(&subagents(&["tree", data, "--root", &root]));
     for line in [
-        "├── research  [continuable · acp · inactive · completed]",
+        "├── research  [continuable · spawn · inactive · completed]",
         "│   └── fact-check  [continuable · acp · inactive · completed]",
         "├── review  [continuable · fork · inactive · completed]",
         "└── digger  [continuable · acp · inactive · aborted]",

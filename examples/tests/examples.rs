@@ -11,9 +11,10 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const EXAMPLES: [&str; 6] = [
+const EXAMPLES: [&str; 7] = [
     "log",
     "embed",
+    "delegate",
     "custom_provider",
     "messages",
     "observe",
@@ -87,6 +88,11 @@ fn log_appends_retries_conflicts_reads_and_subscribes() {
 #[test]
 fn embed_runs_a_host_agent_child_to_its_result() {
     check("embed");
+}
+
+#[test]
+fn delegate_has_a_host_agent_start_and_wait_for_a_child_through_the_tools() {
+    check("delegate");
 }
 
 #[test]

@@ -1,10 +1,12 @@
 //! `subagents demo`: the main job. A root session delegates through the real
 //! runtime on the embedded RocksDB log: two continuable children (one
-//! spawned, one forked), a grandchild below the first, and one external
-//! `process` run. The results come back, everything is disposed child-first,
-//! and the descendant tree, each result and the log head are printed. Every
-//! run adds a new root to the same log; a log left by a killed run is
-//! recovered on open.
+//! spawned, one forked), and one external `process` run. Below the root,
+//! agents grow the tree themselves: research's scripted agent starts the
+//! grandchild fact-check through the runtime's `subagent` tool, waits for
+//! it with `subagent_control` and answers with its result. The results
+//! come back, everything is disposed child-first, and the descendant tree,
+//! each result and the log head are printed. Every run adds a new root to
+//! the same log; a log left by a killed run is recovered on open.
 //!
 //! Each step's output is flushed as the step completes. A wait for a step
 //! ends early with the runtime's reported failure (see [`failures`]), so an
@@ -39,28 +41,61 @@ fn spec(provider: &str, label: &str, prompt: &str, delivery: Delivery) -> Subage
     SubagentActivationSpec::with_text_prompt(provider, label, prompt, delivery)
 }
 
-fn scripts(hold_ms: u64) -> ScriptedHost {
+/// The scripted agents. `research` delegates: its first turn starts
+/// `fact-check` on `child_provider` through the `subagent` tool, waits for
+/// it with the control tool and answers with what it said; its second
+/// reports a caveat to its parent with `send_message`.
+fn scripts(hold_ms: u64, child_provider: &str) -> ScriptedHost {
     let say = |text: &str| Step::Say(text.to_owned());
+    let tool = |name: &str, input: serde_json::Value| Step::Tool {
+        name: name.to_owned(),
+        input,
+        output: String::new(),
+    };
     ScriptedHost::new(Script::reply("done"))
         .with(
             "research",
             Script {
-                turns: vec![vec![
-                    say("Reading the design first."),
-                    Step::Tool {
-                        name: "read_file".into(),
-                        input: serde_json::json!({"path": "DESIGN.md"}),
-                        output: "# subagents: design".into(),
-                    },
-                    // Its tool filter denies `shell`: the call is refused and recorded.
-                    Step::Tool {
-                        name: "shell".into(),
-                        input: serde_json::json!({"cmd": "wc -l DESIGN.md"}),
-                        output: "280 DESIGN.md".into(),
-                    },
-                    Step::SleepMs(30 + hold_ms),
-                    say("The log is the source of truth; every projection is a fold of it."),
-                ]],
+                turns: vec![
+                    vec![
+                        say("Reading the design first."),
+                        Step::Tool {
+                            name: "read_file".into(),
+                            input: serde_json::json!({"path": "DESIGN.md"}),
+                            output: "# subagents: design".into(),
+                        },
+                        // Its tool filter denies `shell`: the call is refused and recorded.
+                        Step::Tool {
+                            name: "shell".into(),
+                            input: serde_json::json!({"cmd": "wc -l DESIGN.md"}),
+                            output: "280 DESIGN.md".into(),
+                        },
+                        tool(
+                            "subagent",
+                            serde_json::json!({
+                                "provider": child_provider,
+                                "label": "fact-check",
+                                "prompt": "Check the numbering claim",
+                            }),
+                        ),
+                        tool(
+                            "subagent_control",
+                            serde_json::json!({"action": "wait", "child": "$/childId"}),
+                        ),
+                        Step::SleepMs(30 + hold_ms),
+                        Step::Quote {
+                            text: "The log is the source of truth; every projection is a fold of it. fact-check:".into(),
+                            pointer: "/children/0/output".into(),
+                        },
+                    ],
+                    vec![
+                        tool(
+                            "send_message",
+                            serde_json::json!({"to": "parent", "text": "Caveat: the fold is only as fast as its decoder."}),
+                        ),
+                        say("Sent the root my caveat."),
+                    ],
+                ],
             },
         )
         .with(
@@ -188,6 +223,67 @@ async fn finish(out: &mut dyn Write, name: &str, activation: &SubagentActivation
     Ok(())
 }
 
+/// The child of `parent` labelled `label` that an agent's delegation call
+/// started, the call, and the child's settled result.
+fn delegated(
+    state: &Projections,
+    parent: subagent_core::SessionId,
+    label: &str,
+) -> Option<(
+    subagent_core::SessionId,
+    subagent_core::ToolCallRef,
+    subagent_core::SubagentResult,
+)> {
+    let listed = state
+        .list_children(parent)
+        .into_iter()
+        .find(|listed| listed.entry.label == label)?;
+    let child = listed.entry.child_id;
+    let call = state.sessions.get(&child)?.requested_by.clone()?;
+    let (_, result) = state.activations.get(&child)?.last_result.as_ref()?;
+    Some((child, call, result.clone()))
+}
+
+/// The call ids of `session`'s refused tool calls.
+///
+/// # Errors
+/// A read failure of the log.
+fn refused_calls(
+    log: &dyn EventLog,
+    session: subagent_core::SessionId,
+) -> Result<Vec<String>, Box<dyn std::error::Error>> {
+    let mut calls = Vec::new();
+    for record in log.read_stream(StreamId::Session(session), 1) {
+        if let Event::ToolReturned {
+            call_id,
+            refused: true,
+            ..
+        } = record?.event
+        {
+            calls.push(call_id);
+        }
+    }
+    Ok(calls)
+}
+
+/// The id of the first message `from` sent `to` as an agent.
+fn reply_to(
+    records: &[subagent_core::RecordedEvent],
+    to: subagent_core::SessionId,
+    from: subagent_core::SessionId,
+) -> Option<subagent_core::MessageId> {
+    records.iter().find_map(|record| match &record.event {
+        Event::MessageAccepted {
+            message_id,
+            source: subagent_core::MessageSource::AgentMessage { sender_session_id },
+            ..
+        } if record.stream == StreamId::Session(to) && *sender_session_id == from => {
+            Some(*message_id)
+        }
+        _ => None,
+    })
+}
+
 /// `err`, or when the runtime reported a failure that `err` does not already
 /// carry (an aggregate such as "3 branches failed"), `err` with that cause.
 fn with_reported_cause(
@@ -218,9 +314,10 @@ pub(crate) struct Options {
 
 /// Runs the demo, writing its report to `out`. `hold_ms` keeps the research
 /// child working that much longer, so a crash drill can kill the process
-/// while work is live. With `acp`, the spawned children (research,
-/// fact-check, digger) run on that ACP agent through the `acp` provider,
-/// and research's tool filter denies `acp/execute` as well as `shell`.
+/// while work is live. With `acp`, fact-check (which research starts
+/// through its `subagent` tool) and digger run on that ACP agent through
+/// the `acp` provider, and research's tool filter (which its descendants
+/// inherit) denies `acp/execute` as well as `shell`.
 ///
 /// # Errors
 /// Storage failures, runtime rejections and failures, write failures.
@@ -259,13 +356,11 @@ pub(crate) fn run(
     };
     let start = log.head() + 1;
     let demo = async {
-        let scripted: Arc<dyn AgentHost> = Arc::new(scripts(hold_ms));
-        let (host, local): (Arc<dyn AgentHost>, &str) = match &acp {
-            Some(command) => (
-                Arc::new(AcpHost::new(scripted).route("acp", command.clone())),
-                "acp",
-            ),
-            None => (scripted, "spawn"),
+        let local = if acp.is_some() { "acp" } else { "spawn" };
+        let scripted: Arc<dyn AgentHost> = Arc::new(scripts(hold_ms, local));
+        let host: Arc<dyn AgentHost> = match &acp {
+            Some(command) => Arc::new(AcpHost::new(scripted).route("acp", command.clone())),
+            None => scripted,
         };
         let (runtime, recovery) = hosting.open(&target, shared, host).await?;
         if recovery.events > 0 {
@@ -282,7 +377,7 @@ pub(crate) fn run(
                 .await?;
             writeln!(
                 out,
-                "research, fact-check and digger run on the ACP agent {} (provider acp)",
+                "fact-check and digger run on the ACP agent {} (provider acp)",
                 command.program
             )?;
         }
@@ -290,7 +385,7 @@ pub(crate) fn run(
         writeln!(out, "[1/7] root session {}", root.session())?;
         let signal = CancellationToken::new();
         runtime.set_persona_variables([("project".to_owned(), "subagents".to_owned())].into())?;
-        let mut research_spec = spec(local, "research", "Summarize DESIGN.md", Delivery::Parent);
+        let mut research_spec = spec("spawn", "research", "Summarize DESIGN.md", Delivery::Parent);
         let mut denied = vec!["shell".to_owned()];
         if acp.is_some() {
             denied.push("acp/execute".to_owned());
@@ -302,7 +397,7 @@ pub(crate) fn run(
             .await?;
         writeln!(
             out,
-            "[2/7] spawned {} (research: persona, tool filter denying shell)",
+            "[2/7] spawned {} (research: persona, tool filter denying shell; it delegates)",
             research.child_id()
         )?;
         let review = runtime
@@ -313,23 +408,6 @@ pub(crate) fn run(
             )
             .await?;
         writeln!(out, "      forked  {} (review)", review.child_id())?;
-        let fact_check = runtime
-            .start_activation(
-                &research.agent(),
-                spec(
-                    local,
-                    "fact-check",
-                    "Check the numbering claim",
-                    Delivery::Parent,
-                ),
-                signal.clone(),
-            )
-            .await?;
-        writeln!(
-            out,
-            "      grandchild {} (fact-check, below research)",
-            fact_check.child_id()
-        )?;
         let shout = runtime
             .start_activation(
                 &root,
@@ -349,62 +427,74 @@ pub(crate) fn run(
         )?;
         writeln!(out, "[3/7] results:")?;
         out.flush()?;
-        for (name, activation) in [
-            ("research", &research),
-            ("fact-check", &fact_check),
-            ("review", &review),
-            ("shout", &shout),
-        ] {
-            finish(out, name, activation).await?;
-        }
-        let refused: Vec<String> = runtime
-            .log()
-            .read_stream(StreamId::Session(research.child_id()), 1)
-            .filter_map(|record| match record.ok()?.event {
-                Event::ToolReturned {
-                    call_id,
-                    refused: true,
-                    ..
-                } => Some(call_id),
-                _ => None,
-            })
-            .collect();
+        finish(out, "research", &research).await?;
+        // research waited for its child before answering: the grandchild
+        // has settled, and is read from the log (no handle to it exists
+        // outside the runtime).
+        let records: Vec<_> = log.read_all(1).collect::<Result<_, _>>()?;
+        let state = Projections::fold(&records);
+        let Some((fact_check, started_by, result)) =
+            delegated(&state, research.child_id(), "fact-check")
+        else {
+            return Err(CliError::DemoStepFailed {
+                what: "research's delegation",
+                cause: "research settled without starting fact-check".into(),
+            }
+            .into());
+        };
         writeln!(
             out,
-            "      research's refused tool calls (recorded): {refused:?}"
+            "  {:<11} {:<10} {}",
+            "fact-check",
+            result.stop_reason.to_string(),
+            plain_text(&result.output)
+        )?;
+        for (name, activation) in [("review", &review), ("shout", &shout)] {
+            finish(out, name, activation).await?;
+        }
+        writeln!(
+            out,
+            "      grandchild {fact_check} (fact-check), started by research's `subagent` call {} of turn {}",
+            started_by.call_id, started_by.turn
+        )?;
+        let mut refused = Vec::new();
+        for (name, session) in [
+            ("research", research.child_id()),
+            ("fact-check", fact_check),
+        ] {
+            let calls = refused_calls(log, session)?;
+            if !calls.is_empty() {
+                refused.push(format!("{name} {calls:?}"));
+            }
+        }
+        writeln!(
+            out,
+            "      refused tool calls (recorded): {}",
+            refused.join(", ")
         )?;
         let quiet = CancellationToken::new;
         writeln!(
             out,
-            "[4/7] messages: the root asks research a follow-up; research answers its parent"
+            "[4/7] messages: the root asks research a follow-up; research answers its parent with `send_message`"
         )?;
         runtime
             .send_message(&root, research.child_id(), text("Any caveats?"), quiet())
             .await?;
         let research_id = research.child_id();
+        let root_id = root.session();
         out.flush()?;
-        wait_for(
+        wait_for_records(
             log,
             &failures,
-            "the follow-up turn",
+            "research's reply",
             STEP_TIMEOUT,
-            |state| {
-                state
-                    .activations
-                    .get(&research_id)
-                    .is_some_and(|a| a.turns >= 2 && a.running_turn.is_none())
-            },
+            |records| reply_to(records, root_id, research_id).is_some(),
         )
         .await?;
-        let reply = runtime
-            .send_message(
-                &research.agent(),
-                root.session(),
-                text("Caveat: the fold is only as fast as its decoder."),
-                quiet(),
-            )
-            .await?;
-        writeln!(out, "      research → root, message {reply}")?;
+        let records: Vec<_> = log.read_all(1).collect::<Result<_, _>>()?;
+        if let Some(reply) = reply_to(&records, root_id, research_id) {
+            writeln!(out, "      research → root, message {reply}")?;
+        }
 
         writeln!(out, "[5/7] interrupt: digger is interrupted mid-turn; its queued notes wait, then resume in order")?;
         let digger = runtime
