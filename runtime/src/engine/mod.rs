@@ -847,6 +847,17 @@ impl Issued<'_> {
         }
     }
 
+    /// What the command recorded, when it was decided as it was issued (on
+    /// a single-writer log); `None` for a refusal, and for a shared log's
+    /// command until it is awaited.
+    pub(crate) fn decided(&self) -> Option<&[RecordedEvent]> {
+        match &self.step {
+            Step::Answered(Ok(committed)) => Some(&committed.records),
+            Step::Enqueued(enqueued) => Some(&enqueued.records),
+            Step::Answered(Err(_)) | Step::Shared { .. } => None,
+        }
+    }
+
     /// Whether the command is decided only when awaited (a shared log's):
     /// commands issued one after another are then recorded in the order
     /// they are awaited, not issued.

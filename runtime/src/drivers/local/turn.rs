@@ -318,7 +318,7 @@ impl LocalDriver {
             return Ok(answer.clone());
         }
         let call_id = call.call_id.clone();
-        let answer = match self.decide_call(turn, &call).await? {
+        let answer = match self.decide_call(turn, &call, None).await? {
             Some(refusal) => Announced::Refused(refusal),
             None => {
                 announced.open.insert(call_id.clone(), span.clone());
@@ -330,12 +330,16 @@ impl LocalDriver {
     }
 
     /// Records `call` through `decide`; the refusal it recorded, if any.
-    async fn decide_call(
-        &self,
+    /// Durable before it returns, but for a delegation tool the runtime runs
+    /// when `in_flight` is given: then in flight.
+    async fn decide_call<'a>(
+        &'a self,
         turn: u64,
         call: &ToolCall,
+        in_flight: Option<&mut InFlight<'a>>,
     ) -> Result<Option<ToolOutput>, SubagentError> {
-        let known = crate::delegation::is_delegation(&call.name)
+        let delegation = crate::delegation::is_delegation(&call.name);
+        let known = delegation
             || self
                 .runtime
                 .inner
@@ -343,19 +347,25 @@ impl LocalDriver {
                 .tools
                 .iter()
                 .any(|tool| tool.name == call.name);
-        let recorded = self
-            .runtime
-            .inner
-            .engine
-            .commit(Command::CallTool {
-                session: self.handle.child,
-                turn,
-                call_id: call.call_id.clone(),
-                name: call.name.clone(),
-                input: call.input.clone(),
-                known,
-            })
-            .await?;
+        let issued = self.runtime.inner.engine.issue_here(Command::CallTool {
+            session: self.handle.child,
+            turn,
+            call_id: call.call_id.clone(),
+            name: call.name.clone(),
+            input: call.input.clone(),
+            known,
+        });
+        let recorded = match (issued.decided(), in_flight) {
+            // A delegation tool the runtime runs acts only through the log,
+            // in commands the engine orders after the call: its record need
+            // not be durable before the tool runs, and is recorded in flight.
+            (Some(recorded), Some(in_flight)) if delegation => {
+                let recorded = recorded.to_vec();
+                in_flight.push(issued).await?;
+                recorded
+            }
+            _ => issued.durable().await?.records,
+        };
         Ok(recorded.into_iter().find_map(|record| match record.event {
             Event::ToolReturned {
                 output,
@@ -386,19 +396,32 @@ impl LocalDriver {
     /// session's lineage refuses (or an unknown tool) at once; a delegation
     /// tool is run by the runtime as this session, any other is executed
     /// through the host (either cut short by the turn's cancellation), and
-    /// its result recorded. The call's record being durable, so is every
-    /// entry `in_flight` before it: they are taken off before the tool
-    /// runs, so their append latency is not measured across it.
-    pub(super) async fn call_tool(
-        &self,
+    /// its result recorded.
+    ///
+    /// A host tool acts outside the log, so its call is durable before it
+    /// runs, and its result before the agent has it; every entry `in_flight`
+    /// is then durable too, and taken off before the tool runs, so their
+    /// append latency is not measured across it. A delegation tool acts
+    /// only through commands the engine orders after its call, whose own
+    /// durability is awaited where they are made (a start's reservation,
+    /// say): its call and result are transcript entries in flight, as an
+    /// assistant message is, durable before anything the turn acts on.
+    pub(super) async fn call_tool<'a>(
+        &'a self,
         turn: u64,
         call: ToolCall,
         cancel: &CancellationToken,
-        in_flight: &mut InFlight<'_>,
+        in_flight: &mut InFlight<'a>,
     ) -> Result<ToolOutput, SubagentError> {
         let child = self.handle.child;
-        let refused = self.decide_call(turn, &call).await?;
-        in_flight.settle().await?;
+        let delegation = crate::delegation::is_delegation(&call.name);
+        let refused = if delegation {
+            self.decide_call(turn, &call, Some(in_flight)).await?
+        } else {
+            let refused = self.decide_call(turn, &call, None).await?;
+            in_flight.settle().await?;
+            refused
+        };
         if let Some(answer) = refused {
             return Ok(answer);
         }
@@ -425,15 +448,18 @@ impl LocalDriver {
                 }
             }
         };
-        self.issue_transcript(Event::ToolReturned {
+        let returned = self.issue_transcript(Event::ToolReturned {
             turn,
             call_id,
             output: output.output.clone(),
             is_error: output.is_error,
             refused: output.refused,
-        })
-        .durable()
-        .await?;
+        });
+        if delegation {
+            in_flight.push(returned).await?;
+        } else {
+            returned.durable().await?;
+        }
         Ok(output)
     }
 }
