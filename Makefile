@@ -173,7 +173,7 @@ test: prune-binaries lint docs package unit install-check
 
 bench: deps
 	$(CARGO) build -q --release --workspace --bins
-	for part in append activations messages replay list startup memory gateway console acp; do \
+	for part in append activations messages replay list startup memory gateway console acp delegation; do \
 		$(CARGO_TARGET_DIR)/$(HOST_TUPLE)/release/subagents-bench $$part $(BENCH_ARGS) || exit 1; \
 	done
 

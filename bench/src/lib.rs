@@ -12,6 +12,7 @@ mod append;
 mod append_pg;
 mod args;
 mod console;
+mod delegation;
 mod gateway;
 mod list;
 mod memory;
@@ -28,6 +29,7 @@ pub use acp::AcpArgs;
 pub use activations::ActivationArgs;
 pub use append::AppendArgs;
 pub use console::ConsoleArgs;
+pub use delegation::DelegationArgs;
 pub use gateway::GatewayArgs;
 pub use list::ListArgs;
 pub use memory::MemoryArgs;
@@ -67,6 +69,8 @@ pub enum BenchPart {
     /// Turns over the Agent Client Protocol (the test agent over real
     /// stdio) vs the same turns in process.
     Acp(acp::AcpArgs),
+    /// Children started through an agent's `subagent` tool vs `start_activation`.
+    Delegation(delegation::DelegationArgs),
     /// Opens a log from its checkpoint plus tail and prints the
     /// milliseconds: the fresh process `startup` times (hidden).
     #[command(hide = true)]
@@ -93,6 +97,7 @@ pub fn run(part: BenchPart, out: &mut dyn Write) -> BenchResult {
         BenchPart::Gateway(args) => gateway::run(&args, out),
         BenchPart::Console(args) => console::run(&args, out),
         BenchPart::Acp(args) => acp::run(&args, out),
+        BenchPart::Delegation(args) => delegation::run(&args, out),
         BenchPart::OpenOnce(args) => replay::open_once(&args, out),
         BenchPart::FoldOnce(args) => replay::fold_once(&args, out),
     }
