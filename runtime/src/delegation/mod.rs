@@ -15,8 +15,11 @@
 //! ```text
 //! tools.rs   names, and the definitions composed from the offered providers
 //! mod.rs     composition for a session, and execution of a call
+//! tests.rs   each tool's schema against what its handler takes
 //! ```
 
+#[cfg(test)]
+mod tests;
 mod tools;
 
 use std::time::Duration;
@@ -433,7 +436,8 @@ impl SubagentRuntime {
     /// direct child of `parent` that was working when the wait began is
     /// not, or none is working), the deadline passes, or the turn is
     /// cancelled; then where each child concerned stands (the named one, or
-    /// those that stopped working during the wait).
+    /// those that stopped working during the wait). It looks again each
+    /// time the log's head moves, once the projections have folded it.
     async fn wait_tool(
         &self,
         parent: SessionId,
@@ -469,6 +473,12 @@ impl SubagentRuntime {
                 changed = head.changed() => {
                     if changed.is_err() {
                         return refused(&SubagentError::Closed);
+                    }
+                    // A shared host's projections follow the log: what
+                    // moved the head is in them only once folded.
+                    let moved_to = *head.borrow_and_update();
+                    if let Err(err) = self.inner.engine.folded_through(moved_to).await {
+                        return refused(&err);
                     }
                 }
                 () = tokio::time::sleep_until(deadline) => {
