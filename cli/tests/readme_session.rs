@@ -1,7 +1,8 @@
 //! The README's `curl` session, run as it is written against a `serve`
 //! this test starts (only the token file's path and the port are
 //! substituted), checking what the README says it shows: the tree, the
-//! prompt's receipt and the reply on the event stream, and the interrupt.
+//! prompt's receipt and the reply on the event stream, the interrupt, and
+//! a child an agent started under the call that started it.
 
 use std::process::Command;
 
@@ -52,6 +53,13 @@ fn the_readme_curl_session_runs_and_shows_the_reply_and_the_interrupt() {
     assert!(printed.contains(r#"{"messageId":"#), "{printed}");
     assert!(printed.contains(r#"{"interrupted":true}"#), "{printed}");
     assert!(printed.contains("the same image is back"), "{printed}");
+    // The child an agent started, under the call that started it.
+    assert!(
+        printed.contains(
+            r#"{"label":"assistant","depth":2,"requestedBy":{"turn":1,"callId":"call-0"}}"#
+        ),
+        "{printed}"
+    );
     let events = std::fs::read_to_string(dir.path().join("events.txt")).unwrap();
     // The prompt's message, then the reply of the turn it ran in the same
     // child's stream; the interrupt of the slow child and its aborted turn.

@@ -177,10 +177,36 @@ impl ScriptedHost {
     /// a child replies `done` each turn; one labelled `slow` works for a
     /// minute (to watch and interrupt); one labelled `eyes` describes what
     /// it was given, images included; one labelled `blind` plays a
-    /// text-only model, so images to it are refused.
+    /// text-only model, so images to it are refused; one labelled
+    /// `delegate` starts an `assistant` child through the `subagent` tool,
+    /// waits for it and answers with what it said.
     #[must_use]
     pub fn showcase() -> Self {
+        let tool = |name: &str, input: Value| Step::Tool {
+            name: name.into(),
+            input,
+            output: String::new(),
+        };
         ScriptedHost::new(Script::reply("done"))
+            .with(
+                "delegate",
+                Script {
+                    turns: vec![vec![
+                        tool(
+                            crate::delegation::SUBAGENT,
+                            serde_json::json!({"provider": "spawn", "label": "assistant", "prompt": "lend a hand"}),
+                        ),
+                        tool(
+                            crate::delegation::CONTROL,
+                            serde_json::json!({"action": "wait", "child": "$/childId"}),
+                        ),
+                        Step::Quote {
+                            text: "my assistant says:".into(),
+                            pointer: "/children/0/output".into(),
+                        },
+                    ]],
+                },
+            )
             .with(
                 "slow",
                 Script {
