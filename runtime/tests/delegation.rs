@@ -585,41 +585,17 @@ async fn a_host_turns_the_tools_off_for_a_root_s_tree() {
 
 // ---- a host that dies mid-delegation ----------------------------------------
 
-/// A `boss` that starts a `worker` through `subagent`, waits for it by the
-/// id the call returned, and answers with what it said.
+/// `serve`'s agents, whose `delegate` starts an `assistant` through
+/// `subagent` (call `call-0`), waits for it by the id the call returned,
+/// and answers with what it said.
 fn delegating_host() -> ScriptedHost {
-    let tool = |name: &str, input: Value| Step::Tool {
-        name: name.into(),
-        input,
-        output: String::new(),
-    };
-    ScriptedHost::new(Script::reply("done"))
-        .with(
-            "boss",
-            Script {
-                turns: vec![vec![
-                    tool(
-                        "subagent",
-                        json!({"provider": "spawn", "label": "worker", "prompt": "find it"}),
-                    ),
-                    tool(
-                        "subagent_control",
-                        json!({"action": "wait", "child": "$/childId"}),
-                    ),
-                    Step::Quote {
-                        text: "the worker said:".into(),
-                        pointer: "/children/0/output".into(),
-                    },
-                ]],
-            },
-        )
-        .with("worker", Script::reply("the worker's answer"))
+    ScriptedHost::showcase()
 }
 
-/// Runs the boss until its host dies right after the append holding an
+/// Runs the delegate until its host dies right after the append holding an
 /// event `dies_after` accepts (every later append fails, as after a
 /// crash), and returns a copy of what the log held at that moment, the
-/// root and the boss.
+/// root and the delegate.
 async fn left_by_a_host_dead_after(
     dies_after: impl Fn(&Event) -> bool + Send + Sync + 'static,
 ) -> (MemoryLog, SessionId, SessionId) {
@@ -629,8 +605,8 @@ async fn left_by_a_host_dead_after(
         .open()
         .await;
     log.fill_after(dies_after);
-    let boss = h
-        .start(spec("spawn", "boss", Delivery::Caller))
+    let delegate = h
+        .start(spec("spawn", "delegate", Delivery::Caller))
         .await
         .unwrap();
     common::until("the host to die", || log.is_full()).await;
@@ -642,7 +618,7 @@ async fn left_by_a_host_dead_after(
     subagent_replay::import(&left, exported.as_slice())
         .await
         .unwrap();
-    (left, h.root.session(), boss.child_id())
+    (left, h.root.session(), delegate.child_id())
 }
 
 /// Where each of `events` is, by `matches`.
@@ -654,16 +630,16 @@ fn position(events: &[Event], what: &str, matches: impl Fn(&Event) -> bool) -> u
 }
 
 /// Opens a host over `left` (recovering it) and checks what every crash
-/// must leave: the boss's `subagent` call answered, abandoned, before its
+/// must leave: the delegate's `subagent` call answered, abandoned, before its
 /// turn ends; an admissible history; the tree a replay rebuilds is the
-/// runtime's. Returns the boss's events after recovery.
-async fn recover(left: &MemoryLog, root: SessionId, boss: SessionId) -> Vec<Event> {
+/// runtime's. Returns the delegate's events after recovery.
+async fn recover(left: &MemoryLog, root: SessionId, delegate: SessionId) -> Vec<Event> {
     let (runtime, report) = Harness::builder(delegating_host())
         .over(left.clone())
         .open_runtime()
         .await;
     assert!(report.events > 0, "the recovery settles what was live");
-    let events = common::events(left, boss);
+    let events = common::events(left, delegate);
     let called = position(
         &events,
         "the call",
@@ -693,12 +669,12 @@ async fn recover(left: &MemoryLog, root: SessionId, boss: SessionId) -> Vec<Even
 
 #[tokio::test]
 async fn a_host_dead_between_a_subagent_call_and_its_start_leaves_the_call_answered_abandoned() {
-    let (left, root, boss) = left_by_a_host_dead_after(
+    let (left, root, delegate) = left_by_a_host_dead_after(
         |event| matches!(event, Event::ToolCalled { name, .. } if name == "subagent"),
     )
     .await;
     // The crash point: the call is durable, the start it asks for is not.
-    let before = common::events(&left, boss);
+    let before = common::events(&left, delegate);
     assert!(before
         .iter()
         .any(|e| matches!(e, Event::ToolCalled { name, .. } if name == "subagent")));
@@ -706,7 +682,7 @@ async fn a_host_dead_between_a_subagent_call_and_its_start_leaves_the_call_answe
         .iter()
         .any(|e| matches!(e, Event::ToolReturned { .. } | Event::ChildCataloged { .. })));
 
-    let after = recover(&left, root, boss).await;
+    let after = recover(&left, root, delegate).await;
     assert!(
         !after
             .iter()
@@ -717,7 +693,7 @@ async fn a_host_dead_between_a_subagent_call_and_its_start_leaves_the_call_answe
 
 #[tokio::test]
 async fn a_host_dead_between_a_start_and_its_call_s_result_leaves_the_child_under_the_call() {
-    let (left, root, boss) = left_by_a_host_dead_after(|event| {
+    let (left, root, delegate) = left_by_a_host_dead_after(|event| {
         matches!(
             event,
             Event::ActivationRequested {
@@ -727,7 +703,7 @@ async fn a_host_dead_between_a_start_and_its_call_s_result_leaves_the_child_unde
         )
     })
     .await;
-    let after = recover(&left, root, boss).await;
+    let after = recover(&left, root, delegate).await;
     // The child was started, under the call: the call before it in the
     // parent's transcript, the call's (abandoned) result after it.
     let called = position(
@@ -745,9 +721,9 @@ async fn a_host_dead_between_a_start_and_its_call_s_result_leaves_the_child_unde
     );
     assert!(called < cataloged && cataloged < answered, "{after:?}");
     let state = Projections::fold(&common::records(&left));
-    let worker = state.list_children(boss)[0].entry.child_id;
+    let assistant = state.list_children(delegate)[0].entry.child_id;
     assert_eq!(
-        state.sessions[&worker].requested_by,
+        state.sessions[&assistant].requested_by,
         Some(ToolCallRef {
             turn: 1,
             call_id: "call-0".into()
