@@ -734,3 +734,22 @@ async fn a_host_dead_between_a_start_and_its_call_s_result_leaves_the_child_unde
         "the recovery settled the child too"
     );
 }
+
+#[tokio::test]
+async fn a_host_tool_named_like_a_delegation_tool_is_refused_before_the_log_is_touched() {
+    let host = ScriptedHost::new(Script::reply("done")).with_tool("send_message", "sent");
+    let log = MemoryLog::new();
+    let refused = subagent_runtime::SubagentRuntime::open(Arc::new(log.clone()), Arc::new(host))
+        .await
+        .err()
+        .expect("the host's tool would be hidden");
+    assert_eq!(refused.code(), subagent_core::ErrorCode::BadRequest);
+    assert!(refused.to_string().contains("send_message"), "{refused}");
+    assert_eq!(subagent_store::EventLog::head(&log), 0, "nothing recorded");
+    // Any other name opens.
+    let host = ScriptedHost::new(Script::reply("done")).with_tool("send_mail", "sent");
+    let (runtime, _) = subagent_runtime::SubagentRuntime::open(Arc::new(log), Arc::new(host))
+        .await
+        .unwrap();
+    runtime.close().await.unwrap();
+}

@@ -119,6 +119,21 @@ enum Action {
     Close,
 }
 
+/// Refuses host `tools` that one of the delegation tools would hide: an
+/// agent calling the name would reach the runtime's tool, never the host's.
+///
+/// # Errors
+/// `gateway/bad-request` naming the first such tool.
+pub(crate) fn refuse_shadowed(tools: &[ToolDefinition]) -> Result<(), SubagentError> {
+    match tools.iter().find(|tool| is_delegation(&tool.name)) {
+        Some(tool) => Err(SubagentError::BadRequest(format!(
+            "the host's tool {} has the name of one of the runtime's delegation tools; rename it",
+            tool.name
+        ))),
+        None => Ok(()),
+    }
+}
+
 /// A refusal or failure as the call's error result: `code: message`.
 fn refused(err: &SubagentError) -> ToolOutput {
     ToolOutput::error(format!("{}: {err}", err.code()))

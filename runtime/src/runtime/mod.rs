@@ -190,7 +190,10 @@ impl SubagentRuntime {
     /// settled `error`, `HostRecovered`).
     ///
     /// # Errors
-    /// `gateway/internal` when the log cannot be read or appended.
+    /// `gateway/internal` when the log cannot be read or appended;
+    /// `gateway/bad-request`, before the log is touched, when the host
+    /// offers a tool named like one of the runtime's delegation tools
+    /// (which would hide it).
     pub async fn open(
         log: Arc<dyn EventLog>,
         host: Arc<dyn AgentHost>,
@@ -207,6 +210,7 @@ impl SubagentRuntime {
         host: Arc<dyn AgentHost>,
         limits: CapacityLimits,
     ) -> Result<(SubagentRuntime, RecoveryReport), SubagentError> {
+        crate::delegation::refuse_shadowed(&host.tools())?;
         let (engine, opened) = Engine::open(log, CHECKPOINT_EVERY)?;
         let recovered = engine.commit(Command::Recover).await?;
         let runtime = Self::assemble(engine, host, limits, None);
@@ -229,14 +233,17 @@ impl SubagentRuntime {
     /// lease term, while renewing its own.
     ///
     /// # Errors
-    /// `gateway/bad-request` for a single-writer log, or a bad holder name
-    /// or term; `gateway/internal` when the log cannot be read or appended.
+    /// `gateway/bad-request` for a single-writer log, a bad holder name or
+    /// term, or a host tool named like a delegation tool (as
+    /// [`open`](Self::open)); `gateway/internal` when the log cannot be
+    /// read or appended.
     pub async fn open_shared(
         log: Arc<dyn EventLog>,
         host: Arc<dyn AgentHost>,
         limits: CapacityLimits,
         options: SharedHost,
     ) -> Result<(SubagentRuntime, RecoveryReport), SubagentError> {
+        crate::delegation::refuse_shadowed(&host.tools())?;
         shared_host::check_shared(log.as_ref(), &options)?;
         let before = log.head();
         let (engine, opened) =
