@@ -392,8 +392,8 @@ impl Projections {
     /// Keeps the call a child's first request named as the call that
     /// started it (a later request, such as a resume, names none).
     fn note_requesting_call(&mut self, session: Option<SessionId>, call: Option<&ToolCallRef>) {
-        let record = session.and_then(|id| self.sessions.get_mut(&id));
-        if let (Some(record), Some(call)) = (record, call) {
+        let Some(call) = call else { return };
+        if let Some(record) = session.and_then(|id| self.sessions.get_mut(&id)) {
             record.requested_by.get_or_insert_with(|| call.clone());
         }
     }

@@ -396,18 +396,23 @@ async fn every_refusal_a_call_meets_is_an_error_result_with_its_code() {
     h.runtime.close().await.unwrap();
 }
 
-#[tokio::test]
-async fn a_filter_that_removes_subagent_stops_the_child_and_its_descendants_delegating() {
-    let host = ScriptedHost::new(Script::reply("done")).with(
-        "sealed",
+/// Agents that reply `done`, but those labelled `label`, whose turn calls
+/// `subagent` to start a `spawn` child labelled `child`.
+fn starting(label: &str, child: &str) -> ScriptedHost {
+    ScriptedHost::new(Script::reply("done")).with(
+        label,
         Script {
             turns: vec![vec![call(
                 "subagent",
-                json!({"provider": "spawn", "label": "grandchild", "prompt": "go"}),
+                json!({"provider": "spawn", "label": child, "prompt": "go"}),
             )]],
         },
-    );
-    let probe = common::Probe::new(host);
+    )
+}
+
+#[tokio::test]
+async fn a_filter_that_removes_subagent_stops_the_child_and_its_descendants_delegating() {
+    let probe = common::Probe::new(starting("sealed", "grandchild"));
     let h = Harness::builder(probe.clone()).open().await;
     let mut sealed = spec("spawn", "sealed", Delivery::Caller);
     sealed.request.options.tool_filter = Some(ToolRestriction::Deny(vec!["subagent".into()]));
@@ -530,16 +535,7 @@ fn option_taken(provider: &Offered, option: &str) -> bool {
 
 #[tokio::test]
 async fn a_host_turns_the_tools_off_for_a_root_s_tree() {
-    let host = ScriptedHost::new(Script::reply("done")).with(
-        "quiet",
-        Script {
-            turns: vec![vec![call(
-                "subagent",
-                json!({"provider": "spawn", "label": "x", "prompt": "go"}),
-            )]],
-        },
-    );
-    let probe = common::Probe::new(host);
+    let probe = common::Probe::new(starting("quiet", "x"));
     let h = Harness::builder(probe.clone()).open().await;
     h.runtime.set_delegation(h.root.session(), false).unwrap();
     let child = h

@@ -3,7 +3,7 @@
 //! ending the turn durably and, on the epoch's first, settling it.
 
 use subagent_core::telemetry::attr;
-use subagent_core::{content::ContentBlock, Event, SubagentError, SubagentRunId};
+use subagent_core::{content::ContentBlock, Event, RecordedEvent, SubagentError, SubagentRunId};
 use subagent_projections::{Command, TurnOutput};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -355,30 +355,17 @@ impl LocalDriver {
             input: call.input.clone(),
             known,
         });
-        let recorded = match (issued.decided(), in_flight) {
+        match (issued.decided(), in_flight) {
             // A delegation tool the runtime runs acts only through the log,
             // in commands the engine orders after the call: its record need
             // not be durable before the tool runs, and is recorded in flight.
             (Some(recorded), Some(in_flight)) if delegation => {
-                let recorded = recorded.to_vec();
+                let refusal = refusal_in(recorded);
                 in_flight.push(issued).await?;
-                recorded
+                Ok(refusal)
             }
-            _ => issued.durable().await?.records,
-        };
-        Ok(recorded.into_iter().find_map(|record| match record.event {
-            Event::ToolReturned {
-                output,
-                is_error,
-                refused,
-                ..
-            } => Some(ToolOutput {
-                output,
-                is_error,
-                refused,
-            }),
-            _ => None,
-        }))
+            _ => Ok(refusal_in(&issued.durable().await?.records)),
+        }
     }
 
     /// Issues `entry` to the session's transcript, in the current span.
@@ -394,7 +381,7 @@ impl LocalDriver {
 
     /// Serves one tool call: `decide` records it and answers a call the
     /// session's lineage refuses (or an unknown tool) at once; a delegation
-    /// tool is run by the runtime as this session, any other is executed
+    /// tool is run by the runtime as the calling agent, any other is executed
     /// through the host (either cut short by the turn's cancellation), and
     /// its result recorded.
     ///
@@ -426,7 +413,7 @@ impl LocalDriver {
             return Ok(answer);
         }
         let call_id = call.call_id.clone();
-        // A delegation tool the runtime runs itself, as this session; the
+        // A delegation tool the runtime runs itself, as the calling agent; the
         // events it causes fall between the call and its result. It is not
         // raced here: dropped halfway it would leave a start, a wake or a
         // release undone. Its waits race the turn's cancellation inside.
@@ -462,4 +449,22 @@ impl LocalDriver {
         }
         Ok(output)
     }
+}
+
+/// The answer `decide` recorded with a tool call, when it refused it (a
+/// restricted or unknown tool): the call's `ToolReturned` among `recorded`.
+fn refusal_in(recorded: &[RecordedEvent]) -> Option<ToolOutput> {
+    recorded.iter().find_map(|record| match &record.event {
+        Event::ToolReturned {
+            output,
+            is_error,
+            refused,
+            ..
+        } => Some(ToolOutput {
+            output: output.clone(),
+            is_error: *is_error,
+            refused: *refused,
+        }),
+        _ => None,
+    })
 }
